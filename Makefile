@@ -1,0 +1,33 @@
+# Set-up and checks. Everything installs into .venv; torch is installed first with an exact pin,
+# because a bare `torch` requirement would pull a multi-GB CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test crd render clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
+	$(BIN)/python -m pip install --quiet -e '.[train,dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Regenerate the checked-in CRD from the pydantic models (tests fail while it is stale).
+crd: setup
+	$(BIN)/scaletrain crd > crds/scaletrainjob.yaml
+
+# Validate and render the CPU example without a cluster.
+render: setup
+	$(BIN)/scaletrain validate examples/*.yaml
+	$(BIN)/scaletrain render examples/cpu-gloo.yaml
+
+clean:
+	rm -rf $(VENV) .pytest_cache

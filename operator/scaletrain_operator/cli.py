@@ -1,0 +1,141 @@
+"""The `scaletrain` command: render, validate and inspect ScaleTrainJobs without a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from scaletrain_trainer.validation import Problem, ProblemsError
+
+from .api import ScaleTrainJob, parse_job
+from .crd import crd_yaml
+from .naming import MAX_RESTARTS
+from .render import render_children
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+class InputError(Exception):
+    """A file that cannot be read or parsed; the message says which and why."""
+
+
+def read_documents(path: str) -> list[Any]:
+    """The YAML documents in `path` ("-" for stdin), skipping empty ones."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML: {error}") from None
+    if not documents:
+        raise InputError(f"{path}: no YAML document found")
+    return documents
+
+
+def load_jobs(path: str) -> list[ScaleTrainJob]:
+    """Every ScaleTrainJob in `path`; raises ProblemsError with all problems of all documents."""
+    jobs, problems = [], []
+    documents = read_documents(path)
+    for index, document in enumerate(documents):
+        try:
+            jobs.append(parse_job(document))
+        except ProblemsError as error:
+            prefix = (f"document {index + 1}",) if len(documents) > 1 else ()
+            problems.extend(Problem(prefix + p.path, p.message) for p in error.problems)
+    if problems:
+        raise ProblemsError(problems)
+    return jobs
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.files:
+        try:
+            jobs = load_jobs(path)
+        except InputError as error:
+            print(f"scaletrain: {error}", file=sys.stderr)
+            status = EXIT_INVALID
+            continue
+        except ProblemsError as error:
+            _print_problems(path, error.problems)
+            status = EXIT_INVALID
+            continue
+        for job in jobs:
+            spec = job.spec
+            print(
+                f"{path}: ScaleTrainJob {job.name} is valid: {spec.nodes} node(s) × {spec.procs} process(es) = "
+                f"world size {spec.world_size}, backend {spec.resolved_backend}, "
+                f"{spec.training.accumulation_steps(spec.world_size)} accumulation step(s) per optimizer step"
+            )
+    return status
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    jobs = load_jobs(args.file)
+    children = [child for job in jobs for child in render_children(job, args.generation, args.namespace)]
+    for job in jobs:
+        if job.metadata.uid is None:
+            print(f"# {job.name}: ownerReferences omitted: metadata.uid is assigned by the API server "
+                  "(the operator sets them)", file=sys.stderr)
+    sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
+    return 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def _generation(text: str) -> int:
+    if not text.isdigit() or int(text) > MAX_RESTARTS:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {MAX_RESTARTS}, got {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scaletrain", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    render = commands.add_parser("render", help="print the Kubernetes objects the operator creates for a job")
+    render.add_argument("file", help="ScaleTrainJob YAML file, or - for stdin")
+    render.add_argument("-n", "--namespace", help="namespace of the children (default: the job's, else default)")
+    render.add_argument("--generation", type=_generation, default=0, help="gang restart generation to render (default 0)")
+    render.set_defaults(handler=cmd_render)
+
+    validate = commands.add_parser("validate", help="check ScaleTrainJob files; list every problem with its field")
+    validate.add_argument("files", nargs="+", help="ScaleTrainJob YAML files, or - for stdin")
+    validate.set_defaults(handler=cmd_validate)
+
+    crd = commands.add_parser("crd", help="print the ScaleTrainJob CustomResourceDefinition")
+    crd.set_defaults(handler=cmd_crd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except InputError as error:
+        print(f"scaletrain: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except ProblemsError as error:
+        _print_problems(args.file, error.problems)
+        return EXIT_INVALID
+
+
+def _print_problems(path: str, problems: Sequence[Problem]) -> None:
+    count = len(problems)
+    print(f"{path}: invalid ScaleTrainJob ({count} problem{'s' * (count != 1)})", file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The training configuration: `spec.training` of a ScaleTrainJob, and what the trainer reads.
+
+Torch-free on purpose: the operator imports this module to validate and serialize the config, and
+the operator image has no torch. The operator passes the config to every pod as JSON in the
+`SCALETRAIN_CONFIG` environment variable; `--config FILE` (YAML or JSON) works too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import yaml
+from pydantic import Field, ValidationError
+
+from .validation import Problem, ProblemsError, SpecModel, problems_from_validation_error
+
+CONFIG_ENV = "SCALETRAIN_CONFIG"
+
+# "package.module:function": how a custom model factory or dataset is named.
+IMPORT_PATH_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+BUILTIN_MODELS = ("gpt",)
+BUILTIN_DATA_SOURCES = ("synthetic", "text", "tokens")
+
+
+def _builtin_or_import_path(builtins: tuple[str, ...]) -> str:
+    return "^(" + "|".join(builtins) + "|" + IMPORT_PATH_PATTERN + ")$"
+
+
+Options = Annotated[
+    dict[str, Any],
+    Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}),
+]
+
+
+class ModelConfig(SpecModel):
+    """The model. The built-in `gpt` is a GPT-style decoder; anything else is a factory function."""
+
+    name: str = Field(
+        "gpt",
+        pattern=_builtin_or_import_path(BUILTIN_MODELS),
+        description='"gpt" (built-in decoder) or "package.module:function" returning an nn.Module.',
+    )
+    layers: int = Field(4, ge=1, le=512, description="Transformer blocks.")
+    heads: int = Field(4, ge=1, le=512, description="Attention heads; must divide width.")
+    width: int = Field(128, ge=8, le=65536, description="Embedding width (d_model).")
+    vocab_size: int = Field(256, ge=2, le=1 << 24, description="Vocabulary size; 256 for byte-level text.")
+    context_length: int = Field(64, ge=2, le=1 << 20, description="Tokens per sample.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    options: Options = Field(default_factory=dict, description="Keyword arguments for a custom factory.")
+
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {"rule": "self.width % self.heads == 0", "message": "width must be divisible by heads",
+                 "fieldPath": ".width", "reason": "FieldValueInvalid"},
+            ]
+        }
+    }
+
+    def problems(self) -> Iterator[Problem]:
+        if self.width % self.heads:
+            yield Problem(("width",), f"{self.width} is not divisible by heads ({self.heads}); pick a multiple of heads")
+
+
+class DataConfig(SpecModel):
+    """Where training samples come from."""
+
+    source: str = Field(
+        "synthetic",
+        pattern=_builtin_or_import_path(BUILTIN_DATA_SOURCES),
+        description='"synthetic" (a learnable pattern), "text" (UTF-8 file, byte tokens), "tokens" '
+        '(uint16/uint32 memmap .bin, the nanoGPT convention) or "package.module:function" returning a Dataset.',
+    )
+    path: Optional[str] = Field(None, min_length=1, description="File for the text and tokens sources.")
+    token_dtype: Literal["uint16", "uint32"] = Field("uint16", description="Element type of a tokens .bin file.")
+    synthetic_samples: int = Field(65536, ge=1, le=1 << 31, description="Samples in the synthetic data set.")
+    options: Options = Field(default_factory=dict, description="Keyword arguments for a custom dataset.")
+
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {"rule": "!(self.source in ['text', 'tokens']) || has(self.path)",
+                 "message": "path is required for the text and tokens sources",
+                 "fieldPath": ".path", "reason": "FieldValueRequired"},
+            ]
+        }
+    }
+
+    def problems(self) -> Iterator[Problem]:
+        if self.source in ("text", "tokens") and self.path is None:
+            yield Problem(("path",), f"required for source {self.source}: set the file to read")
+
+
+class OptimizerConfig(SpecModel):
+    name: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(3e-4, gt=0, le=10, description="Peak learning rate.")
+    weight_decay: float = Field(0.1, ge=0, le=10)
+    beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
+    beta2: float = Field(0.95, ge=0, lt=1, description="AdamW beta2.")
+    eps: float = Field(1e-8, gt=0, le=1)
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum.")
+
+
+class SchedulerConfig(SpecModel):
+    """Linear warmup, then decay to minLrRatio × lr at maxSteps."""
+
+    name: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+
+
+class CheckpointConfig(SpecModel):
+    dir: Optional[str] = Field(
+        None, min_length=1,
+        description="Checkpoint directory, on shared storage for multi-node jobs; unset disables checkpoints. "
+        "The trainer resumes from the newest checkpoint here on start.",
+    )
+    every_steps: int = Field(100, ge=1, description="Save every N optimizer steps (and at the end).")
+    keep: int = Field(3, ge=1, le=1000, description="How many of the newest checkpoints to keep.")
+
+
+class TrainingConfig(SpecModel):
+    """Everything the trainer needs that does not depend on where it runs."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    strategy: Literal["auto", "ddp", "fsdp"] = Field(
+        "auto", description="auto: ddp when the model and optimizer state fit comfortably on one device, else fsdp."
+    )
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="auto: bf16 on GPUs with compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU."
+    )
+    global_batch_size: int = Field(
+        ge=1, le=1 << 24,
+        description="Samples per optimizer step, over all processes; must be divisible by microBatchSize × world size.",
+    )
+    micro_batch_size: int = Field(ge=1, le=1 << 16, description="Samples per forward/backward pass on one process.")
+    max_steps: int = Field(1000, ge=1, le=1 << 31, description="Optimizer steps to train for.")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    grad_clip_norm: float = Field(1.0, ge=0, description="Clip gradients to this global norm; 0 disables clipping.")
+    activation_checkpointing: bool = Field(False, description="Recompute each block's activations in backward.")
+    sync_batch_norm: bool = Field(False, description="Convert BatchNorm to SyncBatchNorm (GPU only).")
+    seed: int = Field(1337, ge=0, le=(1 << 32) - 1)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    log_every_steps: int = Field(10, ge=1)
+    output_dir: str = Field("/tmp/scaletrain", min_length=1, description="metrics.jsonl and other outputs (rank 0).")
+    metrics_port: int = Field(9400, ge=1024, le=65535, description="Rank 0 serves progress JSON and Prometheus metrics here.")
+
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {"rule": "self.microBatchSize <= self.globalBatchSize",
+                 "message": "microBatchSize must not exceed globalBatchSize",
+                 "fieldPath": ".microBatchSize", "reason": "FieldValueInvalid"},
+                {"rule": "self.scheduler.warmupSteps <= self.maxSteps",
+                 "message": "scheduler.warmupSteps must not exceed maxSteps",
+                 "fieldPath": ".scheduler.warmupSteps", "reason": "FieldValueInvalid"},
+            ]
+        }
+    }
+
+    def problems(self) -> Iterator[Problem]:
+        if self.micro_batch_size > self.global_batch_size:
+            yield Problem(("microBatchSize",), f"{self.micro_batch_size} exceeds globalBatchSize ({self.global_batch_size})")
+        if self.scheduler.warmup_steps > self.max_steps:
+            yield Problem(("scheduler", "warmupSteps"), f"{self.scheduler.warmup_steps} exceeds maxSteps ({self.max_steps})")
+
+    def accumulation_problems(self, world_size: int) -> list[Problem]:
+        """Why this config cannot run at `world_size`, if it cannot."""
+        per_step = self.micro_batch_size * world_size
+        if self.global_batch_size % per_step:
+            return [Problem(
+                ("globalBatchSize",),
+                f"{self.global_batch_size} is not divisible by microBatchSize × world size "
+                f"({self.micro_batch_size} × {world_size} = {per_step})",
+            )]
+        return []
+
+    def accumulation_steps(self, world_size: int) -> int:
+        """Micro-batches per optimizer step on each process: global / (micro × world size)."""
+        problems = self.accumulation_problems(world_size)
+        if problems:
+            raise ProblemsError(problems)
+        return self.global_batch_size // (self.micro_batch_size * world_size)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+
+
+def parse_training_config(data: Any) -> TrainingConfig:
+    """Validate a plain mapping; raises ProblemsError with every problem found."""
+    try:
+        return TrainingConfig.model_validate(data)
+    except ValidationError as error:
+        raise ProblemsError(problems_from_validation_error(error, TrainingConfig)) from None
+
+
+def load_training_config(path: str | None = None, environ: dict[str, str] | None = None) -> TrainingConfig:
+    """The trainer's config: from `path` (YAML or JSON) if given, else from $SCALETRAIN_CONFIG."""
+    environ = os.environ if environ is None else environ
+    if path is not None:
+        text, origin = Path(path).read_text(), path
+    elif CONFIG_ENV in environ:
+        text, origin = environ[CONFIG_ENV], f"${CONFIG_ENV}"
+    else:
+        raise ProblemsError([Problem((), f"no training config: pass --config FILE or set ${CONFIG_ENV}")])
+    try:
+        data = yaml.safe_load(text)  # JSON is YAML, so one parser reads both
+    except yaml.YAMLError as error:
+        raise ProblemsError([Problem((), f"{origin} is not valid YAML/JSON: {error}")]) from None
+    return parse_training_config(data)
