@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test crd render clean
+.PHONY: setup lint test crd render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-test: setup
+lint: setup
+	$(BIN)/ruff check operator trainer tests
+	$(BIN)/ruff format --check operator trainer tests
+
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Regenerate the checked-in CRD from the pydantic models (tests fail while it is stale).

@@ -9,11 +9,11 @@ import sys
 import kubernetes_validate
 import pytest
 import yaml
-from scaletrain_operator.api import parse_job
-from scaletrain_operator.crd import crd_yaml
 
 from conftest import EXAMPLES, REPO, load_yaml
 from kube_schema import apply_defaults, cel_failures, schema_errors, structural_violations
+from scaletrain_operator.api import parse_job
+from scaletrain_operator.crd import crd_yaml
 
 
 def test_checked_in_crd_is_not_stale():
@@ -39,8 +39,12 @@ def test_crd_names_scope_and_status_subresource(crd):
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
-        "Phase": ".status.phase", "Nodes": ".spec.nodes", "Step": ".status.progress.step",
-        "Loss": ".status.progress.loss", "Restarts": ".status.restarts", "Age": ".metadata.creationTimestamp",
+        "Phase": ".status.phase",
+        "Nodes": ".spec.nodes",
+        "Step": ".status.progress.step",
+        "Loss": ".status.progress.loss",
+        "Restarts": ".status.restarts",
+        "Age": ".metadata.creationTimestamp",
     }
 
 
@@ -67,7 +71,14 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
     assert status["phase"]["enum"] == ["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
     condition = status["conditions"]["items"]
     assert set(condition["required"]) == {"type", "status", "lastTransitionTime", "reason"}
-    assert set(status["progress"]["properties"]) == {"step", "maxSteps", "loss", "samplesPerSecond", "etaSeconds", "updatedAt"}
+    assert set(status["progress"]["properties"]) == {
+        "step",
+        "maxSteps",
+        "loss",
+        "samplesPerSecond",
+        "etaSeconds",
+        "updatedAt",
+    }
 
 
 def test_cel_rule_for_batch_divisibility_is_present(crd_schema):

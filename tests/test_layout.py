@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
+
+import tomllib
 
 from conftest import REPO
 
@@ -59,8 +60,9 @@ def test_one_distribution_with_extras_and_console_script():
 
 
 def test_cli_help_lists_the_commands():
-    result = subprocess.run([sys.executable, "-m", "scaletrain_operator.cli", "--help"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "scaletrain_operator.cli", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0
     for command in ("render", "validate", "crd"):
         assert command in result.stdout

@@ -7,10 +7,10 @@ import copy
 
 import kubernetes_validate
 import pytest
-from scaletrain_operator.api import parse_job
-from scaletrain_operator.render import merge_under, render_children
 
 from conftest import EXAMPLES, base_job, load_yaml
+from scaletrain_operator.api import parse_job
+from scaletrain_operator.render import merge_under, render_children
 
 KUBERNETES_VERSION = "1.33"
 
@@ -20,8 +20,12 @@ POD_TEMPLATE = {
         "initContainers": [{"name": "fetch-data", "image": "busybox:1.36", "command": ["sh", "-c", "true"]}],
         "containers": [
             {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"},
-            {"name": "trainer", "image": "ignored:latest", "workingDir": "/workspace",
-             "env": [{"name": "FROM_TEMPLATE", "value": "1"}, {"name": "WORLD_SIZE", "value": "999"}]},
+            {
+                "name": "trainer",
+                "image": "ignored:latest",
+                "workingDir": "/workspace",
+                "env": [{"name": "FROM_TEMPLATE", "value": "1"}, {"name": "WORLD_SIZE", "value": "999"}],
+            },
         ],
         "volumes": [{"name": "scratch", "emptyDir": {}}],
         "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
@@ -35,19 +39,36 @@ SPECS = {
     "cpu-2-nodes": base_job(),
     "gpu-4x8": base_job(nodes=4, gpusPerNode=8, training={"globalBatchSize": 256, "microBatchSize": 8}),
     "gpu-64-nodes": base_job(
-        nodes=64, gpusPerNode=8, backend="nccl", training={"globalBatchSize": 2048, "microBatchSize": 4},
+        nodes=64,
+        gpusPerNode=8,
+        backend="nccl",
+        training={"globalBatchSize": 2048, "microBatchSize": 4},
         nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-        affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"scaletrain.io/job-name": "demo"}}, "topologyKey": "kubernetes.io/hostname"}]}},
-        priorityClassName="high", schedulerName="volcano", serviceAccountName="trainer",
+        affinity={
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"scaletrain.io/job-name": "demo"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        },
+        priorityClassName="high",
+        schedulerName="volcano",
+        serviceAccountName="trainer",
         resources={"requests": {"cpu": "32", "memory": "512Gi"}, "limits": {"memory": "600Gi"}},
     ),
     "pod-template-merge": base_job(
-        podTemplate=POD_TEMPLATE, volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+        podTemplate=POD_TEMPLATE,
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
     ),
     "kueue-queued": base_job(queueName="team-a-queue", activeDeadlineSeconds=86400),
-    "custom-command": base_job(command=["python", "-m", "my_trainer"], imagePullPolicy="Always",
-                               env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]),
+    "custom-command": base_job(
+        command=["python", "-m", "my_trainer"],
+        imagePullPolicy="Always",
+        env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+    ),
 }
 
 
@@ -94,8 +115,12 @@ def test_indexed_job_gang_settings():
     job = children[1]
     assert job["metadata"]["name"] == "demo-g2"
     assert job["spec"] | {"template": None} == {
-        "completionMode": "Indexed", "completions": 3, "parallelism": 3, "backoffLimit": 0,
-        "suspend": False, "template": None,
+        "completionMode": "Indexed",
+        "completions": 3,
+        "parallelism": 3,
+        "backoffLimit": 0,
+        "suspend": False,
+        "template": None,
     }
     pod = _pod(children)["spec"]
     assert pod["subdomain"] == "demo" and pod["restartPolicy"] == "Never"
@@ -131,8 +156,12 @@ def test_training_config_travels_as_json_env():
 
 
 def test_user_env_overrides_nccl_defaults_in_place():
-    document = base_job(gpusPerNode=8, nodes=1, training={"globalBatchSize": 32},
-                        env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "EXTRA", "value": "x"}])
+    document = base_job(
+        gpusPerNode=8,
+        nodes=1,
+        training={"globalBatchSize": 32},
+        env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "EXTRA", "value": "x"}],
+    )
     names = [e["name"] for e in _container(_children(document))["env"]]
     env = _env(_children(document))
     assert env["NCCL_DEBUG"] == "INFO" and env["EXTRA"] == "x"
@@ -140,8 +169,15 @@ def test_user_env_overrides_nccl_defaults_in_place():
 
 
 def test_gpu_resources_toleration_and_shm():
-    children = _children(base_job(nodes=1, gpusPerNode=8, shmSize="16Gi", training={"globalBatchSize": 32},
-                                  resources={"requests": {"cpu": "8"}}))
+    children = _children(
+        base_job(
+            nodes=1,
+            gpusPerNode=8,
+            shmSize="16Gi",
+            training={"globalBatchSize": 32},
+            resources={"requests": {"cpu": "8"}},
+        )
+    )
     container = _container(children)
     pod = _pod(children)["spec"]
     assert container["resources"] == {"requests": {"cpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
@@ -155,7 +191,9 @@ def test_custom_gpu_resource_name():
     document = base_job(nodes=1, gpusPerNode=4, gpuResource="amd.com/gpu", training={"globalBatchSize": 16})
     children = _children(document)
     assert _container(children)["resources"]["limits"] == {"amd.com/gpu": "4"}
-    assert _pod(children)["spec"]["tolerations"] == [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert _pod(children)["spec"]["tolerations"] == [
+        {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
 
 
 def test_cpu_job_has_no_gpu_toleration_but_has_default_shm():
@@ -172,10 +210,16 @@ def test_labels_and_owner_references():
         assert metadata["labels"]["app.kubernetes.io/name"] == "scaletrain"
         assert metadata["labels"]["app.kubernetes.io/managed-by"] == "scaletrain-operator"
         assert metadata["labels"]["scaletrain.io/job-name"] == "demo"
-        assert metadata["ownerReferences"] == [{
-            "apiVersion": "scaletrain.io/v1alpha1", "kind": "ScaleTrainJob", "name": "demo",
-            "uid": "6f1c2a7e-1111-4c3b-9a61-0123456789ab", "controller": True, "blockOwnerDeletion": True,
-        }]
+        assert metadata["ownerReferences"] == [
+            {
+                "apiVersion": "scaletrain.io/v1alpha1",
+                "kind": "ScaleTrainJob",
+                "name": "demo",
+                "uid": "6f1c2a7e-1111-4c3b-9a61-0123456789ab",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     assert children[1]["metadata"]["labels"]["scaletrain.io/generation"] == "3"
     assert _pod(children)["metadata"]["labels"]["scaletrain.io/generation"] == "3"
     assert "scaletrain.io/generation" not in children[0]["metadata"]["labels"]  # the Service outlives generations
@@ -193,7 +237,10 @@ def test_security_defaults_and_opt_out():
     assert _pod(children)["spec"]["securityContext"]["runAsNonRoot"] is True
     root_image = _children(base_job(securityContext={"runAsNonRoot": False, "runAsUser": 0}))
     assert _pod(root_image)["spec"]["securityContext"] == {
-        "runAsNonRoot": False, "runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}}
+        "runAsNonRoot": False,
+        "runAsUser": 0,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def test_kueue_queue_creates_a_suspended_labelled_job():
@@ -234,11 +281,18 @@ def test_pod_template_is_merged_under_the_rendered_pod():
 
 def test_merge_under_list_rules_and_purity():
     base = {"args": ["a", "b"], "tolerations": [{"key": "x"}], "env": [{"name": "A", "value": "1"}]}
-    overlay = {"args": ["c"], "tolerations": [{"key": "x"}, {"key": "y"}], "env": [{"name": "A", "value": "2"}, {"name": "B"}]}
+    overlay = {
+        "args": ["c"],
+        "tolerations": [{"key": "x"}, {"key": "y"}],
+        "env": [{"name": "A", "value": "2"}, {"name": "B"}],
+    }
     before = copy.deepcopy((base, overlay))
     merged = merge_under(base, overlay)
-    assert merged == {"args": ["c"], "tolerations": [{"key": "x"}, {"key": "y"}],
-                      "env": [{"name": "A", "value": "2"}, {"name": "B"}]}
+    assert merged == {
+        "args": ["c"],
+        "tolerations": [{"key": "x"}, {"key": "y"}],
+        "env": [{"name": "A", "value": "2"}, {"name": "B"}],
+    }
     assert (base, overlay) == before
     merged["env"][0]["value"] = "changed"
     assert base["env"][0]["value"] == "1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from scaletrain_trainer.config import TrainingConfig, load_training_config, parse_training_config
 from scaletrain_trainer.validation import ProblemsError
 
@@ -26,7 +27,12 @@ def test_accumulation_must_divide_exactly(world_size):
 
 def test_defaults_are_a_runnable_tiny_gpt():
     config = parse_training_config(MINIMAL)
-    assert (config.model.name, config.data.source, config.strategy, config.precision) == ("gpt", "synthetic", "auto", "auto")
+    assert (config.model.name, config.data.source, config.strategy, config.precision) == (
+        "gpt",
+        "synthetic",
+        "auto",
+        "auto",
+    )
     assert config.checkpoint.dir is None and config.metrics_port == 9400
 
 
@@ -43,14 +49,21 @@ def test_load_from_env_and_from_file(tmp_path):
     assert load_training_config(str(path), environ={}) == from_env
 
 
-@pytest.mark.parametrize("environ, fragment", [
-    ({}, "no training config: pass --config FILE or set $SCALETRAIN_CONFIG"),
-    ({"SCALETRAIN_CONFIG": "{not json"}, "$SCALETRAIN_CONFIG is not valid YAML/JSON"),
-    ({"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "precison": "bf16"}'},
-     "precison: unknown field; did you mean precision?"),
-    ({"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "data": {"source": "tokens"}}'},
-     "data.path: required for source tokens"),
-])
+@pytest.mark.parametrize(
+    "environ, fragment",
+    [
+        ({}, "no training config: pass --config FILE or set $SCALETRAIN_CONFIG"),
+        ({"SCALETRAIN_CONFIG": "{not json"}, "$SCALETRAIN_CONFIG is not valid YAML/JSON"),
+        (
+            {"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "precison": "bf16"}'},
+            "precison: unknown field; did you mean precision?",
+        ),
+        (
+            {"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "data": {"source": "tokens"}}'},
+            "data.path: required for source tokens",
+        ),
+    ],
+)
 def test_bad_configs_name_the_field(environ, fragment):
     with pytest.raises(ProblemsError) as error:
         load_training_config(environ=environ)

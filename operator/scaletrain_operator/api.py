@@ -10,16 +10,26 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+
 from scaletrain_trainer.config import TrainingConfig
-from scaletrain_trainer.validation import Problem, ProblemsError, SpecModel, problems_from_validation_error
+from scaletrain_trainer.validation import (
+    Problem,
+    ProblemsError,
+    SpecModel,
+    cel_rule,
+    problems_from_validation_error,
+    with_cel_rules,
+)
 
 from . import naming
 
 # Kubernetes' resource.Quantity, as its own OpenAPI schema spells it.
-QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 
 
 def _quantity(value: Any) -> str:
@@ -33,8 +43,13 @@ def _quantity(value: Any) -> str:
 Quantity = Annotated[
     str,
     BeforeValidator(_quantity),
-    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY_PATTERN,
-                    "x-kubernetes-int-or-string": True}),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
 ]
 
 # A Kubernetes object this API passes through unchanged (affinity, volume sources, env valueFrom,
@@ -48,17 +63,23 @@ LabelValue = Annotated[str, Field(max_length=63)]
 
 
 class Toleration(SpecModel):
-    key: Optional[str] = None
+    key: str | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: Optional[str] = None
-    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = None
-    toleration_seconds: Optional[int] = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+    def problems(self) -> Iterator[Problem]:
+        if self.operator == "Exists" and self.value:
+            yield Problem(("value",), "must be empty when operator is Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            yield Problem(("tolerationSeconds",), "only applies to effect NoExecute")
 
 
 class EnvVar(SpecModel):
     name: str = Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-    value: Optional[str] = None
-    value_from: Optional[KubeObject] = Field(None, description="An EnvVarSource, e.g. secretKeyRef.")
+    value: str | None = None
+    value_from: KubeObject | None = Field(None, description="An EnvVarSource, e.g. secretKeyRef.")
 
     def problems(self) -> Iterator[Problem]:
         if self.value is not None and self.value_from is not None:
@@ -75,8 +96,8 @@ class Volume(BaseModel):
 class VolumeMount(SpecModel):
     name: str = Field(min_length=1)
     mount_path: str = Field(pattern=r"^/")
-    read_only: Optional[bool] = None
-    sub_path: Optional[str] = None
+    read_only: bool | None = None
+    sub_path: str | None = None
 
 
 class ResourceRequirements(SpecModel):
@@ -90,24 +111,26 @@ class PodSecurity(SpecModel):
     run_as_non_root: bool = Field(
         True, description="Refuse to start images that run as root; set false for images without a non-root user."
     )
-    run_as_user: Optional[int] = Field(None, ge=0)
-    run_as_group: Optional[int] = Field(None, ge=0)
-    fs_group: Optional[int] = Field(None, ge=0)
+    run_as_user: int | None = Field(None, ge=0)
+    run_as_group: int | None = Field(None, ge=0)
+    fs_group: int | None = Field(None, ge=0)
 
 
 class ScaleTrainJobSpec(SpecModel):
     # Image and command
     image: str = Field(min_length=1, description="Trainer image; the default command runs the built-in trainer.")
-    image_pull_policy: Optional[Literal["Always", "IfNotPresent", "Never"]] = None
-    command: Optional[list[str]] = Field(
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    command: list[str] | None = Field(
         None, description='Container command; default ["torchrun"], whose flags come from the rendered PET_* env.'
     )
-    args: Optional[list[str]] = Field(
+    args: list[str] | None = Field(
         None, description="Container args; default runs the built-in trainer under torchrun (none when command is set)."
     )
     # Size
     nodes: int = Field(1, ge=1, le=naming.MAX_NODES, description="Pods; each runs procsPerNode processes.")
-    procs_per_node: Optional[int] = Field(None, ge=1, le=256, description="Processes per pod; default gpusPerNode, or 1 on CPU.")
+    procs_per_node: int | None = Field(
+        None, ge=1, le=256, description="Processes per pod; default gpusPerNode, or 1 on CPU."
+    )
     gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs per pod; 0 runs on CPU with gloo.")
     gpu_resource: str = Field("nvidia.com/gpu", pattern=r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+$")
     # Networking
@@ -115,17 +138,17 @@ class ScaleTrainJobSpec(SpecModel):
     # Placement and pod settings
     node_selector: dict[str, LabelValue] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
-    affinity: Optional[KubeObject] = None
-    priority_class_name: Optional[str] = None
-    scheduler_name: Optional[str] = None
-    service_account_name: Optional[str] = None
+    affinity: KubeObject | None = None
+    priority_class_name: str | None = None
+    scheduler_name: str | None = None
+    service_account_name: str | None = None
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     env: list[EnvVar] = Field(default_factory=list, max_length=512, description="Extra env; overrides NCCL_* defaults.")
     volumes: list[Volume] = Field(default_factory=list, max_length=64)
     volume_mounts: list[VolumeMount] = Field(default_factory=list, max_length=64)
     shm_size: Quantity = Field("2Gi", description="Size of the memory-backed /dev/shm (counts against pod memory).")
     security_context: PodSecurity = Field(default_factory=PodSecurity)
-    pod_template: Optional[KubeObject] = Field(
+    pod_template: KubeObject | None = Field(
         None, description="A PodTemplateSpec merged under the rendered pod (sidecars, init containers, ...)."
     )
     # Training
@@ -133,29 +156,33 @@ class ScaleTrainJobSpec(SpecModel):
     # Lifecycle
     max_restarts: int = Field(3, ge=0, le=naming.MAX_RESTARTS, description="Gang restarts on failure.")
     suspend: bool = False
-    queue_name: Optional[str] = Field(None, min_length=1, max_length=63, description="Kueue LocalQueue.")
-    active_deadline_seconds: Optional[int] = Field(None, ge=1)
-    ttl_seconds_after_finished: Optional[int] = Field(None, ge=0)
+    queue_name: str | None = Field(None, min_length=1, max_length=63, description="Kueue LocalQueue.")
+    active_deadline_seconds: int | None = Field(None, ge=1)
+    ttl_seconds_after_finished: int | None = Field(None, ge=0)
 
-    model_config = SpecModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {"rule": "self.training.globalBatchSize % (self.training.microBatchSize * self.nodes * "
-                         "(has(self.procsPerNode) ? self.procsPerNode : (self.gpusPerNode > 0 ? self.gpusPerNode : 1))) == 0",
-                 "message": "training.globalBatchSize must be divisible by training.microBatchSize × nodes × procsPerNode",
-                 "fieldPath": ".training.globalBatchSize", "reason": "FieldValueInvalid"},
-                {"rule": "self.backend != 'nccl' || self.gpusPerNode > 0",
-                 "message": "backend nccl needs gpusPerNode > 0; use gloo (or auto) on CPU",
-                 "fieldPath": ".backend", "reason": "FieldValueInvalid"},
-                {"rule": "!has(self.procsPerNode) || self.gpusPerNode == 0 || self.procsPerNode <= self.gpusPerNode",
-                 "message": "procsPerNode must not exceed gpusPerNode: each process drives one GPU",
-                 "fieldPath": ".procsPerNode", "reason": "FieldValueInvalid"},
-                {"rule": "!self.training.syncBatchNorm || self.gpusPerNode > 0",
-                 "message": "training.syncBatchNorm needs GPUs",
-                 "fieldPath": ".training.syncBatchNorm", "reason": "FieldValueInvalid"},
-            ]
-        }
-    }
+    model_config = with_cel_rules(
+        cel_rule(
+            "self.training.globalBatchSize % (self.training.microBatchSize * self.nodes * "
+            "(has(self.procsPerNode) ? self.procsPerNode : (self.gpusPerNode > 0 ? self.gpusPerNode : 1))) == 0",
+            "training.globalBatchSize must be divisible by training.microBatchSize × nodes × procsPerNode",
+            ".training.globalBatchSize",
+        ),
+        cel_rule(
+            "self.backend != 'nccl' || self.gpusPerNode > 0",
+            "backend nccl needs gpusPerNode > 0; use gloo (or auto) on CPU",
+            ".backend",
+        ),
+        cel_rule(
+            "!has(self.procsPerNode) || self.gpusPerNode == 0 || self.procsPerNode <= self.gpusPerNode",
+            "procsPerNode must not exceed gpusPerNode: each process drives one GPU",
+            ".procsPerNode",
+        ),
+        cel_rule(
+            "!self.training.syncBatchNorm || self.gpusPerNode > 0",
+            "training.syncBatchNorm needs GPUs",
+            ".training.syncBatchNorm",
+        ),
+    )
 
     @property
     def procs(self) -> int:
@@ -175,16 +202,23 @@ class ScaleTrainJobSpec(SpecModel):
         return self.backend
 
     def problems(self) -> Iterator[Problem]:
-        yield from (Problem(("training",) + p.path, p.message) for p in self.training.accumulation_problems(self.world_size))
+        yield from (
+            Problem(("training",) + p.path, p.message) for p in self.training.accumulation_problems(self.world_size)
+        )
         if self.backend == "nccl" and self.gpus_per_node == 0:
             yield Problem(("backend",), "nccl needs GPUs: set gpusPerNode > 0, or use backend gloo (or auto) on CPU")
         if self.procs_per_node is not None and 0 < self.gpus_per_node < self.procs_per_node:
-            yield Problem(("procsPerNode",), f"{self.procs_per_node} exceeds gpusPerNode ({self.gpus_per_node}): each process drives one GPU")
+            yield Problem(
+                ("procsPerNode",),
+                f"{self.procs_per_node} exceeds gpusPerNode ({self.gpus_per_node}): each process drives one GPU",
+            )
         if self.training.sync_batch_norm and self.gpus_per_node == 0:
             yield Problem(("training", "syncBatchNorm"), "SyncBatchNorm needs GPUs: set gpusPerNode > 0 or turn it off")
         for section in ("requests", "limits"):
             if self.gpu_resource in getattr(self.resources, section):
-                yield Problem(("resources", section, self.gpu_resource), "set gpusPerNode instead of requesting GPUs here")
+                yield Problem(
+                    ("resources", section, self.gpu_resource), "set gpusPerNode instead of requesting GPUs here"
+                )
         yield from self._env_problems()
         yield from self._volume_problems()
 
@@ -192,7 +226,9 @@ class ScaleTrainJobSpec(SpecModel):
         seen: set[str] = set()
         for index, var in enumerate(self.env):
             if var.name in naming.RANK_ENV:
-                yield Problem(("env", index, "name"), f"{var.name} is set by ScaleTrain from nodes/procsPerNode; remove it")
+                yield Problem(
+                    ("env", index, "name"), f"{var.name} is set by ScaleTrain from nodes/procsPerNode; remove it"
+                )
             elif var.name in seen:
                 yield Problem(("env", index, "name"), f"{var.name} is set twice; keep one")
             seen.add(var.name)
@@ -204,12 +240,18 @@ class ScaleTrainJobSpec(SpecModel):
             if name == naming.SHM_VOLUME:
                 yield Problem(("volumes", index, "name"), f"{name} is reserved for /dev/shm; use shmSize to size it")
             elif name in names[:index]:
-                yield Problem(("volumes", index, "name"), f"{name} is used by another volume; volume names must be unique")
+                yield Problem(
+                    ("volumes", index, "name"), f"{name} is used by another volume; volume names must be unique"
+                )
             elif len(self.volumes[index].model_extra or {}) != 1:
-                yield Problem(("volumes", index), "give exactly one volume source, e.g. persistentVolumeClaim: {claimName: ...}")
+                yield Problem(
+                    ("volumes", index), "give exactly one volume source, e.g. persistentVolumeClaim: {claimName: ...}"
+                )
         for index, mount in enumerate(self.volume_mounts):
             if mount.mount_path.rstrip("/") == "/dev/shm":
-                yield Problem(("volumeMounts", index, "mountPath"), "/dev/shm is provided by ScaleTrain; size it with shmSize")
+                yield Problem(
+                    ("volumeMounts", index, "mountPath"), "/dev/shm is provided by ScaleTrain; size it with shmSize"
+                )
             if mount.name not in names and mount.name not in template_names:
                 yield Problem(("volumeMounts", index, "name"), f"no volume named {mount.name}; add it to volumes")
 
@@ -219,9 +261,9 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     name: str = Field(pattern=naming.DNS_1035_LABEL, max_length=naming.MAX_NAME_LENGTH)
-    namespace: Optional[str] = None
-    uid: Optional[str] = None
-    generation: Optional[int] = None
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
@@ -235,7 +277,7 @@ class Condition(SpecModel):
 
     type: ConditionType
     status: Literal["True", "False", "Unknown"]
-    observed_generation: Optional[int] = Field(None, ge=0)
+    observed_generation: int | None = Field(None, ge=0)
     last_transition_time: datetime
     reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
     message: str = Field("", max_length=32768)
@@ -249,26 +291,26 @@ class NodeCounts(SpecModel):
 
 class Progress(SpecModel):
     step: int = Field(0, ge=0)
-    max_steps: Optional[int] = Field(None, ge=1)
-    loss: Optional[float] = None
-    samples_per_second: Optional[float] = Field(None, ge=0)
-    eta_seconds: Optional[float] = Field(None, ge=0)
-    updated_at: Optional[datetime] = None
+    max_steps: int | None = Field(None, ge=1)
+    loss: float | None = None
+    samples_per_second: float | None = Field(None, ge=0)
+    eta_seconds: float | None = Field(None, ge=0)
+    updated_at: datetime | None = None
 
 
 class ScaleTrainJobStatus(SpecModel):
-    phase: Optional[Phase] = None
+    phase: Phase | None = None
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     restarts: int = Field(0, ge=0)
     nodes: NodeCounts = Field(default_factory=NodeCounts)
-    start_time: Optional[datetime] = None
-    completion_time: Optional[datetime] = None
-    observed_generation: Optional[int] = None
-    message: Optional[str] = None
-    progress: Optional[Progress] = None
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    observed_generation: int | None = None
+    message: str | None = None
+    progress: Progress | None = None
 
 
 class ScaleTrainJob(SpecModel):
@@ -276,7 +318,7 @@ class ScaleTrainJob(SpecModel):
     kind: Literal["ScaleTrainJob"]
     metadata: ObjectMeta
     spec: ScaleTrainJobSpec
-    status: Optional[ScaleTrainJobStatus] = None
+    status: ScaleTrainJobStatus | None = None
 
     @property
     def name(self) -> str:
@@ -288,10 +330,15 @@ def parse_job(document: Any) -> ScaleTrainJob:
     if not isinstance(document, dict):
         raise ProblemsError([Problem((), f"expected a ScaleTrainJob mapping, got {type(document).__name__}")])
     if document.get("kind") != naming.KIND or document.get("apiVersion") != naming.API_VERSION:
-        raise ProblemsError([Problem(
-            ("kind",), f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, "
-            f"got {document.get('apiVersion')!r} / {document.get('kind')!r}",
-        )])
+        raise ProblemsError(
+            [
+                Problem(
+                    ("kind",),
+                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, "
+                    f"got {document.get('apiVersion')!r} / {document.get('kind')!r}",
+                )
+            ]
+        )
     try:
         return ScaleTrainJob.model_validate(document)
     except ValidationError as error:

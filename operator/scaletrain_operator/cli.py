@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from scaletrain_trainer.validation import Problem, ProblemsError
 
 from .api import ScaleTrainJob, parse_job
@@ -82,8 +83,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     children = [child for job in jobs for child in render_children(job, args.generation, args.namespace)]
     for job in jobs:
         if job.metadata.uid is None:
-            print(f"# {job.name}: ownerReferences omitted: metadata.uid is assigned by the API server "
-                  "(the operator sets them)", file=sys.stderr)
+            print(
+                f"# {job.name}: ownerReferences omitted: metadata.uid is assigned by the API server "
+                "(the operator sets them)",
+                file=sys.stderr,
+            )
     sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
     return 0
 
@@ -106,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     render = commands.add_parser("render", help="print the Kubernetes objects the operator creates for a job")
     render.add_argument("file", help="ScaleTrainJob YAML file, or - for stdin")
     render.add_argument("-n", "--namespace", help="namespace of the children (default: the job's, else default)")
-    render.add_argument("--generation", type=_generation, default=0, help="gang restart generation to render (default 0)")
+    render.add_argument(
+        "--generation", type=_generation, default=0, help="gang restart generation to render (default 0)"
+    )
     render.set_defaults(handler=cmd_render)
 
     validate = commands.add_parser("validate", help="check ScaleTrainJob files; list every problem with its field")

@@ -18,6 +18,8 @@ from .api import ScaleTrainJob
 # Keys pydantic emits that a structural schema must not carry.
 _DROPPED_KEYS = {"title", "$defs"}
 
+DESCRIPTION = "A distributed PyTorch training job: a gang of indexed pods running torchrun."
+
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
@@ -29,11 +31,15 @@ PRINTER_COLUMNS = [
 
 # CEL on the root may read metadata.name; keep the name short enough for every child's hostname.
 NAME_RULES = [
-    {"rule": f"self.metadata.name.size() <= {naming.MAX_NAME_LENGTH}",
-     "message": f"metadata.name must be at most {naming.MAX_NAME_LENGTH} characters: pod hostnames "
-                "<name>-g<generation>-<index> must fit in 63"},
-    {"rule": f"self.metadata.name.matches('{naming.DNS_1035_LABEL}')",
-     "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter)"},
+    {
+        "rule": f"self.metadata.name.size() <= {naming.MAX_NAME_LENGTH}",
+        "message": f"metadata.name must be at most {naming.MAX_NAME_LENGTH} characters: pod hostnames "
+        "<name>-g<generation>-<index> must fit in 63",
+    },
+    {
+        "rule": f"self.metadata.name.matches('{naming.DNS_1035_LABEL}')",
+        "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter)",
+    },
 ]
 
 
@@ -101,26 +107,30 @@ def build_crd() -> dict[str, Any]:
                 "singular": naming.SINGULAR,
                 "shortNames": list(naming.SHORT_NAMES),
             },
-            "versions": [{
-                "name": naming.VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": PRINTER_COLUMNS,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "A distributed PyTorch training job: a gang of indexed pods running torchrun.",
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": spec_schema,
-                        "status": status_schema,
+            "versions": [
+                {
+                    "name": naming.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": DESCRIPTION,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                            "x-kubernetes-validations": NAME_RULES,
+                        }
                     },
-                    "x-kubernetes-validations": NAME_RULES,
-                }},
-            }],
+                }
+            ],
         },
     }
 

@@ -34,12 +34,28 @@ APP_NAME = "scaletrain"
 MANAGER = "scaletrain-operator"
 
 # Env the renderer sets from the job's shape: a user value would break the rank layout.
-RANK_ENV = frozenset({
-    "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-    "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE",
-    "RANK", "LOCAL_RANK", "JOB_COMPLETION_INDEX",
-    "SCALETRAIN_CONFIG", "SCALETRAIN_BACKEND", "SCALETRAIN_JOB_NAME", "SCALETRAIN_GENERATION",
-})
+RANK_ENV = frozenset(
+    {
+        "PET_NNODES",
+        "PET_NPROC_PER_NODE",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NNODES",
+        "NODE_RANK",
+        "NPROC_PER_NODE",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "JOB_COMPLETION_INDEX",
+        "SCALETRAIN_CONFIG",
+        "SCALETRAIN_BACKEND",
+        "SCALETRAIN_JOB_NAME",
+        "SCALETRAIN_GENERATION",
+    }
+)
 
 
 def service_name(job_name: str) -> str:

@@ -8,7 +8,7 @@ the completion index. torchrun in each pod reads its flags from the PET_* env re
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional
+from typing import Any
 
 from scaletrain_trainer.config import CONFIG_ENV
 
@@ -20,12 +20,12 @@ DEFAULT_TRAINER_ARGS = ["--module", "scaletrain_trainer"]
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTATION}']"
 
 
-def render_children(job: ScaleTrainJob, generation: int = 0, namespace: Optional[str] = None) -> list[dict[str, Any]]:
+def render_children(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> list[dict[str, Any]]:
     """The Service and the generation's Job, in creation order."""
     return [render_service(job, namespace), render_job(job, generation, namespace)]
 
 
-def render_service(job: ScaleTrainJob, namespace: Optional[str] = None) -> dict[str, Any]:
+def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
     """Headless, and publishing not-ready pods: ranks must resolve each other before they are Ready."""
     return {
         "apiVersion": "v1",
@@ -40,7 +40,7 @@ def render_service(job: ScaleTrainJob, namespace: Optional[str] = None) -> dict[
     }
 
 
-def render_job(job: ScaleTrainJob, generation: int = 0, namespace: Optional[str] = None) -> dict[str, Any]:
+def render_job(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> dict[str, Any]:
     spec = job.spec
     labels = generation_labels(job, generation)
     if spec.queue_name:
@@ -77,9 +77,8 @@ def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
             "subdomain": naming.service_name(job.name),
             "restartPolicy": "Never",
             "containers": [_trainer_container(job, generation)],
-            "volumes": [v.model_dump(mode="json", by_alias=True) for v in spec.volumes] + [
-                {"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
-            ],
+            "volumes": [v.model_dump(mode="json", by_alias=True) for v in spec.volumes]
+            + [{"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}],
             "securityContext": _pod_security(spec),
             **_placement(spec),
         },
@@ -102,9 +101,8 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
             {"name": "metrics", "containerPort": spec.training.metrics_port},
         ],
         "resources": _resources(spec),
-        "volumeMounts": [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in spec.volume_mounts] + [
-            {"name": naming.SHM_VOLUME, "mountPath": "/dev/shm"}
-        ],
+        "volumeMounts": [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in spec.volume_mounts]
+        + [{"name": naming.SHM_VOLUME, "mountPath": "/dev/shm"}],
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
     }
     if spec.image_pull_policy is not None:
@@ -206,7 +204,7 @@ def generation_labels(job: ScaleTrainJob, generation: int) -> dict[str, str]:
     return job_labels(job) | {naming.LABEL_GENERATION: str(generation)}
 
 
-def owner_reference(job: ScaleTrainJob) -> Optional[dict[str, Any]]:
+def owner_reference(job: ScaleTrainJob) -> dict[str, Any] | None:
     """Children are garbage-collected with their ScaleTrainJob. Needs the uid the API server assigned."""
     if job.metadata.uid is None:
         return None
@@ -220,7 +218,7 @@ def owner_reference(job: ScaleTrainJob) -> Optional[dict[str, Any]]:
     }
 
 
-def _metadata(job: ScaleTrainJob, name: str, namespace: Optional[str], labels: dict[str, str]) -> dict[str, Any]:
+def _metadata(job: ScaleTrainJob, name: str, namespace: str | None, labels: dict[str, str]) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace or job.metadata.namespace or "default",
@@ -248,7 +246,9 @@ def merge_under(base: Any, overlay: Any) -> Any:
         if all("name" in item for item in base + overlay):
             by_name = {item["name"]: copy.deepcopy(item) for item in base}
             for item in overlay:
-                by_name[item["name"]] = merge_under(by_name[item["name"]], item) if item["name"] in by_name else copy.deepcopy(item)
+                by_name[item["name"]] = (
+                    merge_under(by_name[item["name"]], item) if item["name"] in by_name else copy.deepcopy(item)
+                )
             return list(by_name.values())
         return copy.deepcopy(base) + [copy.deepcopy(item) for item in overlay if item not in base]
     return copy.deepcopy(overlay)

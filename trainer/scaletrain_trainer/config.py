@@ -11,12 +11,19 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
 
-from .validation import Problem, ProblemsError, SpecModel, problems_from_validation_error
+from .validation import (
+    Problem,
+    ProblemsError,
+    SpecModel,
+    cel_rule,
+    problems_from_validation_error,
+    with_cel_rules,
+)
 
 CONFIG_ENV = "SCALETRAIN_CONFIG"
 
@@ -42,6 +49,7 @@ class ModelConfig(SpecModel):
     name: str = Field(
         "gpt",
         pattern=_builtin_or_import_path(BUILTIN_MODELS),
+        max_length=256,
         description='"gpt" (built-in decoder) or "package.module:function" returning an nn.Module.',
     )
     layers: int = Field(4, ge=1, le=512, description="Transformer blocks.")
@@ -52,18 +60,15 @@ class ModelConfig(SpecModel):
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     options: Options = Field(default_factory=dict, description="Keyword arguments for a custom factory.")
 
-    model_config = SpecModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {"rule": "self.width % self.heads == 0", "message": "width must be divisible by heads",
-                 "fieldPath": ".width", "reason": "FieldValueInvalid"},
-            ]
-        }
-    }
+    model_config = with_cel_rules(
+        cel_rule("self.width % self.heads == 0", "width must be divisible by heads", ".width"),
+    )
 
     def problems(self) -> Iterator[Problem]:
         if self.width % self.heads:
-            yield Problem(("width",), f"{self.width} is not divisible by heads ({self.heads}); pick a multiple of heads")
+            yield Problem(
+                ("width",), f"{self.width} is not divisible by heads ({self.heads}); pick a multiple of heads"
+            )
 
 
 class DataConfig(SpecModel):
@@ -72,23 +77,23 @@ class DataConfig(SpecModel):
     source: str = Field(
         "synthetic",
         pattern=_builtin_or_import_path(BUILTIN_DATA_SOURCES),
+        max_length=256,
         description='"synthetic" (a learnable pattern), "text" (UTF-8 file, byte tokens), "tokens" '
         '(uint16/uint32 memmap .bin, the nanoGPT convention) or "package.module:function" returning a Dataset.',
     )
-    path: Optional[str] = Field(None, min_length=1, description="File for the text and tokens sources.")
+    path: str | None = Field(None, min_length=1, max_length=4096, description="File for the text and tokens sources.")
     token_dtype: Literal["uint16", "uint32"] = Field("uint16", description="Element type of a tokens .bin file.")
     synthetic_samples: int = Field(65536, ge=1, le=1 << 31, description="Samples in the synthetic data set.")
     options: Options = Field(default_factory=dict, description="Keyword arguments for a custom dataset.")
 
-    model_config = SpecModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {"rule": "!(self.source in ['text', 'tokens']) || has(self.path)",
-                 "message": "path is required for the text and tokens sources",
-                 "fieldPath": ".path", "reason": "FieldValueRequired"},
-            ]
-        }
-    }
+    model_config = with_cel_rules(
+        cel_rule(
+            "!(self.source in ['text', 'tokens']) || has(self.path)",
+            "path is required for the text and tokens sources",
+            ".path",
+            "FieldValueRequired",
+        ),
+    )
 
     def problems(self) -> Iterator[Problem]:
         if self.source in ("text", "tokens") and self.path is None:
@@ -114,8 +119,9 @@ class SchedulerConfig(SpecModel):
 
 
 class CheckpointConfig(SpecModel):
-    dir: Optional[str] = Field(
-        None, min_length=1,
+    dir: str | None = Field(
+        None,
+        min_length=1,
         description="Checkpoint directory, on shared storage for multi-node jobs; unset disables checkpoints. "
         "The trainer resumes from the newest checkpoint here on start.",
     )
@@ -135,7 +141,8 @@ class TrainingConfig(SpecModel):
         "auto", description="auto: bf16 on GPUs with compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU."
     )
     global_batch_size: int = Field(
-        ge=1, le=1 << 24,
+        ge=1,
+        le=1 << 24,
         description="Samples per optimizer step, over all processes; must be divisible by microBatchSize × world size.",
     )
     micro_batch_size: int = Field(ge=1, le=1 << 16, description="Samples per forward/backward pass on one process.")
@@ -149,36 +156,44 @@ class TrainingConfig(SpecModel):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log_every_steps: int = Field(10, ge=1)
     output_dir: str = Field("/tmp/scaletrain", min_length=1, description="metrics.jsonl and other outputs (rank 0).")
-    metrics_port: int = Field(9400, ge=1024, le=65535, description="Rank 0 serves progress JSON and Prometheus metrics here.")
+    metrics_port: int = Field(
+        9400, ge=1024, le=65535, description="Rank 0 serves progress JSON and Prometheus metrics here."
+    )
 
-    model_config = SpecModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {"rule": "self.microBatchSize <= self.globalBatchSize",
-                 "message": "microBatchSize must not exceed globalBatchSize",
-                 "fieldPath": ".microBatchSize", "reason": "FieldValueInvalid"},
-                {"rule": "self.scheduler.warmupSteps <= self.maxSteps",
-                 "message": "scheduler.warmupSteps must not exceed maxSteps",
-                 "fieldPath": ".scheduler.warmupSteps", "reason": "FieldValueInvalid"},
-            ]
-        }
-    }
+    model_config = with_cel_rules(
+        cel_rule(
+            "self.microBatchSize <= self.globalBatchSize",
+            "microBatchSize must not exceed globalBatchSize",
+            ".microBatchSize",
+        ),
+        cel_rule(
+            "self.scheduler.warmupSteps <= self.maxSteps",
+            "scheduler.warmupSteps must not exceed maxSteps",
+            ".scheduler.warmupSteps",
+        ),
+    )
 
     def problems(self) -> Iterator[Problem]:
         if self.micro_batch_size > self.global_batch_size:
-            yield Problem(("microBatchSize",), f"{self.micro_batch_size} exceeds globalBatchSize ({self.global_batch_size})")
+            yield Problem(
+                ("microBatchSize",), f"{self.micro_batch_size} exceeds globalBatchSize ({self.global_batch_size})"
+            )
         if self.scheduler.warmup_steps > self.max_steps:
-            yield Problem(("scheduler", "warmupSteps"), f"{self.scheduler.warmup_steps} exceeds maxSteps ({self.max_steps})")
+            yield Problem(
+                ("scheduler", "warmupSteps"), f"{self.scheduler.warmup_steps} exceeds maxSteps ({self.max_steps})"
+            )
 
     def accumulation_problems(self, world_size: int) -> list[Problem]:
         """Why this config cannot run at `world_size`, if it cannot."""
         per_step = self.micro_batch_size * world_size
         if self.global_batch_size % per_step:
-            return [Problem(
-                ("globalBatchSize",),
-                f"{self.global_batch_size} is not divisible by microBatchSize × world size "
-                f"({self.micro_batch_size} × {world_size} = {per_step})",
-            )]
+            return [
+                Problem(
+                    ("globalBatchSize",),
+                    f"{self.global_batch_size} is not divisible by microBatchSize × world size "
+                    f"({self.micro_batch_size} × {world_size} = {per_step})",
+                )
+            ]
         return []
 
     def accumulation_steps(self, world_size: int) -> int:

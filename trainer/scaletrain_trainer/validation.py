@@ -12,12 +12,12 @@ import difflib
 import typing
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-PathPart = Union[str, int]
+PathPart = str | int
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,7 @@ def format_path(path: Iterable[PathPart]) -> str:
 class SpecModel(BaseModel):
     """camelCase fields, unknown fields rejected, cross-field rules in `problems()`."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True)
 
     def problems(self) -> Iterator[Problem]:
         """Cross-field rules; yield a Problem per broken rule, with a path relative to this model."""
@@ -63,7 +61,19 @@ class SpecModel(BaseModel):
         return self
 
 
-def problems_from_validation_error(error: ValidationError, root: type[BaseModel], prefix: tuple[PathPart, ...] = ()) -> list[Problem]:
+def cel_rule(rule: str, message: str, field_path: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
+    """One CEL rule for the generated CRD; mirror it in the model's `problems()`."""
+    return {"rule": rule, "message": message, "fieldPath": field_path, "reason": reason}
+
+
+def with_cel_rules(*rules: dict[str, str]) -> ConfigDict:
+    """SpecModel's config plus CEL rules that the CRD generator emits as x-kubernetes-validations."""
+    return SpecModel.model_config | ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+
+
+def problems_from_validation_error(
+    error: ValidationError, root: type[BaseModel], prefix: tuple[PathPart, ...] = ()
+) -> list[Problem]:
     """Turn pydantic's errors into Problems with user-facing paths and messages."""
     problems: list[Problem] = []
     for item in error.errors():
@@ -98,7 +108,9 @@ def _field_aliases(root: type[BaseModel], loc: tuple[PathPart, ...]) -> list[str
         if isinstance(part, int):  # a list index: the element model is already in `models`
             continue
         fields = [f for m in models for name, f in m.model_fields.items() if part in (name, f.alias)]
-        models = [t for f in fields for t in _leaf_types(f.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+        models = [
+            t for f in fields for t in _leaf_types(f.annotation) if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
     return sorted({f.alias or name for m in models for name, f in m.model_fields.items()})
 
 
