@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 lint: setup
-	$(BIN)/ruff check operator trainer tests
-	$(BIN)/ruff format --check operator trainer tests
+	$(BIN)/ruff check operator trainer tests examples bench
+	$(BIN)/ruff format --check operator trainer tests examples bench
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

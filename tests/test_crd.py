@@ -106,5 +106,6 @@ def test_api_server_defaults_match_pydantic_defaults(path, crd_schema):
 def _without_empty(value):
     """Absent and empty collections mean the same to the operator; the CRD does not default them."""
     if isinstance(value, dict):
-        return {k: _without_empty(v) for k, v in value.items() if v not in ({}, [])}
+        cleaned = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in cleaned.items() if v not in ({}, [])}
     return value

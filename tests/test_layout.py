@@ -53,7 +53,7 @@ def test_one_distribution_with_extras_and_console_script():
     for requirement in ("kopf", "kubernetes", "pydantic", "PyYAML"):
         assert requirement in base
     assert "torch" not in base
-    assert project["optional-dependencies"]["train"] == ["torch==2.13.0"]
+    assert "torch==2.13.0" in project["optional-dependencies"]["train"]
     assert any(r.startswith("pytest") for r in project["optional-dependencies"]["dev"])
     scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
     assert scripts["scaletrain"] == "scaletrain_operator.cli:main"

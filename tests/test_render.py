@@ -252,12 +252,13 @@ def test_kueue_queue_creates_a_suspended_labelled_job():
 
 def test_command_and_args_defaults_and_overrides():
     default = _container(_children(base_job()))
-    assert default["command"] == ["torchrun"] and default["args"] == ["--module", "scaletrain_trainer"]
+    assert default["command"] == ["python", "-m", "scaletrain_trainer.launch"]
+    assert default["args"] == ["--module", "scaletrain_trainer"]
     custom = _container(_children(SPECS["custom-command"]))
     assert custom["command"] == ["python", "-m", "my_trainer"] and custom["args"] == []
     assert custom["imagePullPolicy"] == "Always"
     args_only = _container(_children(base_job(args=["--module", "my_pkg.train"])))
-    assert args_only["command"] == ["torchrun"] and args_only["args"] == ["--module", "my_pkg.train"]
+    assert args_only["command"] == default["command"] and args_only["args"] == ["--module", "my_pkg.train"]
 
 
 def test_pod_template_is_merged_under_the_rendered_pod():

@@ -121,10 +121,13 @@ class ScaleTrainJobSpec(SpecModel):
     image: str = Field(min_length=1, description="Trainer image; the default command runs the built-in trainer.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     command: list[str] | None = Field(
-        None, description='Container command; default ["torchrun"], whose flags come from the rendered PET_* env.'
+        None,
+        description="Container command; default: the trainer's launcher, which checks the training config "
+        "and then runs torchrun (its flags come from the rendered PET_* env).",
     )
     args: list[str] | None = Field(
-        None, description="Container args; default runs the built-in trainer under torchrun (none when command is set)."
+        None,
+        description="Container args; default: torchrun's, running the built-in trainer (none when command is set).",
     )
     # Size
     nodes: int = Field(1, ge=1, le=naming.MAX_NODES, description="Pods; each runs procsPerNode processes.")

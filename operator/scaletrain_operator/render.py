@@ -15,8 +15,10 @@ from scaletrain_trainer.config import CONFIG_ENV
 from . import naming
 from .api import ScaleTrainJob, ScaleTrainJobSpec
 
-DEFAULT_COMMAND = ["torchrun"]
-DEFAULT_TRAINER_ARGS = ["--module", "scaletrain_trainer"]
+# The trainer's pod launcher checks the training config (exiting 78 on a config error, which the
+# operator does not retry), then execs torchrun with these arguments; torchrun's flags come from PET_*.
+DEFAULT_COMMAND = ["python", "-m", "scaletrain_trainer.launch"]
+DEFAULT_TORCHRUN_ARGS = ["--module", "scaletrain_trainer"]
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTATION}']"
 
 
@@ -94,7 +96,7 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "name": naming.TRAINER_CONTAINER,
         "image": spec.image,
         "command": spec.command if spec.command is not None else DEFAULT_COMMAND,
-        "args": spec.args if spec.args is not None else ([] if spec.command is not None else DEFAULT_TRAINER_ARGS),
+        "args": spec.args if spec.args is not None else ([] if spec.command is not None else DEFAULT_TORCHRUN_ARGS),
         "env": render_env(job, generation),
         "ports": [
             {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},

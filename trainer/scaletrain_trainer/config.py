@@ -156,6 +156,12 @@ class TrainingConfig(SpecModel):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     log_every_steps: int = Field(10, ge=1)
     output_dir: str = Field("/tmp/scaletrain", min_length=1, description="metrics.jsonl and other outputs (rank 0).")
+    distributed_timeout_seconds: int = Field(
+        600,
+        ge=10,
+        le=86400,
+        description="Timeout for every collective: a dead peer fails the job instead of hanging it.",
+    )
     metrics_port: int = Field(
         9400, ge=1024, le=65535, description="Rank 0 serves progress JSON and Prometheus metrics here."
     )
@@ -216,7 +222,8 @@ def parse_training_config(data: Any) -> TrainingConfig:
 
 
 def load_training_config(path: str | None = None, environ: dict[str, str] | None = None) -> TrainingConfig:
-    """The trainer's config: from `path` (YAML or JSON) if given, else from $SCALETRAIN_CONFIG."""
+    """The trainer's config: from `path` (YAML or JSON: a training config, or a ScaleTrainJob whose
+    spec.training is used) if given, else from $SCALETRAIN_CONFIG."""
     environ = os.environ if environ is None else environ
     if path is not None:
         text, origin = Path(path).read_text(), path
@@ -228,4 +235,6 @@ def load_training_config(path: str | None = None, environ: dict[str, str] | None
         data = yaml.safe_load(text)  # JSON is YAML, so one parser reads both
     except yaml.YAMLError as error:
         raise ProblemsError([Problem((), f"{origin} is not valid YAML/JSON: {error}")]) from None
+    if isinstance(data, dict) and data.get("kind") == "ScaleTrainJob":  # a whole job file: use its spec.training
+        data = (data.get("spec") or {}).get("training")
     return parse_training_config(data)

@@ -1,0 +1,1 @@
+"""Test doubles plugged into the trainer through its public import-path mechanism."""

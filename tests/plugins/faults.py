@@ -1,0 +1,55 @@
+"""Models and data sets that fail on purpose, named by import path in a training config."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+from scaletrain_trainer.data import SyntheticSequences
+from scaletrain_trainer.model import GPT
+
+
+class CrashingSynthetic(Dataset):
+    """The synthetic data set, except that the process dies (like a lost node) on read number `crash_at_read`."""
+
+    def __init__(self, crash_at_read: int, crash_rank: int | None = None, exit_code: int = 13, **synthetic):
+        self.inner = SyntheticSequences(**synthetic)
+        self.crash_at_read, self.crash_rank, self.exit_code = crash_at_read, crash_rank, exit_code
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int):
+        self.reads += 1
+        rank = int(os.environ.get("RANK", "0"))
+        if self.reads == self.crash_at_read and self.crash_rank in (None, rank):
+            os._exit(self.exit_code)
+        return self.inner[index]
+
+
+class PoisonedGPT(GPT):
+    """A GPT whose logits become inf on one rank during one step; records a parameter checksum per step."""
+
+    def __init__(self, poison_step: int, poison_rank: int, micro_steps: int, record_dir: str, **gpt):
+        super().__init__(**gpt)
+        self.poison_step, self.poison_rank, self.micro_steps = poison_step, poison_rank, micro_steps
+        self.record = Path(record_dir) / f"rank{os.environ.get('RANK', '0')}.jsonl"
+        self.calls = 0
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        step, micro_step = divmod(self.calls, self.micro_steps)  # 0-based step being computed
+        self.calls += 1
+        if micro_step == 0:
+            local = [p.to_local() if hasattr(p, "to_local") else p for p in self.parameters()]
+            checksum = float(sum(t.detach().double().sum() for t in local))
+            with self.record.open("a") as file:
+                file.write(json.dumps({"step": step, "checksum": checksum}) + "\n")
+        logits = super().forward(tokens)
+        if step + 1 == self.poison_step and int(os.environ.get("RANK", "0")) == self.poison_rank:
+            logits = logits * float("inf")
+        return logits

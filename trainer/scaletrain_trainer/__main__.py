@@ -1,0 +1,51 @@
+"""Entry point: `python -m scaletrain_trainer [--config FILE]`, under torchrun or standalone.
+
+Exit codes: 0 done; EXIT_CONFIG_ERROR (78) for a bad config, which retrying cannot fix (the operator
+fails the job at once); anything else for a runtime failure, which a gang restart may fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from .config import load_training_config
+from .metrics import write_termination_message
+from .validation import ProblemsError
+
+EXIT_CONFIG_ERROR = 78  # EX_CONFIG from sysexits.h
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scaletrain_trainer", description=__doc__)
+    parser.add_argument("--config", help="training config file (YAML or JSON); default: $SCALETRAIN_CONFIG")
+    args = parser.parse_args(argv)
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(asctime)s %(name)s: %(message)s")
+    try:
+        config = load_training_config(args.config)
+        from .distributed import init_distributed, shutdown  # torch is imported only once the config is valid
+        from .loop import train
+
+        runtime = init_distributed(config.distributed_timeout_seconds)
+        summary = train(config, runtime)  # a failure propagates: non-zero exit, and torchrun stops the peers
+        shutdown()
+    except ProblemsError as error:
+        return config_error(error)
+    if runtime.is_main:
+        write_termination_message({"result": "Succeeded", **summary})
+    return 0
+
+
+def config_error(error: ProblemsError) -> int:
+    """Print every problem on one short block, record it for the pod status, and exit EX_CONFIG."""
+    lines = [str(p) if p.path else p.message for p in error.problems]
+    print("scaletrain: invalid training config:\n  " + "\n  ".join(lines), file=sys.stderr)
+    write_termination_message({"result": "ConfigError", "problems": lines})
+    return EXIT_CONFIG_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

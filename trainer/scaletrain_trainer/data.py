@@ -1,0 +1,135 @@
+"""Data sets and the order in which ranks see them.
+
+A data set is indexable and yields (inputs, targets) tensor pairs of fixed shape; targets of -100
+are ignored by the loss. `GlobalBatches` decides which samples make up each optimizer step. It
+depends only on the seed, the step and globalBatchSize, never on the world size: the global batch
+of step s is the same slice of the same shuffled order on 1 process or 64, and only the split of
+that slice among ranks changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .config import DataConfig, ModelConfig
+from .plugins import load_object
+from .validation import Problem, ProblemsError
+
+IGNORE_INDEX = -100
+
+
+class SyntheticSequences(Dataset):
+    """Arithmetic progressions modulo the vocabulary: token[i+1] = token[i] + stride. The stride must be
+    read off the context, so the loss falls steadily as the model learns to attend."""
+
+    def __init__(self, samples: int, context_length: int, vocab_size: int, seed: int):
+        self.samples, self.length, self.vocab, self.seed = samples, context_length, vocab_size, seed
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        start = int(torch.randint(self.vocab, (1,), generator=generator))
+        stride = 1 + int(torch.randint(min(7, self.vocab - 1), (1,), generator=generator))
+        tokens = (start + stride * torch.arange(self.length + 1)) % self.vocab
+        return tokens[:-1], tokens[1:]
+
+
+class TokenWindows(Dataset):
+    """Non-overlapping windows of context_length + 1 tokens from a flat token array."""
+
+    def __init__(self, tokens: np.ndarray, context_length: int):
+        self.tokens, self.length = tokens, context_length
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = index * self.length
+        window = torch.from_numpy(self.tokens[start : start + self.length + 1].astype(np.int64))
+        return window[:-1], window[1:]
+
+
+def build_dataset(data: DataConfig, model: ModelConfig, seed: int) -> Dataset:
+    if data.source == "synthetic":
+        return SyntheticSequences(data.synthetic_samples, model.context_length, model.vocab_size, seed)
+    if data.source in ("text", "tokens"):
+        path = Path(data.path or "")
+        if not path.is_file():
+            raise ProblemsError([Problem(("data", "path"), f"{path} is not a readable file")])
+        if data.source == "text":
+            tokens = np.frombuffer(path.read_bytes(), dtype=np.uint8)  # byte-level: vocabSize 256
+        else:
+            tokens = np.memmap(path, dtype=data.token_dtype, mode="r")
+        dataset = TokenWindows(tokens, model.context_length)
+        if len(dataset) == 0:
+            raise ProblemsError([Problem(("data", "path"), f"{path} has fewer than contextLength + 1 tokens")])
+        return dataset
+    return load_object(data.source, ("data", "source"))(**data.options)
+
+
+@dataclass(frozen=True)
+class GlobalBatches:
+    """Which samples this rank trains on at each optimizer step.
+
+    Epochs are shuffled by seed + epoch (as DistributedSampler does). Each step takes the next
+    globalBatchSize samples of the epoch; the last step of an epoch takes the remainder (a short
+    window). Rank r takes every world_size-th sample of the step's batch, in micro-batches of
+    microBatchSize; positions past the end of a short window are padding (None), which the loss
+    ignores. Every rank runs the same number of micro-steps, so the collectives line up.
+    """
+
+    dataset_size: int
+    global_batch_size: int
+    micro_batch_size: int
+    world_size: int
+    rank: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.dataset_size / self.global_batch_size)
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, index of the first sample within the epoch's order) at the start of `step`."""
+        epoch, step_in_epoch = divmod(step, self.steps_per_epoch)
+        return epoch, step_in_epoch * self.global_batch_size
+
+    def global_batch(self, step: int) -> list[int]:
+        epoch, offset = self.position(step)
+        order = _epoch_order(self.dataset_size, self.seed, epoch)
+        return order[offset : offset + self.global_batch_size]
+
+    def micro_batches(self, step: int) -> list[list[int | None]]:
+        batch = self.global_batch(step)
+        local = batch[self.rank :: self.world_size]
+        per_rank = math.ceil(len(batch) / self.world_size)
+        count = math.ceil(per_rank / self.micro_batch_size)
+        padded = local + [None] * (count * self.micro_batch_size - len(local))
+        return [padded[i : i + self.micro_batch_size] for i in range(0, len(padded), self.micro_batch_size)]
+
+
+@functools.lru_cache(maxsize=1)
+def _epoch_order(size: int, seed: int, epoch: int) -> list[int]:
+    """The epoch's shuffled order, computed once per epoch (each step needs a slice of it)."""
+    return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+
+
+def collate(dataset: Dataset, indices: Sequence[int | None], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack samples into a micro-batch; padding positions copy a real input and ignore its targets."""
+    filler = next((i for i in indices if i is not None), 0)
+    inputs, targets = [], []
+    for index in indices:
+        x, y = dataset[filler if index is None else index]
+        inputs.append(x)
+        targets.append(y if index is not None else torch.full_like(y, IGNORE_INDEX))
+    return torch.stack(inputs).to(device, non_blocking=True), torch.stack(targets).to(device, non_blocking=True)

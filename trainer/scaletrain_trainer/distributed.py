@@ -1,0 +1,80 @@
+"""Process-group set-up: under torchrun (env://) or as a single standalone process.
+
+Every collective gets a timeout, so a dead or stuck peer surfaces as an error and a non-zero exit
+rather than a silent hang.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(timeout_seconds: int) -> Runtime:
+    """Join the process group torchrun describes, or form a group of one when run standalone."""
+    use_cuda = torch.cuda.is_available()
+    backend = os.environ.get("SCALETRAIN_BACKEND") or ("nccl" if use_cuda else "gloo")
+    timeout = timedelta(seconds=timeout_seconds)
+    if "RANK" in os.environ:  # set by torchrun for each worker
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        device = _device(backend, local_rank)
+        dist.init_process_group(backend, timeout=timeout, device_id=device if device.type == "cuda" else None)
+    else:
+        rank, world_size, local_rank = 0, 1, 0
+        device = _device(backend, local_rank)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    log.info("rank %d/%d on %s, backend %s", rank, world_size, device, backend)
+    return Runtime(rank, local_rank, world_size, device, backend)
+
+
+def _device(backend: str, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    """The same seed on every rank: identical initial weights and identical random streams."""
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    reduced = value.clone()
+    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    return reduced
+
+
+def shutdown() -> None:
+    """Leave the process group cleanly after a successful run.
+
+    FSDP2 modules hold collective state in reference cycles; destroying the group while they are
+    alive, or while a peer still finishes its last collective, can abort the process at exit.
+    """
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()

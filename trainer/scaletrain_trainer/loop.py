@@ -1,0 +1,179 @@
+"""The training loop: set-up, then one optimizer step per global batch, logging and checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from .checkpoint import CheckpointManager, TrainState, check_data_position
+from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
+from .data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
+from .distributed import Runtime, all_reduce_sum, seed_everything
+from .metrics import MetricsReporter
+from .model import build_model, count_parameters
+from .parallel import apply_parallelism, autocast_enabled, choose_strategy, gradient_sync
+from .precision import Precision, resolve_precision
+
+log = logging.getLogger(__name__)
+
+
+def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
+    """Train to config.max_steps, resuming from the latest checkpoint; returns a summary."""
+    accumulation = config.accumulation_steps(runtime.world_size)
+    precision = resolve_precision(config.precision, runtime.device)
+    seed_everything(config.seed)
+    model = build_model(config.model)
+    strategy = choose_strategy(config.strategy, model, runtime)
+    log.info(
+        "%s: %d parameters, %s, %s, world size %d, micro-batch %d × %d accumulation steps = global batch %d",
+        config.model.name,
+        count_parameters(model),
+        strategy,
+        precision.name,
+        runtime.world_size,
+        config.micro_batch_size,
+        accumulation,
+        config.global_batch_size,
+    )
+    model = apply_parallelism(model, strategy, precision, runtime, config)
+    optimizer = build_optimizer(model, config.optimizer)
+    scheduler = build_scheduler(optimizer, config.scheduler, config.max_steps)
+    state = TrainState(model, optimizer, scheduler, precision.grad_scaler())
+    dataset = build_dataset(config.data, config.model, config.seed)
+    batches = GlobalBatches(
+        len(dataset), config.global_batch_size, config.micro_batch_size, runtime.world_size, runtime.rank, config.seed
+    )
+    checkpoints = CheckpointManager(config.checkpoint, runtime)
+    resumed_from = checkpoints.restore_latest(state)
+    if resumed_from is not None:
+        check_data_position(state, batches.position(state.step))
+    reporter = MetricsReporter(config.output_dir, config.metrics_port, config.max_steps, enabled=runtime.is_main)
+    dist.barrier()
+
+    start_step, started, last_log = state.step, time.perf_counter(), time.perf_counter()
+    samples = tokens = 0
+    try:
+        while state.step < config.max_steps:
+            micro_batches = [collate(dataset, ids, runtime.device) for ids in batches.micro_batches(state.step)]
+            result = train_step(model, micro_batches, state, precision, config.grad_clip_norm, runtime.world_size)
+            samples += len(batches.global_batch(state.step))
+            tokens += result["tokens"]
+            state.step += 1
+            state.data_position = batches.position(state.step)
+            if state.step % config.log_every_steps == 0 or state.step == config.max_steps:
+                now = time.perf_counter()
+                record = _step_record(state, result, samples, tokens, now - last_log, micro_batches[0][1].dim() > 1)
+                steps_done = state.step - start_step
+                reporter.log(record, eta_seconds=(now - started) / steps_done * (config.max_steps - state.step))
+                log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
+                samples, tokens, last_log = 0, 0, now
+            if checkpoints.due(state.step):
+                checkpoints.save(state)
+        if checkpoints.enabled:
+            checkpoints.save(state)
+    finally:
+        reporter.close()
+    return {
+        "step": state.step,
+        "maxSteps": config.max_steps,
+        "loss": reporter.progress().get("loss"),
+        "resumedFrom": str(resumed_from) if resumed_from else None,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def train_step(
+    model: nn.Module,
+    micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    state: TrainState,
+    precision: Precision,
+    grad_clip_norm: float,
+    world_size: int,
+) -> dict[str, Any]:
+    """One optimizer step over an accumulation window of micro-batches.
+
+    Each micro-batch contributes sum(token losses) / (valid tokens in the whole global batch), so
+    the update equals the full-batch update exactly: with ignored or padded tokens, with uneven
+    token counts across micro-batches and ranks, and in a short final window. The factor
+    world_size undoes the gradient averaging of DDP/FSDP.
+    """
+    device = micro_batches[0][1].device
+    local_count = sum(int((targets != IGNORE_INDEX).sum()) for _, targets in micro_batches)
+    global_count = int(all_reduce_sum(torch.tensor(local_count, device=device)))
+    loss_sum = torch.zeros((), device=device)
+    for index, (inputs, targets) in enumerate(micro_batches):
+        with gradient_sync(model, sync=index == len(micro_batches) - 1):
+            with precision.autocast(enabled=autocast_enabled(model)):
+                logits = model(inputs)
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)).float(),
+                targets.reshape(-1),
+                ignore_index=IGNORE_INDEX,
+                reduction="sum",
+            )
+            state.scaler.scale(loss * (world_size / max(global_count, 1))).backward()
+        loss_sum += loss.detach()
+    state.scaler.unscale_(state.optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip_norm or math.inf)
+    scale_before = state.scaler.get_scale() if state.scaler.is_enabled() else None
+    state.scaler.step(state.optimizer)
+    state.scaler.update()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.scheduler.step()
+    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    return {
+        "loss_sum": loss_sum,
+        "tokens": global_count,
+        "grad_norm": float(grad_norm),
+        "skipped": scale_before is not None and state.scaler.get_scale() < scale_before,
+        "loss_scale": state.scaler.get_scale() if state.scaler.is_enabled() else None,
+    }
+
+
+def _step_record(state: TrainState, result: dict[str, Any], samples: int, tokens: int, seconds: float, is_lm: bool):
+    global_loss = float(all_reduce_sum(result["loss_sum"])) / max(result["tokens"], 1)
+    record = {
+        "step": state.step,
+        "loss": global_loss,
+        "lr": state.optimizer.param_groups[0]["lr"],
+        "gradNorm": result["grad_norm"],
+        "samplesPerSecond": samples / seconds,
+    }
+    if is_lm:
+        record["tokensPerSecond"] = tokens / seconds
+    if result["loss_scale"] is not None:
+        record |= {"lossScale": result["loss_scale"], "skipped": result["skipped"]}
+    return record
+
+
+def build_optimizer(model: nn.Module, config: OptimizerConfig) -> torch.optim.Optimizer:
+    """Weight decay on matrices only (not on biases, norms or other vectors), as in GPT-2."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if config.name == "sgd":
+        return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), eps=config.eps)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, config: SchedulerConfig, max_steps: int):
+    """Linear warmup to lr, then cosine or linear decay to minLrRatio × lr at max_steps."""
+
+    def factor(step: int) -> float:
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        if config.name == "constant":
+            return 1.0
+        progress = min(1.0, (step - config.warmup_steps) / max(1, max_steps - config.warmup_steps))
+        shape = 0.5 * (1 + math.cos(math.pi * progress)) if config.name == "cosine" else 1 - progress
+        return config.min_lr_ratio + (1 - config.min_lr_ratio) * shape
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

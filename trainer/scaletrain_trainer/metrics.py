@@ -1,0 +1,113 @@
+"""Rank 0's outputs: metrics.jsonl, a progress/Prometheus endpoint, and the pod's termination message."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TERMINATION_LOG_ENV = "SCALETRAIN_TERMINATION_LOG"  # mirrors the container's terminationMessagePath
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps at most 4096 bytes
+
+PROMETHEUS_GAUGES = {
+    "step": ("scaletrain_step", "Optimizer steps completed."),
+    "maxSteps": ("scaletrain_max_steps", "Optimizer steps the job trains for."),
+    "loss": ("scaletrain_loss", "Training loss of the last logged step."),
+    "samplesPerSecond": ("scaletrain_samples_per_second", "Training throughput in samples per second."),
+    "tokensPerSecond": ("scaletrain_tokens_per_second", "Training throughput in tokens per second."),
+    "etaSeconds": ("scaletrain_eta_seconds", "Estimated seconds until maxSteps."),
+}
+
+
+class MetricsReporter:
+    """Appends one JSON object per logged step and keeps the progress endpoint current (rank 0 only)."""
+
+    def __init__(self, output_dir: str, port: int, max_steps: int, enabled: bool):
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._progress: dict[str, Any] = {"step": 0, "maxSteps": max_steps}
+        self._server: ThreadingHTTPServer | None = None
+        if not enabled:
+            return
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self._server = _start_server(port, self)
+
+    def progress(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._progress)
+
+    def log(self, record: dict[str, Any], eta_seconds: float) -> None:
+        if not self.enabled:
+            return
+        with self.path.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+        keys = ("step", "loss", "samplesPerSecond", "tokensPerSecond")
+        with self._lock:
+            self._progress.update({k: record[k] for k in keys if k in record})
+            self._progress["etaSeconds"] = eta_seconds
+            self._progress["updatedAt"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def prometheus_text(self) -> str:
+        progress = self.progress()
+        lines = []
+        for key, (name, help_text) in PROMETHEUS_GAUGES.items():
+            if progress.get(key) is not None:
+                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {progress[key]}"]
+        return "\n".join(lines) + "\n"
+
+
+def _start_server(port: int, reporter: MetricsReporter) -> ThreadingHTTPServer | None:
+    """Serve /progress (JSON) and /metrics (Prometheus). Best effort: a busy port must not stop training."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            if self.path == "/progress":
+                body, content_type = json.dumps(reporter.progress()).encode(), "application/json"
+            elif self.path == "/metrics":
+                body, content_type = reporter.prometheus_text().encode(), "text/plain; version=0.0.4"
+            else:
+                self.send_error(404, "try /progress or /metrics")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # polled often; keep the training log clean
+            pass
+
+    try:
+        server = ThreadingHTTPServer(("", port), Handler)
+    except OSError as error:
+        log.warning("progress endpoint disabled: cannot listen on port %d: %s", port, error)
+        return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="progress-server", daemon=True).start()
+    log.info("serving progress on :%d/progress and Prometheus metrics on :%d/metrics", port, port)
+    return server
+
+
+def write_termination_message(summary: dict[str, Any]) -> None:
+    """Kubernetes copies this file into the pod's status, where the operator and `kubectl describe` see it."""
+    path = Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
+    if not path.exists():
+        return
+    try:
+        path.write_text(json.dumps(summary)[:TERMINATION_MESSAGE_LIMIT])
+    except OSError as error:
+        log.warning("cannot write the termination message to %s: %s", path, error)

@@ -1,0 +1,88 @@
+"""The built-in GPT-style decoder, and building the configured model.
+
+A model maps inputs to logits; the trainer computes the loss (cross entropy against targets, with
+-100 marking ignored positions). Models that keep their repeated layers in an `nn.ModuleList`
+named `blocks` get per-block FSDP sharding and activation checkpointing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .plugins import load_object
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, width: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        q, k, v = (t.view(batch, length, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(batch, length, width))
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int, dropout: float):
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads, dropout)
+        self.mlp_norm = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.Dropout(dropout)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, context_length: int, layers: int, heads: int, width: int, dropout: float = 0.0):
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, width)
+        self.position_embedding = nn.Embedding(context_length, width)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(width, heads, dropout) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab_size, bias=False)
+        self.apply(self._init_weights)
+        for name, parameter in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith(("attn.proj.weight", "mlp.2.weight")):
+                nn.init.normal_(parameter, std=0.02 / math.sqrt(2 * layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.size(1), device=tokens.device)
+        x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def build_model(config: ModelConfig) -> nn.Module:
+    if config.name == "gpt":
+        return GPT(config.vocab_size, config.context_length, config.layers, config.heads, config.width, config.dropout)
+    factory = load_object(config.name, ("model", "name"))
+    return factory(**config.options)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,85 @@
+"""Parallelism, applied by one function: DDP or FSDP2, activation checkpointing, SyncBatchNorm."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from .config import TrainingConfig
+from .distributed import Runtime
+from .model import count_parameters
+from .precision import Precision
+from .validation import Problem, ProblemsError
+
+log = logging.getLogger(__name__)
+
+# AdamW keeps fp32 params, grads and two moments: 16 bytes per parameter, before activations.
+BYTES_PER_PARAMETER = 16
+# DDP replicates all of that on every device; above this share of device memory, shard instead.
+DDP_MEMORY_SHARE = 0.5
+
+
+def choose_strategy(requested: str, model: nn.Module, runtime: Runtime) -> str:
+    if requested != "auto":
+        return requested
+    needed = count_parameters(model) * BYTES_PER_PARAMETER
+    available = _device_memory(runtime.device)
+    strategy = "ddp" if needed <= DDP_MEMORY_SHARE * available else "fsdp"
+    log.info(
+        "strategy auto: params+grads+AdamW state %.2f GiB vs %.2f GiB device memory -> %s",
+        needed / 2**30,
+        available / 2**30,
+        strategy,
+    )
+    return strategy
+
+
+def _device_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def apply_parallelism(
+    model: nn.Module, strategy: str, precision: Precision, runtime: Runtime, config: TrainingConfig
+) -> nn.Module:
+    """Move the model to its device and wrap it for `strategy`; returns the module to train."""
+    if config.sync_batch_norm:
+        if runtime.device.type != "cuda":
+            raise ProblemsError([Problem(("syncBatchNorm",), "SyncBatchNorm only works on GPUs; turn it off on CPU")])
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model.to(runtime.device)
+    blocks = getattr(model, "blocks", None)
+    if config.activation_checkpointing:
+        if not isinstance(blocks, nn.ModuleList):
+            raise ProblemsError([Problem(("activationCheckpointing",), "the model has no `blocks` ModuleList")])
+        for index, block in enumerate(blocks):
+            blocks[index] = checkpoint_wrapper(block, preserve_rng_state=True)
+    if strategy == "fsdp":
+        policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
+        for block in blocks if isinstance(blocks, nn.ModuleList) else []:
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        return model
+    device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+def autocast_enabled(model: nn.Module) -> bool:
+    """FSDP2 casts parameters by its mixed-precision policy; autocast on top would cast twice."""
+    return not isinstance(model, FSDPModule)
+
+
+def gradient_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+    """Skip the gradient all-reduce on every micro-step but the last of an accumulation window."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+    return contextlib.nullcontext() if sync else model.no_sync()
