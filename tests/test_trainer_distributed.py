@@ -51,8 +51,23 @@ def test_accumulation_4x2_matches_1x8(runs):
 
 def test_fsdp_matches_ddp(runs):
     fsdp = _ok(runs("fsdp-w2", {"strategy": "fsdp"}))
-    assert fsdp.losses() == pytest.approx(_ok(runs("ddp-w2", checkpoints=True)).losses(), **FP32_EXACT)
+    ddp = _ok(runs("ddp-w2", checkpoints=True))
+    assert fsdp.losses() == pytest.approx(ddp.losses(), **FP32_EXACT)
+    # Clipping uses the true global norm, not the norm of this rank's shard.
+    assert [r["gradNorm"] for r in fsdp.metrics()] == pytest.approx([r["gradNorm"] for r in ddp.metrics()], rel=1e-5)
     assert "fsdp" in fsdp.output
+
+
+def test_ignored_tokens_are_normalized_by_the_global_count(runs):
+    """Uneven valid-token counts per sample, micro-batch and rank: 2 ranks still match 1."""
+    masked = {
+        "data": {
+            "source": "plugins.faults:MaskedSynthetic",
+            "options": {"samples": 200, "context_length": 16, "vocab_size": 64, "seed": 7},
+        }
+    }
+    two, one = _ok(runs("masked-w2", masked)), _ok(runs("masked-w1", masked, nproc=1))
+    assert two.losses() == pytest.approx(one.losses(), **FP32_EXACT)
 
 
 def test_fsdp_with_activation_checkpointing_and_bf16_runs(runs):

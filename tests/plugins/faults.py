@@ -53,3 +53,14 @@ class PoisonedGPT(GPT):
         if step + 1 == self.poison_step and int(os.environ.get("RANK", "0")) == self.poison_rank:
             logits = logits * float("inf")
         return logits
+
+
+class MaskedSynthetic(SyntheticSequences):
+    """Synthetic sequences with a different number of ignored targets in every sample (like padding or
+    prompt tokens excluded from the loss), so valid-token counts differ across micro-batches and ranks."""
+
+    def __getitem__(self, index: int):
+        inputs, targets = super().__getitem__(index)
+        targets = targets.clone()
+        targets[: index % self.length] = -100
+        return inputs, targets

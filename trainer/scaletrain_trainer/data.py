@@ -132,4 +132,7 @@ def collate(dataset: Dataset, indices: Sequence[int | None], device: torch.devic
         x, y = dataset[filler if index is None else index]
         inputs.append(x)
         targets.append(y if index is not None else torch.full_like(y, IGNORE_INDEX))
-    return torch.stack(inputs).to(device, non_blocking=True), torch.stack(targets).to(device, non_blocking=True)
+    batch = torch.stack(inputs), torch.stack(targets)
+    if device.type == "cuda":  # from pinned host memory the copy overlaps with compute
+        return tuple(t.pin_memory().to(device, non_blocking=True) for t in batch)
+    return batch

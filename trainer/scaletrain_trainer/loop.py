@@ -6,6 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -65,15 +66,17 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
             micro_batches = [collate(dataset, ids, runtime.device) for ids in batches.micro_batches(state.step)]
             result = train_step(model, micro_batches, state, precision, config.grad_clip_norm, runtime.world_size)
             samples += len(batches.global_batch(state.step))
-            tokens += result["tokens"]
+            tokens += result.tokens
             state.step += 1
             state.data_position = batches.position(state.step)
             if state.step % config.log_every_steps == 0 or state.step == config.max_steps:
                 now = time.perf_counter()
-                record = _step_record(state, result, samples, tokens, now - last_log, micro_batches[0][1].dim() > 1)
+                is_lm = micro_batches[0][1].dim() > 1
+                record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm)
                 steps_done = state.step - start_step
                 reporter.log(record, eta_seconds=(now - started) / steps_done * (config.max_steps - state.step))
-                log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
+                if runtime.is_main:
+                    log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
                 samples, tokens, last_log = 0, 0, now
             if checkpoints.due(state.step):
                 checkpoints.save(state)
@@ -90,6 +93,17 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     }
 
 
+@dataclass
+class StepResult:
+    """Tensors stay on the device; they are read (a host sync) only at log steps."""
+
+    loss_sum: torch.Tensor  # this rank's summed token loss
+    tokens: torch.Tensor  # valid target tokens in the global batch
+    grad_norm: torch.Tensor  # global gradient norm before clipping
+    loss_scale: float | None  # fp16 only
+    skipped: bool  # fp16 only: the scaler found inf/nan and skipped the update
+
+
 def train_step(
     model: nn.Module,
     micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -97,7 +111,7 @@ def train_step(
     precision: Precision,
     grad_clip_norm: float,
     world_size: int,
-) -> dict[str, Any]:
+) -> StepResult:
     """One optimizer step over an accumulation window of micro-batches.
 
     Each micro-batch contributes sum(token losses) / (valid tokens in the whole global batch), so
@@ -105,10 +119,9 @@ def train_step(
     token counts across micro-batches and ranks, and in a short final window. The factor
     world_size undoes the gradient averaging of DDP/FSDP.
     """
-    device = micro_batches[0][1].device
-    local_count = sum(int((targets != IGNORE_INDEX).sum()) for _, targets in micro_batches)
-    global_count = int(all_reduce_sum(torch.tensor(local_count, device=device)))
-    loss_sum = torch.zeros((), device=device)
+    local_count = sum((targets != IGNORE_INDEX).sum() for _, targets in micro_batches)
+    global_count = all_reduce_sum(local_count).clamp(min=1)
+    loss_sum = torch.zeros((), device=global_count.device)
     for index, (inputs, targets) in enumerate(micro_batches):
         with gradient_sync(model, sync=index == len(micro_batches) - 1):
             with precision.autocast(enabled=autocast_enabled(model)):
@@ -119,7 +132,7 @@ def train_step(
                 ignore_index=IGNORE_INDEX,
                 reduction="sum",
             )
-            state.scaler.scale(loss * (world_size / max(global_count, 1))).backward()
+            state.scaler.scale(loss * world_size / global_count).backward()
         loss_sum += loss.detach()
     state.scaler.unscale_(state.optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip_norm or math.inf)
@@ -128,29 +141,29 @@ def train_step(
     state.scaler.update()
     state.optimizer.zero_grad(set_to_none=True)
     state.scheduler.step()
-    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-    return {
-        "loss_sum": loss_sum,
-        "tokens": global_count,
-        "grad_norm": float(grad_norm),
-        "skipped": scale_before is not None and state.scaler.get_scale() < scale_before,
-        "loss_scale": state.scaler.get_scale() if state.scaler.is_enabled() else None,
-    }
+    scale_after = state.scaler.get_scale() if state.scaler.is_enabled() else None
+    return StepResult(
+        loss_sum=loss_sum,
+        tokens=global_count,
+        grad_norm=grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm,
+        loss_scale=scale_after,
+        skipped=scale_before is not None and scale_after < scale_before,
+    )
 
 
-def _step_record(state: TrainState, result: dict[str, Any], samples: int, tokens: int, seconds: float, is_lm: bool):
-    global_loss = float(all_reduce_sum(result["loss_sum"])) / max(result["tokens"], 1)
+def _step_record(state: TrainState, result: StepResult, samples: int, tokens: int, seconds: float, is_lm: bool):
+    global_loss = float(all_reduce_sum(result.loss_sum) / result.tokens)
     record = {
         "step": state.step,
         "loss": global_loss,
         "lr": state.optimizer.param_groups[0]["lr"],
-        "gradNorm": result["grad_norm"],
+        "gradNorm": float(result.grad_norm),
         "samplesPerSecond": samples / seconds,
     }
     if is_lm:
         record["tokensPerSecond"] = tokens / seconds
-    if result["loss_scale"] is not None:
-        record |= {"lossScale": result["loss_scale"], "skipped": result["skipped"]}
+    if result.loss_scale is not None:
+        record |= {"lossScale": result.loss_scale, "skipped": result.skipped}
     return record
 
 
