@@ -54,6 +54,8 @@ def measure(precision_name: str, model_shape: dict, micro_batch: int, accumulati
     state = TrainState(model, optimizer, build_scheduler(optimizer, config.scheduler, steps), precision.grad_scaler())
     dataset = SyntheticSequences(micro_batch * accumulation, model_shape["contextLength"], model_shape["vocabSize"], 0)
     window = [collate(dataset, list(range(i, i + micro_batch)), device) for i in range(0, len(dataset), micro_batch)]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     times = []
     for step in range(warmup + steps):
         if device.type == "cuda":

@@ -280,8 +280,40 @@ def test_pod_template_is_merged_under_the_rendered_pod():
     assert pod["metadata"]["labels"]["scaletrain.io/job-name"] == "demo"
 
 
+def test_merge_replaces_same_named_env_and_volume_items_whole():
+    """Merging field by field could leave an env var with value and valueFrom, or a volume with two sources."""
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "env": [{"name": "NCCL_DEBUG", "valueFrom": {"configMapKeyRef": {"name": "nccl", "key": "debug"}}}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data/a", "subPath": "a"}],
+                }
+            ]
+        }
+    }
+    document = base_job(
+        gpusPerNode=1,
+        nodes=1,
+        training={"globalBatchSize": 4},
+        podTemplate=template,
+        volumes=[{"name": "data", "emptyDir": {}}],
+        volumeMounts=[{"name": "data", "mountPath": "/data/b", "subPath": "b"}],
+    )
+    children = _children(document)
+    env = [e for e in _container(children)["env"] if e["name"] == "NCCL_DEBUG"]
+    assert env == [{"name": "NCCL_DEBUG", "value": "WARN"}]
+    mounts = [m for m in _container(children)["volumeMounts"] if m["name"] == "data"]
+    assert mounts == [
+        {"name": "data", "mountPath": "/data/a", "subPath": "a"},
+        {"name": "data", "mountPath": "/data/b", "subPath": "b"},
+    ]
+    kubernetes_validate.validate(children[1], KUBERNETES_VERSION, strict=True)
+
+
 def test_merge_under_list_rules_and_purity():
-    base = {"args": ["a", "b"], "tolerations": [{"key": "x"}], "env": [{"name": "A", "value": "1"}]}
+    base = {"args": ["a", "b"], "tolerations": [{"key": "x"}], "env": [{"name": "A", "value": "1", "x": "y"}]}
     overlay = {
         "args": ["c"],
         "tolerations": [{"key": "x"}, {"key": "y"}],

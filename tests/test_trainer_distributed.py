@@ -108,12 +108,12 @@ def test_a_dead_peer_fails_the_run_instead_of_hanging(crashed_run):
     assert [r["step"] for r in crashed_run.metrics()] == list(range(1, 11))
 
 
-def _resume(runs, crashed_run, name, nproc):
+def _resume(runs, crashed_run, name, nproc, overrides=None):
     directory = crashed_run.directory.parent / name
     directory.mkdir()
     shutil.copytree(crashed_run.directory / "checkpoints", directory / "checkpoints")
     shutil.copytree(crashed_run.directory / "out", directory / "out")
-    run = run_trainer(directory, config_for(directory, checkpoints=True), nproc)
+    run = run_trainer(directory, config_for(directory, overrides, checkpoints=True), nproc)
     return _ok(run)
 
 
@@ -131,6 +131,12 @@ def test_resume_is_exact(runs, crashed_run):
     assert records[-1]["loss"] == straight[-1]["loss"]
     kept = sorted(p.name for p in (resumed.directory / "checkpoints").iterdir())
     assert kept == ["step-00000015", "step-00000020"]  # keep: 2
+
+
+def test_resume_a_ddp_checkpoint_with_fsdp(runs, crashed_run):
+    resumed = _resume(runs, crashed_run, "resume-fsdp", nproc=2, overrides={"strategy": "fsdp"})
+    straight = runs("ddp-w2", checkpoints=True).losses()
+    assert resumed.losses()[10:] == pytest.approx(straight[10:], **FP32_EXACT)
 
 
 def test_resume_at_another_world_size(runs, crashed_run):

@@ -42,7 +42,7 @@ def process_group():
 
 @pytest.mark.parametrize("dataset_size", [200, 64])
 def test_global_batches_are_the_same_at_every_world_size(dataset_size):
-    for step in range(10):
+    for step in range(30):  # two epochs, each ending in a short window (200 samples) or not (64)
         reference = None
         for world in (1, 2, 4):
             per_rank = [
@@ -240,11 +240,16 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
 
 def test_a_busy_port_does_not_stop_training(tmp_path):
     port = free_port()
-    first = MetricsReporter(str(tmp_path / "a"), port, 10, enabled=True)
-    second = MetricsReporter(str(tmp_path / "b"), port, 10, enabled=True)
-    second.log({"step": 1, "loss": 1.0}, eta_seconds=1.0)
-    first.close()
-    second.close()
+    first = MetricsReporter(str(tmp_path / "a"), port, max_steps=10, enabled=True)
+    second = MetricsReporter(str(tmp_path / "b"), port, max_steps=20, enabled=True)
+    try:
+        second.log({"step": 1, "loss": 1.0}, eta_seconds=1.0)
+        assert json.loads((tmp_path / "b" / "metrics.jsonl").read_text())["step"] == 1
+        served = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert served["maxSteps"] == 10  # the port still belongs to the first
+    finally:
+        first.close()
+        second.close()
 
 
 def test_termination_message_only_where_the_file_exists(tmp_path, monkeypatch):
@@ -316,3 +321,32 @@ def test_pod_launcher_checks_the_config_before_torchrun(tmp_path):
     result = _module("scaletrain_trainer.launch", "--module", "scaletrain_trainer", env=env)
     assert result.returncode == 78
     assert "globalBatchSize: 12 is not divisible by microBatchSize × world size (2 × 8 = 16)" in result.stderr
+
+
+def test_activation_checkpointing_wraps_every_block():
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    from scaletrain_trainer.model import build_model
+    from scaletrain_trainer.parallel import apply_parallelism
+
+    config = parse_training_config({"globalBatchSize": 2, "microBatchSize": 1, "activationCheckpointing": True})
+    model = apply_parallelism(build_model(config.model), "ddp", resolve_precision("fp32", CPU), RUNTIME, config)
+    blocks = model.module.blocks
+    assert len(blocks) == config.model.layers and all(isinstance(b, CheckpointWrapper) for b in blocks)
+
+
+def test_resume_refuses_a_different_model(tmp_path):
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1), RUNTIME)
+    state = _state(nn.parallel.DistributedDataParallel(Bigram()))
+    state.step = 5
+    manager.save(state)
+    wider = nn.Module()
+    wider.embedding, wider.extra = nn.Embedding(16, 32), nn.Linear(2, 2)
+    with pytest.raises(ProblemsError, match=r"different model \(not in the checkpoint: model\.extra\.bias"):
+        manager.restore_latest(_state(nn.parallel.DistributedDataParallel(wider)))
+
+
+def test_checkpoint_not_visible_to_every_rank_is_a_config_error(tmp_path):
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path)), RUNTIME)
+    with pytest.raises(ProblemsError, match="must be on shared storage"):
+        manager._require_visible(tmp_path / "step-00000001")

@@ -117,6 +117,25 @@ MALFORMED = [
         "must be empty when operator is Exists",
         OPERATOR,
     ),
+    (
+        "toleration-without-key",
+        {"spec": {"tolerations": [{"effect": "NoSchedule"}]}},
+        "spec.tolerations[0].key",
+        "required unless operator is Exists",
+        OPERATOR,
+    ),
+    (
+        "volume-also-in-pod-template",
+        {
+            "spec": {
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "podTemplate": {"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]}},
+            }
+        },
+        "spec.volumes[0].name",
+        "also defined in podTemplate",
+        OPERATOR,
+    ),
     ("max-restarts-too-many", {"spec": {"maxRestarts": 1000}}, "spec.maxRestarts", "less than or equal to 100", SCHEMA),
     (
         "deadline-zero",

@@ -70,6 +70,8 @@ class Toleration(SpecModel):
     toleration_seconds: int | None = None
 
     def problems(self) -> Iterator[Problem]:
+        if self.key is None and self.operator == "Equal":
+            yield Problem(("key",), "required unless operator is Exists (an empty key with Exists matches every taint)")
         if self.operator == "Exists" and self.value:
             yield Problem(("value",), "must be empty when operator is Exists")
         if self.toleration_seconds is not None and self.effect != "NoExecute":
@@ -242,6 +244,8 @@ class ScaleTrainJobSpec(SpecModel):
         for index, name in enumerate(names):
             if name == naming.SHM_VOLUME:
                 yield Problem(("volumes", index, "name"), f"{name} is reserved for /dev/shm; use shmSize to size it")
+            elif name in template_names:
+                yield Problem(("volumes", index, "name"), f"{name} is also defined in podTemplate; define it once")
             elif name in names[:index]:
                 yield Problem(
                     ("volumes", index, "name"), f"{name} is used by another volume; volume names must be unique"

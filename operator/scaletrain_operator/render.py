@@ -232,29 +232,41 @@ def _metadata(job: ScaleTrainJob, name: str, namespace: str | None, labels: dict
     return metadata
 
 
-def merge_under(base: Any, overlay: Any) -> Any:
+# How podTemplate lists merge with the rendered ones: the key that identifies an item, and whether
+# two items with the same key merge field by field (containers) or the rendered one replaces the
+# template's (a merged env var could end up with both value and valueFrom, a volume with two sources).
+LIST_MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+}
+FIELD_BY_FIELD_LISTS = {"containers", "initContainers"}
+
+
+def merge_under(base: Any, overlay: Any, field: str | None = None) -> Any:
     """Merge `overlay` (the rendered pod) over `base` (the user's podTemplate); overlay wins conflicts.
 
-    Mappings merge key by key. Lists of named items (containers, volumes, env, ports, ...) merge item
-    by item on `name`, base order first; other lists of mappings (tolerations, ...) are the union;
-    lists of scalars (command, args) are replaced. Neither input is modified.
+    Mappings merge key by key. Lists in LIST_MERGE_KEYS merge item by item on their key, base order
+    first; other lists of mappings (tolerations, ...) are the union; other lists (command, args) are
+    replaced. Neither input is modified.
     """
     if isinstance(base, dict) and isinstance(overlay, dict):
         merged = copy.deepcopy(base)
         for key, value in overlay.items():
-            merged[key] = merge_under(base[key], value) if key in base else copy.deepcopy(value)
+            merged[key] = merge_under(base[key], value, key) if key in base else copy.deepcopy(value)
         return merged
-    if isinstance(base, list) and isinstance(overlay, list) and _all_mappings(base + overlay):
-        if all("name" in item for item in base + overlay):
-            by_name = {item["name"]: copy.deepcopy(item) for item in base}
+    if isinstance(base, list) and isinstance(overlay, list) and all(isinstance(i, dict) for i in base + overlay):
+        key = LIST_MERGE_KEYS.get(field or "")
+        if key and all(key in item for item in base + overlay):
+            by_key = {item[key]: copy.deepcopy(item) for item in base}
             for item in overlay:
-                by_name[item["name"]] = (
-                    merge_under(by_name[item["name"]], item) if item["name"] in by_name else copy.deepcopy(item)
-                )
-            return list(by_name.values())
+                same = by_key.get(item[key])
+                deep = same is not None and field in FIELD_BY_FIELD_LISTS
+                by_key[item[key]] = merge_under(same, item) if deep else copy.deepcopy(item)
+            return list(by_key.values())
         return copy.deepcopy(base) + [copy.deepcopy(item) for item in overlay if item not in base]
     return copy.deepcopy(overlay)
-
-
-def _all_mappings(items: list[Any]) -> bool:
-    return all(isinstance(item, dict) for item in items)

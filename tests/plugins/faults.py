@@ -32,8 +32,27 @@ class CrashingSynthetic(Dataset):
         return self.inner[index]
 
 
+class InfGradientAtOrigin(torch.autograd.Function):
+    """Identity forward; backward makes the gradient of element [0, 0] inf."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor) -> torch.Tensor:
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        grad[0, 0] = float("inf")
+        return grad
+
+
 class PoisonedGPT(GPT):
-    """A GPT whose logits become inf on one rank during one step; records a parameter checksum per step."""
+    """A GPT where one rank, during one step, produces an inf gradient for a single weight element;
+    records a checksum of this rank's parameters (its shard, under FSDP) as each step starts.
+
+    Under FSDP the poisoned element (row 0 of the output projection) lands in rank 0's shard after
+    the reduce-scatter, so the other rank's gradients stay finite: it must skip the step only
+    because the scaler's found-inf is agreed across ranks."""
 
     def __init__(self, poison_step: int, poison_rank: int, micro_steps: int, record_dir: str, **gpt):
         super().__init__(**gpt)
@@ -49,10 +68,10 @@ class PoisonedGPT(GPT):
             checksum = float(sum(t.detach().double().sum() for t in local))
             with self.record.open("a") as file:
                 file.write(json.dumps({"step": step, "checksum": checksum}) + "\n")
-        logits = super().forward(tokens)
-        if step + 1 == self.poison_step and int(os.environ.get("RANK", "0")) == self.poison_rank:
-            logits = logits * float("inf")
-        return logits
+        weight = self.head.weight
+        if step + 1 == self.poison_step and micro_step == 0 and int(os.environ.get("RANK", "0")) == self.poison_rank:
+            weight = InfGradientAtOrigin.apply(weight)
+        return torch.nn.functional.linear(self.features(tokens), weight)
 
 
 class MaskedSynthetic(SyntheticSequences):

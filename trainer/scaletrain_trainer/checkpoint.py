@@ -4,6 +4,8 @@ A checkpoint holds everything needed to continue exactly: model and optimizer (t
 state-dict helpers, so it reshards across world sizes and between DDP and FSDP), LR scheduler,
 loss scaler, step, data position and RNG state. It is written to `step-N.partial` and renamed to
 `step-N` only once every rank has finished, so a crash mid-write never hides the last good one.
+Resuming refuses a checkpoint written by a different model, and a checkpoint directory that some
+ranks cannot see (node-local storage in a multi-node job).
 """
 
 from __future__ import annotations
@@ -18,9 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.checkpoint.stateful import Stateful
 
 from .config import CheckpointConfig
 from .distributed import Runtime
@@ -32,7 +32,12 @@ CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 PARTIAL_SUFFIX = ".partial"
 
 
-class TrainState(Stateful):
+# Parts of the state that may be absent from a checkpoint: the CUDA RNG (saved on CPU) and the loss
+# scaler (saved without fp16). Everything else must match, or resuming would silently diverge.
+OPTIONAL_STATE = ("rng_cuda", "scaler")
+
+
+class TrainState:
     """What a checkpoint saves and restores."""
 
     def __init__(
@@ -61,12 +66,12 @@ class TrainState(Stateful):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if state["scaler"]:
+        if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["step"])
         self.data_position = tuple(state["data_position"])
         torch.set_rng_state(state["rng_cpu"])
-        if "rng_cuda" in state and torch.cuda.is_available():
+        if "rng_cuda" in state:
             torch.cuda.set_rng_state(state["rng_cuda"])
 
 
@@ -74,6 +79,7 @@ class CheckpointManager:
     def __init__(self, config: CheckpointConfig, runtime: Runtime):
         self.config, self.runtime = config, runtime
         self.directory = Path(config.dir) if config.dir else None
+        self.last_saved_step: int | None = None  # the same on every rank, unlike a file-system check
 
     @property
     def enabled(self) -> bool:
@@ -93,40 +99,93 @@ class CheckpointManager:
         """Load the newest checkpoint, if any. Rank 0 picks it, so every rank loads the same one."""
         if not self.enabled:
             return None
-        choice = [str(self.completed()[-1]) if self.completed() else None]
+        newest = self.completed()[-1:] if self.runtime.is_main else []
+        choice = [str(newest[0]) if newest else None]
         dist.broadcast_object_list(choice, src=0)
         if choice[0] is None:
             return None
         path = Path(choice[0])
-        dcp.load({"train": state}, checkpoint_id=path, planner=DefaultLoadPlanner(allow_partial_load=True))
+        self._require_visible(path)
+        saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+        wanted = state.state_dict()
+        _check_same_model(wanted["model"], saved, path)
+        for key in OPTIONAL_STATE:
+            if not any(name == key or name.startswith(f"{key}.") for name in saved):
+                wanted.pop(key, None)
+        dcp.load(wanted, checkpoint_id=path)
+        state.load_state_dict(wanted)
+        self.last_saved_step = state.step
         log.info("resumed from %s at step %d", path, state.step)
         return path
 
     def save(self, state: TrainState) -> Path | None:
         assert self.directory is not None
-        final = self.directory / f"step-{state.step:08d}"
-        if final.exists():
+        if state.step == self.last_saved_step:
             return None
+        final = self.directory / f"step-{state.step:08d}"
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         if self.runtime.is_main:
-            shutil.rmtree(partial, ignore_errors=True)  # left by a crash mid-write
+            for stale in self.directory.glob(f"*{PARTIAL_SUFFIX}"):  # left by a crash mid-write
+                shutil.rmtree(stale, ignore_errors=True)
             partial.mkdir(parents=True)
         dist.barrier()
-        dcp.save({"train": state}, checkpoint_id=partial)
+        dcp.save(state.state_dict(), checkpoint_id=partial)
         dist.barrier()
         if self.runtime.is_main:
+            if final.exists():  # written by an earlier run of this job that was not resumed from it
+                shutil.rmtree(final)
             partial.rename(final)
-            self._prune()
-        dist.barrier()
+        self._require_visible(final)
+        self.last_saved_step = state.step
+        if self.runtime.is_main:
+            for old in self.completed()[: -self.config.keep]:
+                shutil.rmtree(old, ignore_errors=True)
         log.info("saved checkpoint %s", final)
         return final
 
-    def _prune(self) -> None:
-        assert self.directory is not None
-        for old in self.completed()[: -self.config.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        for stale in self.directory.glob(f"*{PARTIAL_SUFFIX}"):
-            shutil.rmtree(stale, ignore_errors=True)
+    def _require_visible(self, path: Path) -> None:
+        """Every rank must see the same checkpoint; node-local storage would break resuming."""
+        dist.barrier()  # rank 0 may have just renamed it into place
+        visible = torch.tensor(int(path.is_dir()), device=self.runtime.device)
+        dist.all_reduce(visible, op=dist.ReduceOp.MIN)
+        if not visible:
+            raise ProblemsError(
+                [
+                    Problem(
+                        ("checkpoint", "dir"),
+                        f"{path} is not visible from every rank: with several nodes, checkpoint.dir must be on shared "
+                        "storage (e.g. a ReadWriteMany PersistentVolumeClaim mounted on every pod)",
+                    )
+                ]
+            )
+
+
+def _check_same_model(model_state: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+    """Refuse to resume a different model: a loose load would leave new layers freshly initialized."""
+    expected = {f"model.{name}": tuple(tensor.shape) for name, tensor in model_state.items()}
+    found = {
+        name: tuple(meta.size) for name, meta in saved.items() if name.startswith("model.") and hasattr(meta, "size")
+    }
+    if expected == found:
+        return
+    details = [
+        f"{label}: {', '.join(sorted(names)[:5])}"
+        for label, names in (
+            ("not in the checkpoint", expected.keys() - found.keys()),
+            ("only in the checkpoint", found.keys() - expected.keys()),
+            ("other shape", {n for n in expected.keys() & found.keys() if expected[n] != found[n]}),
+        )
+        if names
+    ]
+    raise ProblemsError(
+        [
+            Problem(
+                ("checkpoint", "dir"),
+                f"{path} was written by a different model ({'; '.join(details)}); use a new checkpoint.dir, "
+                "or restore the model config it was trained with",
+            )
+        ]
+    )
 
 
 def check_data_position(state: TrainState, expected: tuple[int, int]) -> None:

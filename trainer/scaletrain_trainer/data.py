@@ -107,7 +107,7 @@ class GlobalBatches:
     def global_batch(self, step: int) -> list[int]:
         epoch, offset = self.position(step)
         order = _epoch_order(self.dataset_size, self.seed, epoch)
-        return order[offset : offset + self.global_batch_size]
+        return order[offset : offset + self.global_batch_size].tolist()
 
     def micro_batches(self, step: int) -> list[list[int | None]]:
         batch = self.global_batch(step)
@@ -119,9 +119,11 @@ class GlobalBatches:
 
 
 @functools.lru_cache(maxsize=1)
-def _epoch_order(size: int, seed: int, epoch: int) -> list[int]:
-    """The epoch's shuffled order, computed once per epoch (each step needs a slice of it)."""
-    return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+def _epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
+    """The epoch's shuffled order, computed once per epoch (each step needs a slice of it); a compact
+    tensor, since a token data set can hold billions of samples."""
+    dtype = torch.int32 if size < 2**31 else torch.int64
+    return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch), dtype=dtype)
 
 
 def collate(dataset: Dataset, indices: Sequence[int | None], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

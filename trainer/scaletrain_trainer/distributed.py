@@ -11,11 +11,13 @@ import logging
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
+
+
+def agree(value: T) -> T:
+    """Rank 0's value on every rank. Choices made from local facts (memory, device model) could
+    differ between nodes, and ranks that choose differently deadlock in their first collective."""
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
 
 
 def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from torch import nn
 from .checkpoint import CheckpointManager, TrainState, check_data_position
 from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
 from .data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
-from .distributed import Runtime, all_reduce_sum, seed_everything
+from .distributed import Runtime, agree, all_reduce_sum, seed_everything
 from .metrics import MetricsReporter
 from .model import build_model, count_parameters
 from .parallel import apply_parallelism, autocast_enabled, choose_strategy, gradient_sync
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     """Train to config.max_steps, resuming from the latest checkpoint; returns a summary."""
     accumulation = config.accumulation_steps(runtime.world_size)
-    precision = resolve_precision(config.precision, runtime.device)
+    precision = agree(resolve_precision(config.precision, runtime.device))
     seed_everything(config.seed)
     model = build_model(config.model)
     strategy = choose_strategy(config.strategy, model, runtime)

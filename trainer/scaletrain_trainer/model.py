@@ -69,12 +69,16 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def features(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The final hidden states, before the output projection."""
         positions = torch.arange(tokens.size(1), device=tokens.device)
         x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        return self.norm(x)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(tokens))
 
 
 def build_model(config: ModelConfig) -> nn.Module:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -13,7 +14,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from .config import TrainingConfig
-from .distributed import Runtime
+from .distributed import Runtime, agree
 from .model import count_parameters
 from .precision import Precision
 from .validation import Problem, ProblemsError
@@ -27,13 +28,14 @@ DDP_MEMORY_SHARE = 0.5
 
 
 def choose_strategy(requested: str, model: nn.Module, runtime: Runtime) -> str:
+    """`auto`: ddp when a full replica fits comfortably in each process's memory, else fsdp (rank 0 decides)."""
     if requested != "auto":
         return requested
     needed = count_parameters(model) * BYTES_PER_PARAMETER
-    available = _device_memory(runtime.device)
-    strategy = "ddp" if needed <= DDP_MEMORY_SHARE * available else "fsdp"
+    available = _memory_per_process(runtime.device)
+    strategy = agree("ddp" if needed <= DDP_MEMORY_SHARE * available else "fsdp")
     log.info(
-        "strategy auto: params+grads+AdamW state %.2f GiB vs %.2f GiB device memory -> %s",
+        "strategy auto: params+grads+AdamW state %.2f GiB vs %.2f GiB memory per process -> %s",
         needed / 2**30,
         available / 2**30,
         strategy,
@@ -41,10 +43,16 @@ def choose_strategy(requested: str, model: nn.Module, runtime: Runtime) -> str:
     return strategy
 
 
-def _device_memory(device: torch.device) -> int:
+def _memory_per_process(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            host = min(host, int(Path(limit_file).read_text()))  # the container's limit, where set
+        except (OSError, ValueError):  # absent, or "max" (no limit)
+            continue
+    return host // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def apply_parallelism(
