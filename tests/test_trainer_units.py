@@ -350,3 +350,13 @@ def test_checkpoint_not_visible_to_every_rank_is_a_config_error(tmp_path):
     manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path)), RUNTIME)
     with pytest.raises(ProblemsError, match="must be on shared storage"):
         manager._require_visible(tmp_path / "step-00000001")
+
+
+def test_models_with_non_persistent_buffers_are_not_built_on_the_meta_device():
+    from scaletrain_trainer.parallel import _all_state_in_state_dict
+
+    with torch.device("meta"):
+        plain = Bigram()
+        with_table = Bigram()
+        with_table.register_buffer("table", torch.ones(4), persistent=False)
+    assert _all_state_in_state_dict(plain) and not _all_state_in_state_dict(with_table)

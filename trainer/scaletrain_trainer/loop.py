@@ -19,8 +19,8 @@ from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
 from .data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
 from .distributed import Runtime, agree, all_reduce_sum, seed_everything
 from .metrics import MetricsReporter
-from .model import build_model, count_parameters
-from .parallel import apply_parallelism, autocast_enabled, choose_strategy, gradient_sync
+from .model import count_parameters
+from .parallel import autocast_enabled, build_parallel_model, gradient_sync
 from .precision import Precision, resolve_precision
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,8 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     """Train to config.max_steps, resuming from the latest checkpoint; returns a summary."""
     accumulation = config.accumulation_steps(runtime.world_size)
     precision = agree(resolve_precision(config.precision, runtime.device))
-    seed_everything(config.seed)
-    model = build_model(config.model)
-    strategy = choose_strategy(config.strategy, model, runtime)
+    model, strategy = build_parallel_model(config, precision, runtime)
+    seed_everything(config.seed)  # the training stream of random numbers: the same on every rank
     log.info(
         "%s: %d parameters, %s, %s, world size %d, micro-batch %d × %d accumulation steps = global batch %d",
         config.model.name,
@@ -44,7 +43,6 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
         accumulation,
         config.global_batch_size,
     )
-    model = apply_parallelism(model, strategy, precision, runtime, config)
     optimizer = build_optimizer(model, config.optimizer)
     scheduler = build_scheduler(optimizer, config.scheduler, config.max_steps)
     state = TrainState(model, optimizer, scheduler, precision.grad_scaler())

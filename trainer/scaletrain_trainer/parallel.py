@@ -10,12 +10,13 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from .config import TrainingConfig
-from .distributed import Runtime, agree
-from .model import count_parameters
+from .distributed import Runtime, agree, seed_everything
+from .model import build_model, count_parameters
 from .precision import Precision
 from .validation import Problem, ProblemsError
 
@@ -55,15 +56,46 @@ def _memory_per_process(device: torch.device) -> int:
     return host // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
+def build_parallel_model(config: TrainingConfig, precision: Precision, runtime: Runtime) -> tuple[nn.Module, str]:
+    """Build the configured model and parallelize it; returns (the module to train, the strategy).
+
+    Under FSDP only rank 0 materializes the full model, on the host: the others build it on the meta
+    device, shard it, and receive their shards from rank 0. Weights are the same as under DDP.
+    """
+    with torch.device("meta"):
+        skeleton = build_model(config.model)
+    strategy = choose_strategy(config.strategy, skeleton, runtime)
+    if strategy == "fsdp" and _all_state_in_state_dict(skeleton):
+        full_state = _seeded_model(config).state_dict() if runtime.is_main else {}
+        model = apply_parallelism(skeleton, strategy, precision, runtime, config)
+        model.to_empty(device=runtime.device)
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, full_state, options=options)
+        return model, strategy
+    return apply_parallelism(_seeded_model(config), strategy, precision, runtime, config), strategy
+
+
+def _seeded_model(config: TrainingConfig) -> nn.Module:
+    seed_everything(config.seed)
+    return build_model(config.model)
+
+
+def _all_state_in_state_dict(model: nn.Module) -> bool:
+    """Non-persistent buffers (e.g. precomputed tables) would stay uninitialized after a meta build."""
+    saved = model.state_dict().keys()
+    return all(name in saved for name, _ in model.named_buffers())
+
+
 def apply_parallelism(
     model: nn.Module, strategy: str, precision: Precision, runtime: Runtime, config: TrainingConfig
 ) -> nn.Module:
-    """Move the model to its device and wrap it for `strategy`; returns the module to train."""
+    """Wrap the model for `strategy` (moving it to its device unless it is on the meta device)."""
     if config.sync_batch_norm:
         if runtime.device.type != "cuda":
             raise ProblemsError([Problem(("syncBatchNorm",), "SyncBatchNorm only works on GPUs; turn it off on CPU")])
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model.to(runtime.device)
+    if not any(p.is_meta for p in model.parameters()):
+        model.to(runtime.device)
     blocks = getattr(model, "blocks", None)
     if config.activation_checkpointing:
         if not isinstance(blocks, nn.ModuleList):
