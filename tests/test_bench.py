@@ -32,3 +32,9 @@ def test_step_time_benchmark_runs(tmp_path):
 def test_gpu_benchmark_code_path_runs_on_cpu(tmp_path):
     report = _bench("gpu.py", tmp_path, "--tiny", "--allow-cpu", "--steps", "2", "--warmup", "1")
     assert set(report["results"]) == {"fp32", "bf16"} and report["bf16Speedup"] > 0
+
+
+def test_operator_scale_benchmark_runs(tmp_path):
+    report = _bench("operator_scale.py", tmp_path, "--jobs", "5")
+    assert report["jobs"] == 5 and report["apiRequestsPerJob"] >= 3  # at least 2 creates and a status patch
+    assert report["operatorRssBytes"]["after"] > 0

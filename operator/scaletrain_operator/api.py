@@ -311,7 +311,8 @@ class ScaleTrainJobStatus(SpecModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    restarts: int = Field(0, ge=0)
+    restarts: int = Field(0, ge=0, description="Gang restarts after failures (spec-change restarts not counted).")
+    current_job: str | None = Field(None, description="The batch/v1 Job of the current gang generation.")
     nodes: NodeCounts = Field(default_factory=NodeCounts)
     start_time: datetime | None = None
     completion_time: datetime | None = None

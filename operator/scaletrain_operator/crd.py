@@ -83,6 +83,13 @@ def _all_fields_defaulted(schema: dict[str, Any]) -> bool:
     return schema.get("type") == "object" and "properties" in schema and not schema.get("required")
 
 
+def _without_defaults(schema: Any) -> Any:
+    """The operator owns status: the API server must not fill in fields it has not written."""
+    if isinstance(schema, dict):
+        return {key: _without_defaults(value) for key, value in schema.items() if key != "default"}
+    return schema
+
+
 def _model_schema(model: type, name: str) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return structural_schema(raw["properties"][name], raw.get("$defs", {}))
@@ -91,8 +98,7 @@ def _model_schema(model: type, name: str) -> dict[str, Any]:
 def build_crd() -> dict[str, Any]:
     """The CustomResourceDefinition, as a plain dict."""
     spec_schema = _model_schema(ScaleTrainJob, "spec")
-    status_schema = _model_schema(ScaleTrainJob, "status")
-    status_schema.pop("default", None)  # the operator owns status; the API server should not invent one
+    status_schema = _without_defaults(_model_schema(ScaleTrainJob, "status"))
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

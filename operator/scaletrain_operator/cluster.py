@@ -1,0 +1,175 @@
+"""The operator's API calls, in one place: read a ScaleTrainJob and its children, apply a Decision.
+
+Every call here is idempotent against repeats (create tolerates AlreadyExists, delete tolerates
+NotFound), so a reconcile that runs twice, or after an operator restart, converges.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import naming
+from .reconcile import Decision, Observed
+
+log = logging.getLogger(__name__)
+
+
+class Cluster:
+    def __init__(self, api: client.ApiClient | None = None, timeout_seconds: float = 30.0):
+        self.api = api or client.ApiClient()
+        self.timeout = timeout_seconds  # every call has one: a stuck API server must not hang the operator
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        return self.api.sanitize_for_serialization(obj)
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name, _request_timeout=self.timeout
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_jobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        """All ScaleTrainJobs in `namespaces` (every namespace when empty)."""
+        if not namespaces:
+            return self.custom.list_cluster_custom_object(
+                naming.GROUP, naming.VERSION, naming.PLURAL, _request_timeout=self.timeout
+            )["items"]
+        return [
+            item
+            for namespace in namespaces
+            for item in self.custom.list_namespaced_custom_object(
+                naming.GROUP, naming.VERSION, namespace, naming.PLURAL, _request_timeout=self.timeout
+            )["items"]
+        ]
+
+    def observe(self, namespace: str, name: str, generation_hint: int | None = None) -> Observed:
+        """The Service, the Jobs (by generation) and the current generation's pods of one ScaleTrainJob."""
+        selector = f"{naming.LABEL_JOB_NAME}={name}"
+        try:
+            service = self._plain(
+                self.core.read_namespaced_service(naming.service_name(name), namespace, _request_timeout=self.timeout)
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            service = None
+        jobs = {}
+        for item in self.batch.list_namespaced_job(
+            namespace, label_selector=selector, _request_timeout=self.timeout
+        ).items:
+            job = self._plain(item)
+            generation = (job["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION)
+            if generation is not None and job["metadata"].get("deletionTimestamp") is None:
+                jobs[int(generation)] = job
+        current = max(jobs, default=generation_hint or 0)
+        pods = [
+            self._plain(p)
+            for p in self.core.list_namespaced_pod(
+                namespace,
+                label_selector=f"{selector},{naming.LABEL_GENERATION}={current}",
+                _request_timeout=self.timeout,
+            ).items
+        ]
+        return Observed(service=service, jobs=jobs, pods=pods)
+
+    def apply(self, namespace: str, owner: dict[str, Any], decision: Decision) -> None:
+        for obj in decision.create:
+            self._create(namespace, obj)
+        for name in decision.delete_jobs:
+            self._delete_job(namespace, name)
+        if decision.patch_job is not None:
+            current = decision.status.get("currentJob")
+            self.batch.patch_namespaced_job(
+                current, namespace, {"spec": decision.patch_job}, _request_timeout=self.timeout
+            )
+        for event_type, reason, message in decision.events:
+            self.post_event(namespace, owner, event_type, reason, message)
+        if decision.status:
+            self.patch_status(namespace, owner["metadata"]["name"], decision.status)
+
+    def _create(self, namespace: str, obj: dict[str, Any]) -> None:
+        create = {"Service": self.core.create_namespaced_service, "Job": self.batch.create_namespaced_job}[obj["kind"]]
+        try:
+            create(namespace, obj, _request_timeout=self.timeout)
+            log.info("created %s %s/%s", obj["kind"], namespace, obj["metadata"]["name"])
+        except ApiException as error:
+            if error.status != 409:  # AlreadyExists: an earlier reconcile made it
+                raise
+
+    def _delete_job(self, namespace: str, name: str) -> None:
+        """The gang's pods go with the Job (background propagation)."""
+        try:
+            self.batch.delete_namespaced_job(
+                name, namespace, propagation_policy="Background", _request_timeout=self.timeout
+            )
+            log.info("deleted Job %s/%s", namespace, name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            naming.GROUP,
+            naming.VERSION,
+            namespace,
+            naming.PLURAL,
+            name,
+            {"status": status},
+            _request_timeout=self.timeout,
+        )
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a ScaleTrainJob; its children follow through their ownerReferences."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                naming.GROUP,
+                naming.VERSION,
+                namespace,
+                naming.PLURAL,
+                name,
+                propagation_policy="Background",
+                _request_timeout=self.timeout,
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def post_event(self, namespace: str, owner: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        now = datetime.now(timezone.utc)
+        metadata = owner["metadata"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": naming.API_VERSION,
+                "kind": naming.KIND,
+                "name": metadata["name"],
+                "namespace": namespace,
+                "uid": metadata.get("uid"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": naming.MANAGER},
+            "reportingComponent": naming.MANAGER,
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(namespace, event, _request_timeout=self.timeout)
+        except ApiException as error:  # Events are best effort
+            log.warning("cannot post Event %s for %s/%s: %s", reason, namespace, metadata["name"], error.reason)

@@ -1,0 +1,169 @@
+"""The operator's decisions, without a cluster: children, status, restarts, suspend, spec changes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from conftest import base_job
+from scaletrain_operator.api import parse_job
+from scaletrain_operator.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, spec_hash
+from scaletrain_operator.render import render_job, render_service
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+def _job(status=None, **spec):
+    document = base_job(**spec)
+    document["metadata"]["generation"] = 1
+    if status:
+        document["status"] = status
+    return parse_job(document)
+
+
+def _child(job, generation, conditions=(), suspend=None):
+    child = render_job(job, generation)
+    child["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(job)}
+    if suspend is not None:
+        child["spec"]["suspend"] = suspend
+    child["status"] = {"conditions": [{"type": kind, "status": "True", "reason": kind} for kind in conditions]}
+    return child
+
+
+def _pod(index, phase, exit_code=None, generation=0):
+    pod = {"metadata": {"name": f"demo-g{generation}-{index}-abcde"}, "status": {"phase": phase}}
+    if exit_code is not None:
+        pod["status"]["containerStatuses"] = [
+            {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
+        ]
+    return pod
+
+
+def _observed(job, children, pods=()):
+    return Observed(service=render_service(job), jobs=children, pods=list(pods))
+
+
+def _running(**status):
+    return {"phase": "Running", "currentJob": "demo-g0", "restarts": 0} | status
+
+
+def test_a_new_job_gets_its_service_and_first_gang():
+    job = _job()
+    decision = decide(job, Observed(service=None, jobs={}, pods=[]), NOW)
+    assert [(o["kind"], o["metadata"]["name"]) for o in decision.create] == [("Service", "demo"), ("Job", "demo-g0")]
+    assert decision.create[1]["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash(job)
+    assert decision.status["phase"] == "Pending" and decision.status["currentJob"] == "demo-g0"
+    assert [c["type"] for c in decision.status["conditions"]] == ["Created"]
+    assert decision.events == [("Normal", "Created", "created Job demo-g0")]
+
+
+def test_existing_children_are_adopted_not_created_again():
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Pending"), _pod(1, "Pending")]), NOW)
+    assert decision.create == [] and decision.delete_jobs == []
+    assert decision.status["phase"] == "Pending" and decision.events == []
+
+
+def test_running_pods_make_the_job_running_once():
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")])
+    decision = decide(job, observed, NOW)
+    status = decision.status
+    assert status["phase"] == "Running" and status["nodes"] == {"active": 2, "succeeded": 0, "failed": 0}
+    assert status["startTime"] == "2026-11-30T12:00:00Z"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Running": "True"}
+    assert decision.events == [("Normal", "Running", "2 of 2 nodes active")]
+    again = decide(_job(status=status), observed, NOW)  # the same state again: nothing new
+    assert again.events == [] and again.status == status | {"conditions": again.status["conditions"]}
+
+
+def test_a_failed_rank_restarts_the_whole_gang():
+    job = _job(status=_running())
+    observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=137)])
+    decision = decide(job, observed, NOW)
+    assert decision.delete_jobs == ["demo-g0"]
+    assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    assert decision.status["restarts"] == 1 and decision.status["currentJob"] == "demo-g1"
+    assert decision.status["phase"] == "Restarting"
+    (event,) = decision.events
+    assert event[:2] == ("Warning", "Restarting")
+    assert "pod demo-g0-1-abcde failed (Error, exit code 137)" in event[2] and "gang restart 1/3" in event[2]
+
+
+def test_the_restart_limit_fails_the_job():
+    job = _job(status=_running(restarts=3, currentJob="demo-g3"))
+    decision = decide(job, _observed(job, {3: _child(job, 3)}, [_pod(0, "Failed", 1, generation=3)]), NOW)
+    assert decision.create == [] and decision.delete_jobs == []
+    assert decision.status["phase"] == "Failed" and "maxRestarts (3) reached" in decision.status["message"]
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RestartLimitReached"
+
+
+def test_a_config_error_fails_at_once_without_restarts():
+    job = _job(status=_running())
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Failed", exit_code=78)]), NOW)
+    assert decision.create == [] and decision.delete_jobs == [] and decision.status["restarts"] == 0
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert decision.status["phase"] == "Failed" and failed["reason"] == "ConfigError"
+
+
+def test_a_complete_job_succeeds():
+    pending = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    running = decide(pending, _observed(pending, {0: _child(pending, 0)}, [_pod(0, "Running")]), NOW).status
+    job = _job(status=running)
+    complete = _child(job, 0, conditions=["Complete"])
+    observed = _observed(job, {0: complete}, [_pod(0, "Succeeded"), _pod(1, "Succeeded")])
+    decision = decide(job, observed, NOW)
+    assert decision.status["phase"] == "Succeeded" and decision.status["completionTime"] == "2026-11-30T12:00:00Z"
+    conditions = {c["type"]: c["status"] for c in decision.status["conditions"]}
+    assert conditions == {"Running": "False", "Succeeded": "True"}
+    assert decision.events == [("Normal", "Succeeded", "all 2 nodes finished")]
+    finished = _job(status=decision.status)
+    assert decide(finished, observed, NOW).status == {}  # terminal: nothing more to do
+
+
+def test_suspend_and_resume():
+    job = _job(status=_running(), suspend=True)
+    unsuspended_child = _child(_job(), 0)
+    decision = decide(job, _observed(job, {0: unsuspended_child}, [_pod(0, "Running")]), NOW)
+    assert decision.patch_job == {"suspend": True} and decision.status["phase"] == "Suspended"
+    resumed = _job(status=decision.status)
+    decision = decide(resumed, _observed(resumed, {0: _child(resumed, 0, suspend=True)}), NOW)
+    assert decision.patch_job == {"suspend": False} and decision.status["phase"] == "Pending"
+
+
+def test_a_queued_job_waits_for_kueue_instead_of_unsuspending_itself():
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"}, queueName="team-a")
+    decision = decide(job, _observed(job, {0: _child(job, 0)}), NOW)
+    assert decision.patch_job is None
+    assert decision.status["phase"] == "Pending" and "waiting for Kueue" in decision.status["message"]
+
+
+def test_a_spec_change_restarts_the_gang_without_using_a_restart():
+    running = _job(status=_running())
+    changed = _job(status=_running(), nodes=4, training={"globalBatchSize": 32})
+    decision = decide(changed, _observed(changed, {0: _child(running, 0)}, [_pod(0, "Running")]), NOW)
+    assert decision.delete_jobs == ["demo-g0"] and [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    assert decision.create[0]["spec"]["completions"] == 4
+    assert decision.status["restarts"] == 0 and decision.status["phase"] == "Restarting"
+
+
+def test_in_place_changes_patch_the_job():
+    running = _job(status=_running())
+    longer = _job(status=_running(), activeDeadlineSeconds=3600, maxRestarts=5)
+    decision = decide(longer, _observed(longer, {0: _child(running, 0)}, [_pod(0, "Running")]), NOW)
+    assert decision.create == [] and decision.delete_jobs == []
+    assert decision.patch_job == {"activeDeadlineSeconds": 3600}
+
+
+def test_leftover_jobs_of_older_generations_are_deleted():
+    job = _job(status=_running(currentJob="demo-g2", restarts=2))
+    observed = _observed(job, {1: _child(job, 1), 2: _child(job, 2)}, [_pod(0, "Running", generation=2)])
+    decision = decide(job, observed, NOW)
+    assert decision.delete_jobs == ["demo-g1"] and decision.create == []
+
+
+def test_a_lost_status_patch_is_recovered_from_the_jobs_that_exist():
+    """The operator created demo-g1 but died before recording it: the next reconcile continues there."""
+    job = _job(status=_running(currentJob="demo-g0"))
+    decision = decide(job, _observed(job, {1: _child(job, 1)}, [_pod(0, "Running", generation=1)]), NOW)
+    assert decision.create == [] and decision.status["currentJob"] == "demo-g1"
