@@ -235,7 +235,12 @@ def test_kopf_runner(cluster: EmulatedCluster, tmp_path: Path, monkeypatch: pyte
     (tmp_path / "operator.py").write_text(textwrap.dedent(code))
     cluster.make_default(monkeypatch)  # kopf logs in through the kubernetes client's default kubeconfig
     args = ["run", "--standalone", f"--namespace={NS}", str(tmp_path / "operator.py")]
-    with KopfRunner(args, timeout=20) as runner:
+    # The CLI registers the file's handlers in kopf's default registry: lend it a private one, so that
+    # they do not leak into the operator under test in later test modules.
+    monkeypatch.setattr(
+        kopf._core.intents.registries, "_default_registry", kopf._core.intents.registries.SmartOperatorRegistry()
+    )
+    with KopfRunner(args, timeout=20, registry=kopf.get_default_registry()) as runner:
         cluster.create("stj", stj("cli"))
         cluster.wait_until(lambda: phase_is(cluster, "cli", "Pending"), timeout=10)
     assert runner.exit_code == 0, runner.output

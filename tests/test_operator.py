@@ -118,7 +118,8 @@ def test_children_are_created_once_as_rendered(operator):
 def test_running_then_succeeded(operator):
     submit(operator, "happy")
     pods = start_pods(operator, "happy-g0")
-    status = wait_phase(operator, "happy", "Running")["status"]
+    wait_phase(operator, "happy", "Running")
+    status = operator.wait_until(lambda: (s := stj(operator, "happy")["status"])["nodes"]["active"] == 2 and s)
     assert status["nodes"] == {"active": 2, "succeeded": 0, "failed": 0} and status["startTime"]
     for pod in pods:
         operator.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Succeeded")

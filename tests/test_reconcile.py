@@ -126,6 +126,7 @@ def test_suspend_and_resume():
     unsuspended_child = _child(_job(), 0)
     decision = decide(job, _observed(job, {0: unsuspended_child}, [_pod(0, "Running")]), NOW)
     assert decision.patch_job == {"suspend": True} and decision.status["phase"] == "Suspended"
+    assert decision.events == [("Normal", "Suspended", "spec.suspend is true")]
     resumed = _job(status=decision.status)
     decision = decide(resumed, _observed(resumed, {0: _child(resumed, 0, suspend=True)}), NOW)
     assert decision.patch_job == {"suspend": False} and decision.status["phase"] == "Pending"

@@ -274,6 +274,6 @@ def _fail(decision, builder, before, now, reason: str, message: str) -> Decision
 
 def _with_phase_event(decision: Decision, phase_before: str | None) -> Decision:
     phase = decision.status.get("phase")
-    if phase != phase_before and phase in ("Running", "Succeeded"):
+    if phase != phase_before and phase in ("Running", "Suspended", "Succeeded"):
         decision.events.append(("Normal", phase, decision.status.get("message", "")))
     return decision
