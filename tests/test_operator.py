@@ -211,18 +211,15 @@ def test_an_invalid_spec_that_passes_the_schema_fails_once(operator):
     assert [e[1] for e in events(operator, "reserved-env")] == ["InvalidSpec"]
 
 
+RANK0_PROGRESS = {"step": 42, "maxSteps": 100, "loss": 1.25, "samplesPerSecond": 8.0, "etaSeconds": 70.0,
+                  "updatedAt": "2026-11-30T12:00:00+00:00"}  # fmt: skip
+
+
 class _Progress(http.server.BaseHTTPRequestHandler):
+    """Rank 0's /progress, as the trainer serves it (with a field status.progress does not keep)."""
+
     def do_GET(self):  # noqa: N802
-        body = json.dumps(
-            {
-                "step": 42,
-                "maxSteps": 100,
-                "loss": 1.25,
-                "samplesPerSecond": 8.0,
-                "etaSeconds": 70.0,
-                "updatedAt": "2026-11-30T12:00:00+00:00",
-            }
-        ).encode()
+        body = json.dumps(RANK0_PROGRESS | {"tokensPerSecond": 128.0}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -240,14 +237,7 @@ def test_progress_of_rank_zero_reaches_the_status(operator):
         start_pods(operator, "watched-g0")
         wait_phase(operator, "watched", "Running")
         progress = operator.wait_until(lambda: stj(operator, "watched")["status"].get("progress"), timeout=TIMEOUT)
-        assert progress == {
-            "step": 42,
-            "maxSteps": 100,
-            "loss": 1.25,
-            "samplesPerSecond": 8.0,
-            "etaSeconds": 70.0,
-            "updatedAt": "2026-11-30T12:00:00+00:00",
-        }
+        assert progress == RANK0_PROGRESS
     finally:
         server.shutdown()
 
