@@ -77,10 +77,10 @@ def test_running_pods_make_the_job_running_once():
 
 
 def test_a_failed_rank_restarts_the_whole_gang():
-    job = _job(status=_running())
-    observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=137)])
+    job = _job(status=_running(), activeDeadlineSeconds=3600)  # an in-place change, moot for a Job being deleted
+    observed = _observed(job, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=137)])
     decision = decide(job, observed, NOW)
-    assert decision.delete_jobs == ["demo-g0"]
+    assert decision.delete_jobs == ["demo-g0"] and decision.patch_job is None
     assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
     assert decision.status["restarts"] == 1 and decision.status["currentJob"] == "demo-g1"
     assert decision.status["phase"] == "Restarting"

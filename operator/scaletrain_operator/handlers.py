@@ -143,7 +143,7 @@ def _reconcile(namespace: str, name: str) -> None:
     except ProblemsError as error:
         _mark_invalid(api, namespace, raw, error)
         return
-    hint = int(job.status.current_job.rsplit("-g", 1)[1]) if job.status and job.status.current_job else None
+    hint = naming.generation_of(job.status.current_job) if job.status and job.status.current_job else None
     decision = decide(job, api.observe(namespace, name, hint), datetime.now(timezone.utc))
     if decision.status and _unchanged(raw.get("status") or {}, decision.status):
         decision.status = {}

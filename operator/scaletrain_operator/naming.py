@@ -63,6 +63,11 @@ def service_name(job_name: str) -> str:
     return job_name
 
 
+def generation_of(child_job: str) -> int:
+    """The gang generation in a child Job's name (the inverse of child_job_name)."""
+    return int(child_job.rsplit("-g", 1)[1])
+
+
 def child_job_name(job_name: str, generation: int) -> str:
     """The batch/v1 Job of one gang generation. A new name per generation means a restarted gang
     never resolves the master address to a still-terminating pod of the previous generation."""

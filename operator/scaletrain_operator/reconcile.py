@@ -60,7 +60,7 @@ def spec_hash(job: ScaleTrainJob) -> str:
 def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
     """The newest gang generation: from the Jobs that exist, or the status if they are gone."""
     recorded = job.status.current_job if job.status else None
-    from_status = int(recorded.rsplit("-g", 1)[1]) if recorded else 0
+    from_status = naming.generation_of(recorded) if recorded else 0
     return max([from_status, *observed.jobs])
 
 
@@ -154,13 +154,14 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
         return decision  # finished: only the TTL (handled by the timer) touches it now
     generation = current_generation(job, observed)
     service, rendered_job = render_children(job, generation)
+    rendered_job = _with_hash(rendered_job, job)
     if observed.service is None:
         decision.create.append(service)
     decision.delete_jobs += [naming.child_job_name(job.name, g) for g in observed.jobs if g < generation]
     current = observed.jobs.get(generation)
 
     if current is None:  # first start, or a restart whose create did not happen yet
-        decision.create.append(_with_hash(rendered_job, job))
+        decision.create.append(rendered_job)
         builder.fields["currentJob"] = rendered_job["metadata"]["name"]
         if before.phase is None:
             builder.set(
@@ -170,24 +171,14 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
                 f"created Service {service['metadata']['name']} and Job {rendered_job['metadata']['name']}",
             )
             decision.events.append(("Normal", "Created", f"created Job {rendered_job['metadata']['name']}"))
-        phase = "Suspended" if job.spec.suspend else "Restarting" if before.phase == "Restarting" else "Pending"
-        decision.status = builder.phase(phase, (before.message or "") if phase == "Restarting" else "")
+        decision.status = builder.phase("Suspended", "spec.suspend is true") if job.spec.suspend else _waiting(builder)
         return _with_phase_event(decision, before.phase)
 
     builder.fields["currentJob"] = current["metadata"]["name"]
-    if (current["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) != spec_hash(job):
+    desired_hash = rendered_job["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    if (current["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) != desired_hash:
         message = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
         return _restart(job, decision, builder, current, generation, message, counts=False)
-
-    spec_patch = {}
-    job_suspended = bool((current.get("spec") or {}).get("suspend"))
-    if job.spec.suspend and not job_suspended:
-        spec_patch["suspend"] = True
-    elif not job.spec.suspend and job_suspended and job.spec.queue_name is None:
-        spec_patch["suspend"] = False  # with a queue, admission (un-suspending) is Kueue's
-    if (current.get("spec") or {}).get("activeDeadlineSeconds") != job.spec.active_deadline_seconds:
-        spec_patch["activeDeadlineSeconds"] = job.spec.active_deadline_seconds
-    decision.patch_job = spec_patch or None
 
     counts = node_counts(observed.pods)
     builder.fields["nodes"] = counts.model_dump(mode="json", by_alias=True)
@@ -208,8 +199,6 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
             return _fail(
                 decision,
                 builder,
-                before,
-                now,
                 "ConfigError",
                 f"{what}: invalid training config, not retried. {failure.message}".strip(),
             )
@@ -217,8 +206,6 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
             return _fail(
                 decision,
                 builder,
-                before,
-                now,
                 "DeadlineExceeded",
                 f"activeDeadlineSeconds ({job.spec.active_deadline_seconds}) passed",
             )
@@ -226,14 +213,22 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
             return _fail(
                 decision,
                 builder,
-                before,
-                now,
                 "RestartLimitReached",
                 f"{what}; maxRestarts ({job.spec.max_restarts}) reached",
             )
         message = f"{what}; gang restart {before.restarts + 1}/{job.spec.max_restarts} from the last checkpoint"
         return _restart(job, decision, builder, current, generation, message, counts=True)
 
+    # The gang keeps running: apply what the Job takes in place.
+    spec_patch = {}
+    job_suspended = bool((current.get("spec") or {}).get("suspend"))
+    if job.spec.suspend and not job_suspended:
+        spec_patch["suspend"] = True
+    elif not job.spec.suspend and job_suspended and job.spec.queue_name is None:
+        spec_patch["suspend"] = False  # with a queue, admission (un-suspending) is Kueue's
+    if (current.get("spec") or {}).get("activeDeadlineSeconds") != job.spec.active_deadline_seconds:
+        spec_patch["activeDeadlineSeconds"] = job.spec.active_deadline_seconds
+    decision.patch_job = spec_patch or None
     if job.spec.suspend:
         decision.status = builder.phase("Suspended", "spec.suspend is true")
     elif job_suspended:
@@ -242,9 +237,15 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
         builder.fields["startTime"] = _timestamp(before.start_time) if before.start_time else _timestamp(now)
         decision.status = builder.phase("Running", f"{counts.active} of {job.spec.nodes} nodes active")
     else:
-        phase = "Restarting" if before.phase == "Restarting" else "Pending"
-        decision.status = builder.phase(phase, (before.message or "") if phase == "Restarting" else "")
+        decision.status = _waiting(builder)
     return _with_phase_event(decision, before.phase)
+
+
+def _waiting(builder: _StatusBuilder) -> dict[str, Any]:
+    """No pod running yet: still Restarting (keeping why) after a restart, else Pending."""
+    if builder.before.phase == "Restarting":
+        return builder.phase("Restarting", builder.before.message or "")
+    return builder.phase("Pending")
 
 
 def _with_hash(rendered_job: dict[str, Any], job: ScaleTrainJob) -> dict[str, Any]:
@@ -265,8 +266,8 @@ def _restart(job, decision, builder, current, generation, message, counts: bool)
     return decision
 
 
-def _fail(decision, builder, before, now, reason: str, message: str) -> Decision:
-    builder.fields["completionTime"] = _timestamp(now)
+def _fail(decision: Decision, builder: _StatusBuilder, reason: str, message: str) -> Decision:
+    builder.fields["completionTime"] = _timestamp(builder.now)
     decision.status = builder.phase("Failed", message, reason)
     decision.events.append(("Warning", "Failed", message))
     return decision
