@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lint test crd render clean
+.PHONY: setup lint test generate render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +24,12 @@ lint: setup
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Regenerate the checked-in CRD from the pydantic models (tests fail while it is stale).
-crd: setup
+# Regenerate the checked-in files made from code (tests fail while any is stale): the CRD from the
+# pydantic models, its copy in the Helm chart, and the chart's RBAC rules from the operator's table.
+generate: setup
 	$(BIN)/scaletrain crd > crds/scaletrainjob.yaml
+	cp crds/scaletrainjob.yaml charts/scaletrain/crds/scaletrainjob.yaml
+	$(BIN)/python -m scaletrain_operator.rbac > charts/scaletrain/files/rbac-rules.yaml
 
 # Validate and render the CPU example without a cluster.
 render: setup

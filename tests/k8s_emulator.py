@@ -550,11 +550,11 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         schema = self.schemas.get(resource)
         if schema is None:
             return obj
-        metadata = obj.get("metadata", {})
+        # apiVersion, kind and metadata are never pruned, whether the schema lists them or not.
+        kept = {key: obj[key] for key in ("apiVersion", "kind", "metadata") if key in obj}
         obj = prune(obj, schema)
         apply_defaults(obj, schema)
-        obj["metadata"] = metadata
-        return obj
+        return obj | kept
 
     def _ensure_namespace(self, namespace: str | None) -> None:
         if namespace is not None and NAMESPACES in self.resources and not self._current((NAMESPACES, None, namespace)):

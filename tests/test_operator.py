@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -45,6 +49,31 @@ def cluster():
 def running_operator(cluster):
     with cluster.operator(kopf.get_default_registry(), namespaces=[NAMESPACE]):
         yield
+
+
+@contextmanager
+def operator_process(cluster, *args):
+    """`scaletrain-operator ARGS` in its own process, as its Deployment runs it, against `cluster`.
+    Its log goes to a file (a pipe nobody reads would block it) and is shown if the test fails."""
+    command = [sys.executable, "-m", "scaletrain_operator.main", *args]
+    env = os.environ | {"KUBECONFIG": str(cluster.kubeconfig)}
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            yield process
+        except BaseException:
+            log.seek(0)
+            print("operator log (tail):\n" + log.read()[-5000:])
+            raise
+        finally:
+            process.terminate()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                log.seek(0)
+                print("operator log (tail):\n" + log.read()[-5000:])
+                raise
 
 
 @pytest.fixture(scope="module")

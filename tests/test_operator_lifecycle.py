@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pytest
 from k8s_emulator import EmulatedCluster
-from test_operator import NAMESPACE, children, running_operator, start_pods, stj, submit, wait_phase
+from test_operator import (
+    NAMESPACE,
+    children,
+    operator_process,
+    running_operator,
+    start_pods,
+    stj,
+    submit,
+    wait_phase,
+)
+from trainer_runs import free_port
 
 from scaletrain_operator import handlers
 from scaletrain_operator.settings import OperatorConfig
@@ -53,19 +64,9 @@ def test_deletion_needs_no_operator(cluster):
 
 def test_the_operator_process_serves_liveness_and_metrics(cluster):
     """`scaletrain-operator` as it runs in its Deployment: kopf with /healthz and Prometheus metrics."""
-    import os
-    import subprocess
-    import sys
-    import urllib.request
-
-    from trainer_runs import free_port
-
     liveness, metrics = free_port(), free_port()
-    command = [sys.executable, "-m", "scaletrain_operator.main", "-n", NAMESPACE,
-               "--liveness-port", str(liveness), "--metrics-port", str(metrics)]  # fmt: skip
-    env = os.environ | {"KUBECONFIG": str(cluster.kubeconfig)}
-    operator = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    args = ("-n", NAMESPACE, "--liveness-port", str(liveness), "--metrics-port", str(metrics))
+    with operator_process(cluster, *args):
         submit(cluster, "from-process")
         wait_phase(cluster, "from-process", "Pending", timeout=30)
 
@@ -74,10 +75,3 @@ def test_the_operator_process_serves_liveness_and_metrics(cluster):
 
         assert cluster.wait_until(lambda: get(liveness, "/healthz").status == 200, timeout=10)
         assert "scaletrain_reconcile_seconds_count" in get(metrics, "/metrics").read().decode()
-    finally:
-        operator.terminate()
-        try:
-            operator.wait(20)
-        except subprocess.TimeoutExpired:
-            operator.kill()
-            raise

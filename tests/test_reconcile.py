@@ -139,6 +139,20 @@ def test_a_queued_job_waits_for_kueue_instead_of_unsuspending_itself():
     assert decision.status["phase"] == "Pending" and "waiting for Kueue" in decision.status["message"]
 
 
+def test_pods_killed_by_a_suspension_are_not_crashes():
+    """Kueue preempting (or the user suspending) a gang: the Job controller terminates its pods, which
+    may show Failed with exit code 143 before they go. No restart, no failure: the job waits."""
+    queued = _job(status=_running(), queueName="team-a")
+    preempted = _child(queued, 0, suspend=True)
+    decision = decide(queued, _observed(queued, {0: preempted}, [_pod(0, "Failed", 143), _pod(1, "Running")]), NOW)
+    assert decision.create == [] and decision.delete_jobs == [] and decision.patch_job is None
+    assert decision.status["phase"] == "Pending" and decision.status.get("restarts", 0) == 0
+
+    suspended = _job(status=_running(), suspend=True)  # the user's suspend, not yet applied to the Job
+    decision = decide(suspended, _observed(suspended, {0: _child(suspended, 0)}, [_pod(0, "Failed", 143)]), NOW)
+    assert decision.delete_jobs == [] and decision.status["phase"] == "Suspended"
+
+
 def test_a_spec_change_restarts_the_gang_without_using_a_restart():
     running = _job(status=_running())
     changed = _job(status=_running(), nodes=4, training={"globalBatchSize": 32})

@@ -47,6 +47,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=naming.GROUP)
     settings.posting.enabled = False  # the operator posts its own, meaningful Events
+    # The namespaces are exact names and the chart installs the CRD before the operator starts, so
+    # kopf need not list namespaces or watch CRDs: a namespaced install needs no ClusterRole (rbac.py).
+    settings.scanning.disabled = True
     settings.watching.server_timeout = CONFIG.watch_timeout_seconds
     settings.networking.request_timeout = CONFIG.request_timeout_seconds
     if CONFIG.metrics_port:

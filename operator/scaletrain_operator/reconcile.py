@@ -182,7 +182,10 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
 
     counts = node_counts(observed.pods)
     builder.fields["nodes"] = counts.model_dump(mode="json", by_alias=True)
-    failure = first_failure(observed.pods)
+    # Suspending a Job (spec.suspend, or Kueue preempting it) terminates its pods, which may end
+    # Failed (exit 143) on the way out: that is not a crash, and the Job does not count it either.
+    job_suspended = bool((current.get("spec") or {}).get("suspend"))
+    failure = None if job_suspended or job.spec.suspend else first_failure(observed.pods)
     if failure is None and _job_condition(current, "Failed"):
         reason = next(c.get("reason", "Failed") for c in current["status"]["conditions"] if c.get("type") == "Failed")
         failure = PodFailure(current["metadata"]["name"], None, reason)
@@ -221,7 +224,6 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
 
     # The gang keeps running: apply what the Job takes in place.
     spec_patch = {}
-    job_suspended = bool((current.get("spec") or {}).get("suspend"))
     if job.spec.suspend and not job_suspended:
         spec_patch["suspend"] = True
     elif not job.spec.suspend and job_suspended and job.spec.queue_name is None:

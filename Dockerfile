@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+# Two images from one file (the versions are build args):
+#   docker build --target operator -t ghcr.io/scaletrain/operator:0.1.0 .
+#   docker build --target trainer  -t ghcr.io/scaletrain/trainer:0.1.0 .
+# The trainer base must ship the torch version the package pins (pyproject.toml, extra `train`),
+# so that installing the package reuses it instead of downloading another multi-GB build.
+ARG PYTHON_VERSION=3.11
+ARG TORCH_VERSION=2.13.0
+ARG CUDA_VERSION=12.8
+ARG CUDNN_VERSION=9
+
+# ---- the scaletrain wheel, built once for both images
+FROM python:${PYTHON_VERSION}-slim AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY trainer/ trainer/
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The trainer installs the wheel with its `train` extra (the pinned torch) through a requirements file.
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+    && printf '%s[train]\n' /wheels/scaletrain-*.whl > /wheels/trainer-requirements.txt
+
+# ---- operator: slim Python with kopf and the kubernetes client; no torch
+FROM python:${PYTHON_VERSION}-slim AS operator
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir /wheels/scaletrain-*.whl && rm -rf /wheels
+# A numeric non-root user, so that the chart's runAsNonRoot can be verified by the kubelet.
+USER 65532:65532
+EXPOSE 8080 8081
+ENTRYPOINT ["scaletrain-operator"]
+
+# ---- trainer: the PyTorch CUDA runtime, the package with its training extras, torchrun
+FROM pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}-cudnn${CUDNN_VERSION}-runtime AS trainer
+ARG TORCH_VERSION
+ARG TRAINER_UID=10001
+ENV PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=wheel /wheels /wheels
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN pip install --no-cache-dir --requirement /wheels/trainer-requirements.txt "torch==${TORCH_VERSION}" \
+    && rm -rf /wheels \
+    && groupadd --gid "${TRAINER_UID}" trainer \
+    && useradd --no-log-init --uid "${TRAINER_UID}" --gid "${TRAINER_UID}" --create-home trainer
+WORKDIR /workspace
+RUN chown "${TRAINER_UID}:${TRAINER_UID}" /workspace
+USER ${TRAINER_UID}:${TRAINER_UID}
+# ScaleTrainJob pods run `python -m scaletrain_trainer.launch` (config checks, then torchrun); run by
+# hand, the image is torchrun, e.g. `docker run IMAGE --nproc-per-node 2 -m scaletrain_trainer`.
+ENTRYPOINT ["torchrun"]
+CMD ["--help"]
