@@ -8,6 +8,9 @@ ARG PYTHON_VERSION=3.11
 ARG TORCH_VERSION=2.13.0
 ARG CUDA_VERSION=12.8
 ARG CUDNN_VERSION=9
+# The trainer's base: a PyTorch CUDA runtime with the pinned torch. A CPU-only image (e.g. for a kind
+# cluster) can start from python:${PYTHON_VERSION}-slim with TORCH_EXTRA_INDEX_URL set to the CPU wheels.
+ARG TRAINER_BASE=pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}-cudnn${CUDNN_VERSION}-runtime
 
 # ---- the scaletrain wheel, built once for both images
 FROM python:${PYTHON_VERSION}-slim AS wheel
@@ -33,14 +36,16 @@ EXPOSE 8080 8081
 ENTRYPOINT ["scaletrain-operator"]
 
 # ---- trainer: the PyTorch CUDA runtime, the package with its training extras, torchrun
-FROM pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}-cudnn${CUDNN_VERSION}-runtime AS trainer
+FROM ${TRAINER_BASE} AS trainer
 ARG TORCH_VERSION
+ARG TORCH_EXTRA_INDEX_URL=""
 ARG TRAINER_UID=10001
 ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=wheel /wheels /wheels
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN pip install --no-cache-dir --requirement /wheels/trainer-requirements.txt "torch==${TORCH_VERSION}" \
+RUN pip install --no-cache-dir ${TORCH_EXTRA_INDEX_URL:+--extra-index-url "${TORCH_EXTRA_INDEX_URL}"} \
+        --requirement /wheels/trainer-requirements.txt "torch==${TORCH_VERSION}" \
     && rm -rf /wheels \
     && groupadd --gid "${TRAINER_UID}" trainer \
     && useradd --no-log-init --uid "${TRAINER_UID}" --gid "${TRAINER_UID}" --create-home trainer

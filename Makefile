@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lint test generate render clean
+.PHONY: setup run-local lint test generate render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The main job on this machine: the 2-node CPU/gloo example, one torchrun per node (a fresh run each time).
+run-local: setup
+	$(BIN)/scaletrain run-local examples/cpu-gloo.yaml --fresh
 
 lint: setup
 	$(BIN)/ruff check operator trainer tests examples bench

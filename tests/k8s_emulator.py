@@ -1386,13 +1386,16 @@ class EmulatedCluster:
         }
         return self.create("v1/pods", body)
 
-    def set_pod_phase(self, namespace: str, name: str, phase: str, *, exit_code: int | None = None) -> Obj:
-        """Move a pod to a phase; Succeeded/Failed terminate its first container with `exit_code` (0/1)."""
+    def set_pod_phase(
+        self, namespace: str, name: str, phase: str, *, exit_code: int | None = None, message: str = ""
+    ) -> Obj:
+        """Move a pod to a phase; Succeeded/Failed terminate its first container with `exit_code` (0/1)
+        and the termination `message`."""
         pod = self.get("v1/pods", namespace, name)
         if pod is None:
             raise KeyError(f"no pod {namespace}/{name}")
         container = pod["spec"]["containers"][0]
-        status = pod_status(phase, container["name"], exit_code, container.get("image", ""))
+        status = pod_status(phase, container["name"], exit_code, container.get("image", ""), message)
         return self.set_status("v1/pods", namespace, name, status)
 
     # ---- waiting and counting
@@ -1545,13 +1548,18 @@ def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
     }
 
 
-def pod_status(phase: str, container: str = "trainer", exit_code: int | None = None, image: str = "busybox") -> Obj:
-    """A pod status in `phase`; Succeeded/Failed (or an explicit exit_code) mean a terminated container."""
+def pod_status(
+    phase: str, container: str = "trainer", exit_code: int | None = None, image: str = "busybox", message: str = ""
+) -> Obj:
+    """A pod status in `phase`; Succeeded/Failed (or an explicit exit_code) mean a terminated container,
+    with `message` as its termination message."""
     if exit_code is None and phase in ("Succeeded", "Failed"):
         exit_code = 0 if phase == "Succeeded" else 1
     if exit_code is not None:
         reason = "Completed" if exit_code == 0 else "Error"
         state: Obj = {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": _now()}}
+        if message:
+            state["terminated"]["message"] = message
     elif phase == "Running":
         state = {"running": {"startedAt": _now()}}
     else:

@@ -57,9 +57,9 @@ def test_two_targets_with_version_build_args():
     assert {"operator", "trainer"} <= set(stages())
     args = dict(arg.split("=", 1) for arg in instruction("", "ARG"))
     assert {"PYTHON_VERSION", "TORCH_VERSION", "CUDA_VERSION"} <= set(args)
-    (base,) = instruction("trainer", "FROM")
-    assert base.startswith("pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}")
-    assert base.endswith("-runtime AS trainer")
+    assert instruction("trainer", "FROM") == ["${TRAINER_BASE} AS trainer"]
+    base = args["TRAINER_BASE"]  # by default the PyTorch CUDA runtime of the pinned torch
+    assert base.startswith("pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}") and base.endswith("-runtime")
     # The base's torch must be the one the package pins, or pip would download a second build.
     assert f'torch=={args["TORCH_VERSION"]}; extra == "train"' in importlib.metadata.requires("scaletrain")
 

@@ -29,19 +29,27 @@ TIMEOUT = 10.0
 METRICS_PORT = free_port()
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@contextmanager
+def configured_cluster(metrics_port=0):
+    """An emulated cluster as the default of the kubernetes client, and the in-process operator's
+    settings for it: NAMESPACE only, progress from 127.0.0.1 every 0.3 s."""
     with pytest.MonkeyPatch.context() as patch, EmulatedCluster(namespaces=(NAMESPACE,)) as emulated:
         emulated.make_default(patch)
         config = OperatorConfig(
             namespaces=[NAMESPACE],
             progress_url="http://127.0.0.1:{port}/progress",
             progress_interval_seconds=0.3,
-            metrics_port=METRICS_PORT,
+            metrics_port=metrics_port,
             request_timeout_seconds=5.0,
         )
         patch.setattr(handlers, "CONFIG", config)
         patch.setattr(handlers, "_cluster", None)
+        yield emulated
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with configured_cluster(METRICS_PORT) as emulated:
         yield emulated
 
 

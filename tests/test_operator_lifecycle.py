@@ -6,10 +6,10 @@ import time
 import urllib.request
 
 import pytest
-from k8s_emulator import EmulatedCluster
 from test_operator import (
     NAMESPACE,
     children,
+    configured_cluster,
     operator_process,
     running_operator,
     start_pods,
@@ -19,18 +19,10 @@ from test_operator import (
 )
 from trainer_runs import free_port
 
-from scaletrain_operator import handlers
-from scaletrain_operator.settings import OperatorConfig
-
 
 @pytest.fixture
 def cluster():
-    with pytest.MonkeyPatch.context() as patch, EmulatedCluster(namespaces=(NAMESPACE,)) as emulated:
-        emulated.make_default(patch)
-        patch.setattr(
-            handlers, "CONFIG", OperatorConfig(namespaces=[NAMESPACE], metrics_port=0, request_timeout_seconds=5.0)
-        )
-        patch.setattr(handlers, "_cluster", None)
+    with configured_cluster() as emulated:
         yield emulated
 
 

@@ -1,8 +1,9 @@
-"""The `scaletrain` command: render, validate and inspect ScaleTrainJobs without a cluster."""
+"""The `scaletrain` command: validate, render and inspect ScaleTrainJobs without a cluster, or run one here."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,6 +93,21 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_local(args: argparse.Namespace) -> int:
+    jobs = load_jobs(args.file)
+    if len(jobs) != 1:
+        raise InputError(f"{args.file}: run-local runs one ScaleTrainJob; found {len(jobs)}")
+    for module in ("torch", "rich"):
+        if importlib.util.find_spec(module) is None:
+            raise InputError(
+                f"run-local needs the trainer's dependencies ({module} is missing): pip install 'scaletrain[train]'"
+            )
+    from .local_run import run_local  # imports torch lazily; keep `render` and `validate` light
+
+    (job,) = jobs
+    return run_local(job, args.workdir or Path("scaletrain-runs") / job.name, fresh=args.fresh)
+
+
 def cmd_crd(args: argparse.Namespace) -> int:
     sys.stdout.write(crd_yaml())
     return 0
@@ -118,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check ScaleTrainJob files; list every problem with its field")
     validate.add_argument("files", nargs="+", help="ScaleTrainJob YAML files, or - for stdin")
     validate.set_defaults(handler=cmd_validate)
+
+    run_local = commands.add_parser(
+        "run-local", help="run a job on this machine as the cluster would: one torchrun per node, gang restarts"
+    )
+    run_local.add_argument("file", help="ScaleTrainJob YAML file (CPU jobs, or GPU jobs that fit this machine's GPUs)")
+    run_local.add_argument(
+        "--workdir", type=Path, help="volumes, checkpoints and logs go here (default: scaletrain-runs/NAME)"
+    )
+    run_local.add_argument("--fresh", action="store_true", help="delete the workdir first instead of resuming from it")
+    run_local.set_defaults(handler=cmd_run_local)
 
     crd = commands.add_parser("crd", help="print the ScaleTrainJob CustomResourceDefinition")
     crd.set_defaults(handler=cmd_crd)

@@ -8,11 +8,9 @@ the CRD's structural schema would prune a `status.kopf` field.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-import urllib.request
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -24,6 +22,7 @@ from scaletrain_trainer.validation import ProblemsError
 from . import metrics, naming
 from .api import parse_job
 from .cluster import Cluster
+from .progress import read_progress
 from .reconcile import condition, decide
 from .settings import OperatorConfig
 
@@ -116,14 +115,7 @@ def fetch_progress(namespace: str, name: str, status: dict[str, Any], spec: dict
     url = CONFIG.progress_url.format(
         pod=f"{current_job}-0", service=naming.service_name(name), namespace=namespace, port=port
     )
-    try:
-        with urllib.request.urlopen(url, timeout=CONFIG.progress_timeout_seconds) as response:
-            raw = json.load(response)
-    except (OSError, ValueError) as error:
-        log.debug("no progress from %s: %s", url, error)
-        return None
-    keys = ("step", "maxSteps", "loss", "samplesPerSecond", "etaSeconds", "updatedAt")
-    return {key: raw[key] for key in keys if raw.get(key) is not None}
+    return read_progress(url, CONFIG.progress_timeout_seconds)
 
 
 def reconcile(namespace: str, name: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -14,11 +15,22 @@ from scaletrain_trainer.model import GPT
 
 
 class CrashingSynthetic(Dataset):
-    """The synthetic data set, except that the process dies (like a lost node) on read number `crash_at_read`."""
+    """The synthetic data set, except that the process dies (like a lost node) on read number `crash_at_read`;
+    only on `crash_rank` if given, and only in gang generation `crash_generation` if given (so that a
+    restarted gang runs through)."""
 
-    def __init__(self, crash_at_read: int, crash_rank: int | None = None, exit_code: int = 13, **synthetic):
+    def __init__(
+        self,
+        crash_at_read: int,
+        crash_rank: int | None = None,
+        exit_code: int = 13,
+        crash_generation: int | None = None,
+        **synthetic,
+    ):
         self.inner = SyntheticSequences(**synthetic)
         self.crash_at_read, self.crash_rank, self.exit_code = crash_at_read, crash_rank, exit_code
+        generation = os.environ.get("SCALETRAIN_GENERATION")
+        self.armed = crash_generation is None or generation == str(crash_generation)
         self.reads = 0
 
     def __len__(self) -> int:
@@ -27,9 +39,22 @@ class CrashingSynthetic(Dataset):
     def __getitem__(self, index: int):
         self.reads += 1
         rank = int(os.environ.get("RANK", "0"))
-        if self.reads == self.crash_at_read and self.crash_rank in (None, rank):
+        if self.armed and self.reads == self.crash_at_read and self.crash_rank in (None, rank):
             os._exit(self.exit_code)
         return self.inner[index]
+
+
+class SlowSynthetic(SyntheticSequences):
+    """The synthetic data set, `seconds_per_read` slower per sample: paces a tiny run so that a test
+    can act on it mid-training."""
+
+    def __init__(self, seconds_per_read: float, **synthetic):
+        super().__init__(**synthetic)
+        self.seconds_per_read = seconds_per_read
+
+    def __getitem__(self, index: int):
+        time.sleep(self.seconds_per_read)
+        return super().__getitem__(index)
 
 
 class InfGradientAtOrigin(torch.autograd.Function):
