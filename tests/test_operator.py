@@ -67,11 +67,15 @@ def operator_process(cluster, *args):
     env = os.environ | {"KUBECONFIG": str(cluster.kubeconfig)}
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+        def show_log():
+            log.seek(0)
+            print("operator log (tail):\n" + log.read()[-5000:])
+
         try:
             yield process
         except BaseException:
-            log.seek(0)
-            print("operator log (tail):\n" + log.read()[-5000:])
+            show_log()
             raise
         finally:
             process.terminate()
@@ -79,8 +83,7 @@ def operator_process(cluster, *args):
                 process.wait(20)
             except subprocess.TimeoutExpired:
                 process.kill()
-                log.seek(0)
-                print("operator log (tail):\n" + log.read()[-5000:])
+                show_log()
                 raise
 
 
