@@ -183,6 +183,7 @@ def test_metrics_service_and_service_monitor_select_the_operator(chart):
         ({"watchNamespace": ["team-a"]}, helm_python.HelmValuesError, "watchNamespace"),
         ({"watchNamespaces": ["Team_A"]}, helm_python.HelmValuesError, "/watchNamespaces/0"),
         ({"replicaCount": 3, "peering": {"enabled": False, "name": "x"}}, helm_python.HelmRenderError, "peering"),
+        ({"metrics": {"port": 8081}}, helm_python.HelmRenderError, "livenessPort must differ"),
     ],
 )
 def test_bad_values_are_refused_with_the_field_named(chart, values, error, names):

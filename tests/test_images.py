@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -92,10 +93,19 @@ def test_dockerignore_lets_in_exactly_what_the_build_copies():
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    """The wheel the images install, built as the Dockerfile's `wheel` stage builds it."""
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel the images install, built as the Dockerfile's `wheel` stage builds it: from a copy of
+    just what that stage copies (so nothing else in the checkout can leak in)."""
+    context, out = tmp_path_factory.mktemp("context"), tmp_path_factory.mktemp("wheel")
+    for arguments in instruction("wheel", "COPY"):
+        *sources, _ = shlex.split(arguments)
+        for source in sources:
+            if (REPO / source).is_dir():
+                ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+                shutil.copytree(REPO / source, context / source, ignore=ignore)
+            else:
+                shutil.copy(REPO / source, context / source)
     build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out)]
-    subprocess.run([*build, str(REPO)], check=True, timeout=300, capture_output=True)
+    subprocess.run([*build, str(context)], check=True, timeout=300, capture_output=True)
     (path,) = out.glob("scaletrain-*.whl")
     return path
 

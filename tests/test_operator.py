@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from pathlib import Path
 
 import kopf
 import pytest
@@ -25,6 +26,7 @@ from scaletrain_operator import handlers
 from scaletrain_operator.settings import OperatorConfig
 
 NAMESPACE = "team-a"
+PEERING_CRDS = list(yaml.safe_load_all((REPO / "charts/scaletrain/crds/kopf-peering.yaml").read_text()))
 TIMEOUT = 10.0
 METRICS_PORT = free_port()
 
@@ -62,15 +64,15 @@ def running_operator(cluster):
 @contextmanager
 def operator_process(cluster, *args):
     """`scaletrain-operator ARGS` in its own process, as its Deployment runs it, against `cluster`.
-    Its log goes to a file (a pipe nobody reads would block it) and is shown if the test fails."""
+    Its log goes to a file (a pipe nobody reads would block it), `process.log_path`, shown if the test fails."""
     command = [sys.executable, "-m", "scaletrain_operator.main", *args]
-    env = os.environ | {"KUBECONFIG": str(cluster.kubeconfig)}
-    with tempfile.TemporaryFile("w+") as log:
+    env = os.environ | {"KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}  # as in its image
+    with tempfile.NamedTemporaryFile("w", suffix=".log") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        process.log_path = Path(log.name)  # read through its own handle: the child writes through `log`
 
         def show_log():
-            log.seek(0)
-            print("operator log (tail):\n" + log.read()[-5000:])
+            print("operator log (tail):\n" + process.log_path.read_text()[-5000:])
 
         try:
             yield process
@@ -85,6 +87,14 @@ def operator_process(cluster, *args):
                 process.kill()
                 show_log()
                 raise
+
+
+def create_peering(cluster, name, namespace=None):
+    """kopf's peering object, as the chart creates it: cluster-wide, or in `namespace`."""
+    kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+    plural = "kopfpeerings" if namespace else "clusterkopfpeerings"
+    body = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": name}}
+    return cluster.create(f"kopf.dev/v1/{plural}", body, namespace)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,13 @@ import time
 import urllib.request
 
 import pytest
+from k8s_emulator import CRD_PATH, EmulatedCluster
 from test_operator import (
     NAMESPACE,
+    PEERING_CRDS,
     children,
     configured_cluster,
+    create_peering,
     operator_process,
     running_operator,
     start_pods,
@@ -67,3 +70,33 @@ def test_the_operator_process_serves_liveness_and_metrics(cluster):
 
         assert cluster.wait_until(lambda: get(liveness, "/healthz").status == 200, timeout=10)
         assert "scaletrain_reconcile_seconds_count" in get(metrics, "/metrics").read().decode()
+
+
+def test_peered_replicas_keep_one_active_and_hand_over_on_shutdown():
+    """Two replicas as the chart runs them (--peering): random priorities make exactly one active (kopf
+    would pause both on equal ones); when it shuts down, the standby takes over."""
+    with EmulatedCluster(crds=[CRD_PATH, *PEERING_CRDS], namespaces=(NAMESPACE,)) as cluster:
+        create_peering(cluster, "scaletrain")
+        args = ("-A", "--peering", "scaletrain", "--liveness-port", "0", "--metrics-port", "0")
+        with operator_process(cluster, *args) as first, operator_process(cluster, *args) as second:
+            peers = cluster.wait_until(
+                lambda: (
+                    len(status := cluster.get("clusterkopfpeerings", None, "scaletrain").get("status") or {}) == 2
+                    and status
+                ),
+                timeout=30,
+            )
+            active_identity = max(peers, key=lambda identity: peers[identity]["priority"])
+            by_pid = {str(first.pid): first, str(second.pid): second}
+            active = by_pid[active_identity.split("/")[1]]
+            standby = second if active is first else first
+            submit(cluster, "ha-first")
+            wait_phase(cluster, "ha-first", "Pending", timeout=30)
+            cluster.wait_until(lambda: "Pausing operations in favour of" in standby.log_path.read_text(), timeout=10)
+            assert "Pausing" not in active.log_path.read_text()
+
+            active.terminate()  # a rolling update, or a drained node: kopf leaves the peering on the way out
+            active.wait(20)
+            submit(cluster, "ha-second")
+            wait_phase(cluster, "ha-second", "Pending", timeout=30)
+            assert "Resuming operations" in standby.log_path.read_text()

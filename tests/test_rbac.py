@@ -9,14 +9,22 @@ The chart's Roles are generated from the same table (test_chart.py checks they m
 from __future__ import annotations
 
 import pytest
-import yaml
 from k8s_emulator import CRD_PATH, EmulatedCluster
-from test_operator import NAMESPACE, TIMEOUT, fail_pod, operator_process, start_pods, stj, submit, wait_phase
+from test_operator import (
+    NAMESPACE,
+    PEERING_CRDS,
+    TIMEOUT,
+    create_peering,
+    fail_pod,
+    operator_process,
+    start_pods,
+    stj,
+    submit,
+    wait_phase,
+)
 
-from conftest import REPO
 from scaletrain_operator import rbac
 
-PEERING_CRDS = list(yaml.safe_load_all((REPO / "charts/scaletrain/crds/kopf-peering.yaml").read_text()))
 PEERING = "scaletrain"
 SCOPES = {
     "namespaced": (False, ("-n", NAMESPACE)),
@@ -44,11 +52,7 @@ def run_every_kind_of_change(cluster):
 def test_the_rbac_table_allows_exactly_the_calls_the_operator_makes(scope):
     clusterwide, scope_args = SCOPES[scope]
     with EmulatedCluster(crds=[CRD_PATH, *PEERING_CRDS], namespaces=(NAMESPACE,)) as cluster:
-        peering = {"apiVersion": "kopf.dev/v1", "metadata": {"name": PEERING}}
-        if clusterwide:
-            cluster.create("kopf.dev/v1/clusterkopfpeerings", peering | {"kind": "ClusterKopfPeering"})
-        else:
-            cluster.create("kopf.dev/v1/kopfpeerings", peering | {"kind": "KopfPeering"}, NAMESPACE)
+        create_peering(cluster, PEERING, None if clusterwide else NAMESPACE)
         args = (*scope_args, "--peering", PEERING, "--progress-interval", "0.3", "--liveness-port", "0")
         with operator_process(cluster, *args, "--metrics-port", "0"):
             run_every_kind_of_change(cluster)

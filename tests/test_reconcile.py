@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from conftest import base_job
+from scaletrain_operator import peering
 from scaletrain_operator.api import parse_job
 from scaletrain_operator.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, spec_hash
 from scaletrain_operator.render import render_job, render_service
@@ -182,3 +183,37 @@ def test_a_lost_status_patch_is_recovered_from_the_jobs_that_exist():
     job = _job(status=_running(currentJob="demo-g0"))
     decision = decide(job, _observed(job, {1: _child(job, 1)}, [_pod(0, "Running", generation=1)]), NOW)
     assert decision.create == [] and decision.status["currentJob"] == "demo-g1"
+
+
+def test_only_the_highest_priority_live_peer_is_the_active_replica():
+    def record(priority, seconds_ago=0, lifetime=60):
+        return {
+            "priority": priority,
+            "lifetime": lifetime,
+            "lastseen": (NOW - timedelta(seconds=seconds_ago)).isoformat(),
+        }
+
+    me = {"me": record(5)}
+    assert peering.is_active(me, "me", 5, NOW)
+    assert not peering.is_active(me | {"other": record(7)}, "me", 5, NOW)
+    assert not peering.is_active(me | {"other": record(5)}, "me", 5, NOW)  # kopf pauses both on a tie
+    assert peering.is_active(me | {"other": record(3)}, "me", 5, NOW)
+    assert peering.is_active(me | {"other": record(7, seconds_ago=61)}, "me", 5, NOW)  # its record expired
+
+
+def test_the_restart_names_the_pod_that_failed_first_and_ignores_pods_being_deleted():
+    def failed(index, exit_code, finished_at):
+        pod = _pod(index, "Failed", exit_code)
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = finished_at
+        return pod
+
+    job = _job(status=_running())
+    # Node 1 was killed; node 0's collective broke a second later: the root cause is node 1.
+    pods = [failed(0, 1, "2026-11-30T12:00:05Z"), failed(1, 137, "2026-11-30T12:00:04Z")]
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
+    assert "pod demo-g0-1-abcde failed (Error, exit code 137)" in decision.status["message"]
+
+    terminating = failed(0, 143, "2026-11-30T12:00:04Z")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:03Z"  # stopped, not crashed
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [terminating, _pod(1, "Running")]), NOW)
+    assert decision.delete_jobs == [] and decision.status["phase"] == "Running"

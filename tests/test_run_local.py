@@ -152,10 +152,31 @@ def test_a_dead_node_restarts_the_gang_which_resumes_from_the_checkpoint(tmp_pat
 
 def test_a_config_error_found_in_the_pod_fails_at_once(tmp_path):
     job = tiny_job("local-bad", {"data": {"source": "text", "path": "/nonexistent/corpus.txt"}}, maxRestarts=3)
-    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    workdir = tmp_path / "work"
+    (workdir / "logs").mkdir(parents=True)
+    (workdir / "logs" / "old.log").write_text("from an earlier run")
+    (workdir / "notes.txt").write_text("not run-local's")
+    result = run_local(write_job(tmp_path, job), "--workdir", workdir, "--fresh", cwd=tmp_path)
     assert result.returncode == 78, result.stdout + result.stderr
     assert "invalid training config, not retried" in result.stdout and "0 restart(s)" in result.stdout
     assert "/nonexistent/corpus.txt is not a readable file" in result.stdout  # the failed pod's log tail
+    # --fresh removed what run-local writes (logs, volumes) and nothing else.
+    assert not (workdir / "logs" / "old.log").exists() and (workdir / "notes.txt").exists()
+
+
+def test_a_passed_deadline_ends_the_run_without_restarts(tmp_path):
+    job = tiny_job("local-late", {"data": paced(0.05), "maxSteps": 1000}, activeDeadlineSeconds=2, maxRestarts=2)
+    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "activeDeadlineSeconds (2) passed" in result.stdout and "0 restart(s)" in result.stdout
+    assert processes_of("local-late") == []
+
+
+def test_a_command_that_does_not_exist_is_a_clear_error(tmp_path):
+    job = tiny_job("local-typo", command=["scaletrain-no-such-command"])
+    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "scaletrain: run-local:" in result.stderr and "scaletrain-no-such-command" in result.stderr
 
 
 def test_a_gpu_job_on_a_machine_without_gpus_is_refused_with_the_field(tmp_path):
@@ -164,19 +185,27 @@ def test_a_gpu_job_on_a_machine_without_gpus_is_refused_with_the_field(tmp_path)
     assert "spec.gpusPerNode" in result.stderr and "no GPU" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
-    slow = {
-        "source": "plugins.faults:SlowSynthetic",
-        "options": {"seconds_per_read": 0.05, "samples": 200, "context_length": 16, "vocab_size": 64, "seed": 7},
-    }
-    job = tiny_job("local-interrupted", {"data": slow, "maxSteps": 1000})
+def paced(seconds_per_read):
+    options = {"seconds_per_read": seconds_per_read, "samples": 200, "context_length": 16, "vocab_size": 64, "seed": 7}
+    return {"source": "plugins.faults:SlowSynthetic", "options": options}
+
+
+def start_run_local(tmp_path, job):
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(write_job(tmp_path, job))]
-    runner = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, runner):
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
+        time.sleep(0.1)
+
+
+def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
+    runner = start_run_local(tmp_path, tiny_job("local-interrupted", {"data": paced(0.05), "maxSteps": 1000}))
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not (tmp_path / "scaletrain-runs/local-interrupted/volumes/scratch/out/metrics.jsonl").exists():
-            assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
-            time.sleep(0.1)
+        wait_for((tmp_path / "scaletrain-runs/local-interrupted/volumes/scratch/out/metrics.jsonl").exists, runner)
         assert len(processes_of("local-interrupted")) >= 4  # 2 × (launcher/torchrun + 1 worker)
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=60)
@@ -184,8 +213,25 @@ def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
         if runner.poll() is None:
             runner.kill()
     assert runner.returncode == 130, out + err
-    assert "interrupted; every process of the job is stopped" in out
+    assert "interrupted (SIGINT); every process of the job is stopped" in out
     assert processes_of("local-interrupted") == []
+
+
+def test_a_second_sigterm_cannot_cut_the_clean_up_short(tmp_path):
+    """Pods that ignore SIGTERM hold the clean-up for its whole grace period; signals meanwhile wait."""
+    stubborn = ["python", "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+    runner = start_run_local(tmp_path, tiny_job("local-stubborn", command=stubborn))
+    try:
+        wait_for(lambda: len(processes_of("local-stubborn")) == 2, runner)
+        runner.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        runner.send_signal(signal.SIGTERM)
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 143, out + err
+    assert processes_of("local-stubborn") == []
 
 
 def test_the_readme_example_runs_and_its_loss_falls(tmp_path):

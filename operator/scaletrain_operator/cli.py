@@ -105,7 +105,10 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     from .local_run import run_local  # imports torch lazily; keep `render` and `validate` light
 
     (job,) = jobs
-    return run_local(job, args.workdir or Path("scaletrain-runs") / job.name, fresh=args.fresh)
+    try:
+        return run_local(job, args.workdir or Path("scaletrain-runs") / job.name, fresh=args.fresh)
+    except OSError as error:  # a command that does not exist, a workdir that cannot be written, ...
+        raise InputError(f"run-local: {error}") from None
 
 
 def cmd_crd(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import naming
+from .peering import KOPF_GROUP, KOPF_VERSION
 from .reconcile import Decision, Observed
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,19 @@ class Cluster:
         except ApiException as error:
             if error.status != 404:
                 raise
+
+    def peering_status(self, name: str, namespaces: list[str]) -> dict[str, Any] | None:
+        """The peers recorded in kopf's peering object `name`: the ClusterKopfPeering of a cluster-wide
+        operator, else the KopfPeering of its first namespace (every namespace has the same peers)."""
+        if namespaces:
+            items = self.custom.list_namespaced_custom_object(
+                KOPF_GROUP, KOPF_VERSION, namespaces[0], "kopfpeerings", _request_timeout=self.timeout
+            )["items"]
+        else:
+            items = self.custom.list_cluster_custom_object(
+                KOPF_GROUP, KOPF_VERSION, "clusterkopfpeerings", _request_timeout=self.timeout
+            )["items"]
+        return next((item.get("status") or {} for item in items if item["metadata"]["name"] == name), None)
 
     def post_event(self, namespace: str, owner: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         now = datetime.now(timezone.utc)

@@ -19,7 +19,7 @@ import kopf
 
 from scaletrain_trainer.validation import ProblemsError
 
-from . import metrics, naming
+from . import metrics, naming, peering
 from .api import parse_job
 from .cluster import Cluster
 from .progress import read_progress
@@ -84,10 +84,21 @@ def housekeeping_loop(stop: threading.Event) -> None:
     their TTL. A plain thread rather than a kopf timer, which would put a finalizer on every job."""
     while not stop.wait(CONFIG.progress_interval_seconds):
         try:
+            if not active_replica():
+                continue
             for raw in cluster().list_jobs(CONFIG.namespaces):
                 housekeep(raw)
         except Exception:  # best effort: never let this break the operator
             log.exception("housekeeping pass failed")
+
+
+def active_replica() -> bool:
+    """Standalone, or the active one of the peered replicas (kopf pauses the others' watches)."""
+    if not CONFIG.peering:
+        return True
+    status = cluster().peering_status(CONFIG.peering, CONFIG.namespaces)
+    now = datetime.now(timezone.utc)
+    return status is not None and peering.is_active(status, CONFIG.peering_identity, CONFIG.peering_priority, now)
 
 
 def housekeep(raw: dict[str, Any]) -> None:

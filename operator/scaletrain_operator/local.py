@@ -83,21 +83,15 @@ def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[st
     """The container's env as the kubelet resolves it: literal values, and downward-API fields of the
     pod. Secrets and ConfigMaps do not exist here: a clear error names the variable."""
     values: dict[str, str] = {}
-    for position, var in enumerate(container.get("env") or []):
+    for var in container.get("env") or []:
         if "value" in var:
             values[var["name"]] = str(var["value"])
         elif "fieldRef" in (source := var.get("valueFrom") or {}):
             values[var["name"]] = _pod_field(pod, source["fieldRef"]["fieldPath"])
         elif source:
             kind = next(iter(source))
-            raise ProblemsError(
-                [
-                    Problem(
-                        ("spec", "env", position),
-                        f"{var['name']}: {kind} cannot be resolved outside a cluster; set value",
-                    )
-                ]
-            )
+            message = f"{var['name']} comes from a {kind}, which does not exist outside a cluster; give it a value"
+            raise ProblemsError([Problem(("spec", "env"), message)])
         else:
             values[var["name"]] = ""
     return values
@@ -192,42 +186,33 @@ class LocalPod:
         return self.log_path.with_suffix(".termination-log")
 
     def start(self) -> None:
+        """Raises OSError when the command cannot be started (the pod then has no process)."""
         # The image's `python` and `torchrun` are this interpreter's: its directory goes first on PATH.
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         # The kubelet provides an empty terminationMessagePath file; its content ends up in the pod status.
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.termination_log.write_text("")
-        env = (
-            os.environ
-            | self.env
-            | {"PATH": path, POD_MARKER_ENV: self.marker, TERMINATION_LOG_ENV: str(self.termination_log)}
-        )
+        pod_env = {"PATH": path, POD_MARKER_ENV: self.marker, TERMINATION_LOG_ENV: str(self.termination_log)}
         self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            self.command, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        try:
+            self.process = subprocess.Popen(
+                self.command, env=os.environ | self.env | pod_env, stdout=self._log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        except OSError:
+            self._log.close()
+            raise
 
     def poll(self) -> int | None:
         """The container's exit code once its main process has ended (the rest of the pod is then
         stopped, as when a container's main process exits), else None."""
         if self.process is None or self.process.poll() is None:
             return None
-        self._kill_all(signal.SIGKILL)
+        self.signal_all(signal.SIGKILL)
         return exit_code(self.process.returncode)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
-        """Stop every process of the pod: `sig`, then SIGKILL for whatever outlives the grace period."""
-        self._kill_all(sig)
-        deadline = time.monotonic() + grace_seconds
-        while self.pids() and time.monotonic() < deadline:
-            time.sleep(0.05)
-            if self.process is not None:
-                self.process.poll()  # reap the main process
-        self._kill_all(signal.SIGKILL)
-        if self.process is not None:
-            self.process.wait(timeout=STOP_GRACE_SECONDS)  # killed: only the reaping is left
-        if self._log is not None:
-            self._log.close()
+        stop_pods([self], sig, grace_seconds)
 
     def pids(self) -> list[int]:
         """Every live process of this pod: the ones whose environment carries its marker."""
@@ -243,12 +228,22 @@ class LocalPod:
                 continue
         return found
 
-    def _kill_all(self, sig: signal.Signals) -> None:
+    def signal_all(self, sig: signal.Signals) -> None:
         for pid in self.pids():
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+
+    def reap(self) -> None:
+        """Collect the killed main process and close the log."""
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:  # unkillable (uninterruptible I/O): leave it to init
+                pass
+        if self._log is not None:
+            self._log.close()
 
     def termination_message(self) -> str:
         try:
@@ -261,6 +256,29 @@ class LocalPod:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def stop_pods(
+    pods: list[LocalPod], sig: signal.Signals = signal.SIGTERM, grace_seconds: float = STOP_GRACE_SECONDS
+) -> None:
+    """Stop every process of `pods` together, as the kubelet stops a pod's containers: `sig` to all,
+    one shared grace period, then SIGKILL until none is left (processes forked meanwhile included)."""
+    for pod in pods:
+        pod.signal_all(sig)
+    deadline = time.monotonic() + grace_seconds
+    while any(pod.pids() for pod in pods) and time.monotonic() < deadline:
+        for pod in pods:
+            if pod.process is not None:
+                pod.process.poll()  # reap main processes as they exit
+        time.sleep(0.05)
+    for _ in range(100):  # a few seconds at most; SIGKILL cannot be ignored
+        if not any(pod.pids() for pod in pods):
+            break
+        for pod in pods:
+            pod.signal_all(signal.SIGKILL)
+        time.sleep(0.05)
+    for pod in pods:
+        pod.reap()
 
 
 def _is_zombie(proc_entry: Path) -> bool:

@@ -3,17 +3,22 @@
 Each node is the job's rendered pod (local.py): one torchrun per node with the pod's env, gloo on
 CPU, nccl with a slice of this machine's GPUs per node. The gang behaves as under the operator: a
 failed node stops the others and the gang restarts from the last checkpoint, up to maxRestarts;
-exit code 78 (an invalid training config) is not retried; activeDeadlineSeconds ends it. Every
-process is stopped on the way out, also on Ctrl-C. Volumes are directories under the workdir.
+exit code 78 (an invalid training config) and a passed activeDeadlineSeconds (per gang, as each
+generation is a new Job) are final. Every process is stopped on the way out, also on Ctrl-C, SIGTERM
+or SIGHUP, and a second interrupt cannot cut the stopping short. Volumes are directories under the
+workdir.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ from .local import (
     indexed_pods,
     localize,
     resolve_env,
+    stop_pods,
     trainer_container,
     volume_paths,
 )
@@ -37,13 +43,28 @@ from .reconcile import CONFIG_ERROR_EXIT_CODE
 from .render import render_job
 
 POLL_SECONDS = 0.25
-EXIT_INTERRUPTED = 130
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
+WORKDIR_PARTS = ("logs", "volumes")  # what run-local writes under the workdir (and --fresh removes)
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
 
 
 def count_gpus() -> int:
     import torch  # only here: the rest of the command line needs no torch
 
     return torch.cuda.device_count()
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else all of them."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [device for device in visible.split(",") if device.strip()]
+    return [str(index) for index in range(count_gpus())]
 
 
 def check_fits_this_machine(job: ScaleTrainJob, gpus_here: int) -> None:
@@ -65,21 +86,22 @@ def check_fits_this_machine(job: ScaleTrainJob, gpus_here: int) -> None:
 @dataclass
 class Outcome:
     exit_code: int
-    pod: str | None = None  # the pod that decided it: the first to fail, or the last to succeed
+    pod: str | None = None  # the pod that decided it: the failed one (the lowest index), or the last one
     reason: str = ""
+    final: bool = False  # no gang restart helps: a config error or a passed deadline
 
 
 class Gang:
     """One generation of the job's pods, started together and stopped together."""
 
-    def __init__(self, job: ScaleTrainJob, generation: int, workdir: Path):
+    def __init__(self, job: ScaleTrainJob, generation: int, workdir: Path, gpus: list[str]):
         pods = indexed_pods(render_job(job, generation))
         container = trainer_container(pods[0])
         mounts = volume_paths(container, workdir / "volumes")
         for directory in mounts.values():
             directory.mkdir(parents=True, exist_ok=True)
         master_port, self.metrics_port = free_port(), free_port()
-        gpus = job.spec.gpus_per_node
+        per_node = job.spec.gpus_per_node
         self.pods = []
         for index, pod in enumerate(pods):
             env = localize(
@@ -88,8 +110,8 @@ class Gang:
                 mounts=mounts,
                 metrics_port=self.metrics_port,
             )
-            if gpus:  # this node's slice of the machine's GPUs
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in range(index * gpus, (index + 1) * gpus))
+            if per_node:  # this node's slice of the GPUs run-local may use
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[index * per_node : (index + 1) * per_node])
             self.pods.append(LocalPod.from_pod(pod, env, workdir / "logs"))
         self.config = TrainingConfig.model_validate(json.loads(self.pods[0].env[CONFIG_ENV]))
 
@@ -102,19 +124,20 @@ class Gang:
             pod.start()
 
     def poll(self) -> Outcome | None:
-        """The first failure, success once every pod succeeded, or None while the gang runs."""
+        """A failure, success once every pod succeeded, or None while the gang runs."""
         codes = [(pod, pod.poll()) for pod in self.pods]
         failed = [(pod, code) for pod, code in codes if code not in (None, 0)]
         if failed:
             pod, code = failed[0]
-            return Outcome(code, pod.name, f"pod {pod.name} failed (exit code {code})")
+            final = code == CONFIG_ERROR_EXIT_CODE
+            return Outcome(code, pod.name, f"pod {pod.name} failed (exit code {code})", final)
         if all(code == 0 for _, code in codes):
             return Outcome(0, self.pods[-1].name, f"all {len(self.pods)} nodes finished")
         return None
 
     def stop(self) -> None:
-        for pod in self.pods:
-            pod.stop()
+        with signals_deferred():  # a second Ctrl-C must not leave half the processes running
+            stop_pods(self.pods)
 
 
 class ProgressView:
@@ -177,47 +200,55 @@ class RunResult:
 
 def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False) -> int:
     """Run `job` here until it succeeds or fails; the exit code is the job's (0 on success)."""
-    check_fits_this_machine(job, count_gpus() if job.spec.gpus_per_node else 0)
-    if fresh and workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    spec = job.spec
-    deadline = time.monotonic() + spec.active_deadline_seconds if spec.active_deadline_seconds else None
-    started, restarts = time.monotonic(), 0
-    previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
     try:
-        with ProgressView(job) as view:
-            view.say(
-                f"{job.name}: {spec.nodes} node(s) × {spec.procs} process(es), backend {spec.resolved_backend}; "
-                f"logs and volumes in {workdir}"
-            )
-            gang = Gang(job, restarts, workdir)
-            metrics_path = Path(gang.config.output_dir) / "metrics.jsonl"
-            offset = metrics_path.stat().st_size if metrics_path.exists() else 0  # earlier runs' records
-            while True:
-                outcome = _run_gang(gang, view, deadline)
-                if outcome.exit_code in (0, CONFIG_ERROR_EXIT_CODE) or restarts >= spec.max_restarts:
-                    break
-                restarts += 1
-                view.say(f"{outcome.reason}; gang restart {restarts}/{spec.max_restarts} from the last checkpoint")
-                gang = Gang(job, restarts, workdir)
-        seconds = time.monotonic() - started
-        records = _records(metrics_path, offset)
-        print(summary(RunResult(job, gang, outcome, restarts, seconds, records, metrics_path, workdir)))
-        return outcome.exit_code
-    except KeyboardInterrupt:
-        print(f"{job.name}: interrupted; every process of the job is stopped")
-        return EXIT_INTERRUPTED
+        gpus = visible_gpus() if job.spec.gpus_per_node else []
+        check_fits_this_machine(job, len(gpus))
+        if fresh:
+            for part in WORKDIR_PARTS:
+                shutil.rmtree(workdir / part, ignore_errors=True)
+        return _run(job, workdir, gpus)
+    except Interrupted as interruption:
+        print(f"{job.name}: interrupted ({interruption}); every process of the job is stopped")
+        return interruption.exit_code
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
-def _run_gang(gang: Gang, view: ProgressView, deadline: float | None) -> Outcome:
-    gang.start()
+def _run(job: ScaleTrainJob, workdir: Path, gpus: list[str]) -> int:
+    spec = job.spec
+    started, restarts = time.monotonic(), 0
+    with ProgressView(job) as view:
+        view.say(
+            f"{job.name}: {spec.nodes} node(s) × {spec.procs} process(es), backend {spec.resolved_backend}; "
+            f"logs and volumes in {workdir}"
+        )
+        gang = Gang(job, restarts, workdir, gpus)
+        metrics_path = Path(gang.config.output_dir) / "metrics.jsonl"
+        offset = metrics_path.stat().st_size if metrics_path.exists() else 0  # earlier runs' records
+        while True:
+            outcome = _run_gang(gang, view, spec.active_deadline_seconds)
+            if outcome.exit_code == 0 or outcome.final or restarts >= spec.max_restarts:
+                break
+            restarts += 1
+            view.say(f"{outcome.reason}; gang restart {restarts}/{spec.max_restarts} from the last checkpoint")
+            gang = Gang(job, restarts, workdir, gpus)
+    seconds = time.monotonic() - started
+    records = _records(metrics_path, offset)
+    print(summary(RunResult(job, gang, outcome, restarts, seconds, records, metrics_path, workdir)))
+    return outcome.exit_code
+
+
+def _run_gang(gang: Gang, view: ProgressView, deadline_seconds: int | None) -> Outcome:
+    deadline = time.monotonic() + deadline_seconds if deadline_seconds else None
     try:
+        gang.start()
         while (outcome := gang.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
-                return Outcome(1, None, "activeDeadlineSeconds passed")
+                return Outcome(1, None, f"activeDeadlineSeconds ({deadline_seconds}) passed", final=True)
             if (progress := read_progress(gang.progress_url, timeout_seconds=POLL_SECONDS)) is not None:
                 view.update(progress)
             time.sleep(POLL_SECONDS)
@@ -231,7 +262,7 @@ def summary(result: RunResult) -> str:
     verdict = "Succeeded" if outcome.exit_code == 0 else f"Failed: {outcome.reason}"
     if outcome.exit_code == CONFIG_ERROR_EXIT_CODE:
         verdict += ": invalid training config, not retried"
-    elif outcome.exit_code and result.restarts >= job.spec.max_restarts:
+    elif outcome.exit_code and not outcome.final and result.restarts >= job.spec.max_restarts:
         verdict += f"; maxRestarts ({job.spec.max_restarts}) reached"
     lines = [f"{job.name}: {verdict} in {result.seconds:.1f} s, {result.restarts} restart(s)"]
     if records:
@@ -252,13 +283,21 @@ def summary(result: RunResult) -> str:
 
 
 def _records(path: Path, offset: int) -> list[dict[str, Any]]:
-    """The metrics.jsonl records written by this run (the file also keeps earlier runs' records)."""
+    """The metrics.jsonl records written by this run (the file also keeps earlier runs' records); a
+    line cut short by a killed process is skipped."""
     try:
         with path.open() as file:
             file.seek(offset)
-            return [json.loads(line) for line in file if line.strip()]
-    except (OSError, ValueError):
+            lines = file.readlines()
+    except OSError:
         return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
 
 
 def _duration(seconds: float) -> str:
@@ -271,4 +310,14 @@ def _duration(seconds: float) -> str:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Interrupted(signum)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait (pending) until the block is done."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

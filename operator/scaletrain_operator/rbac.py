@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import yaml
 
 from . import naming
-
-KOPF_GROUP = "kopf.dev"
+from .peering import KOPF_GROUP
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,9 @@ OPERATOR = (
     Permission("", "events", ("create",), "Events on each ScaleTrainJob"),
 )
 
-# kopf peering (HA replicas: one active operator): a KopfPeering in each watched namespace, or one
-# ClusterKopfPeering for a cluster-wide operator. kopf watches it and patches its own keep-alive in.
+# kopf peering (HA replicas: one active operator, see peering.py): a KopfPeering in each watched
+# namespace, or one ClusterKopfPeering for a cluster-wide operator. kopf watches it and patches its own
+# keep-alive in; the housekeeping thread lists it to know whether this replica is the active one.
 PEERING_VERBS = ("list", "watch", "patch")
 NAMESPACED_PEERING = (Permission(KOPF_GROUP, "kopfpeerings", PEERING_VERBS, "kopf peering in a namespace"),)
 CLUSTER_PEERING = (Permission(KOPF_GROUP, "clusterkopfpeerings", PEERING_VERBS, "kopf peering, cluster-wide"),)

@@ -65,21 +65,28 @@ def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
 
 
 def first_failure(pods: list[dict[str, Any]]) -> PodFailure | None:
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+    """The pod that failed first (by its trainer container's finishedAt, then by name): the likely root
+    cause, as a dead rank makes its peers fail right after it. Pods being deleted are skipped: they were
+    stopped (a suspension, a preemption), not crashed."""
+    failures = []
+    for pod in pods:
         status = pod.get("status") or {}
-        if status.get("phase") != "Failed":
+        if status.get("phase") != "Failed" or pod["metadata"].get("deletionTimestamp"):
             continue
+        failure = PodFailure(pod["metadata"]["name"], None, status.get("reason", "Failed"), status.get("message", ""))
+        finished = "~"  # after any timestamp
         for container in status.get("containerStatuses") or []:
             terminated = (container.get("state") or {}).get("terminated")
             if terminated and container.get("name") == naming.TRAINER_CONTAINER:
-                return PodFailure(
+                failure = PodFailure(
                     pod["metadata"]["name"],
                     terminated.get("exitCode"),
                     terminated.get("reason", "Error"),
                     terminated.get("message", ""),
                 )
-        return PodFailure(pod["metadata"]["name"], None, status.get("reason", "Failed"), status.get("message", ""))
-    return None
+                finished = terminated.get("finishedAt") or finished
+        failures.append((finished, failure.pod, failure))
+    return min(failures)[2] if failures else None
 
 
 def _job_condition(job_object: dict[str, Any] | None, kind: str) -> bool:

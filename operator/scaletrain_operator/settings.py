@@ -18,6 +18,11 @@ class OperatorConfig:
     request_timeout_seconds: float = 30.0
     watch_timeout_seconds: int = 300
     metrics_port: int = 8080  # Prometheus metrics; 0 disables
+    # kopf peering (peering.py): the shared object's name ("" for a standalone operator), and this replica's
+    # identity and priority in it.
+    peering: str = ""
+    peering_identity: str = ""
+    peering_priority: int = 0
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> OperatorConfig:
