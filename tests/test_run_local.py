@@ -190,47 +190,47 @@ def paced(seconds_per_read):
     return {"source": "plugins.faults:SlowSynthetic", "options": options}
 
 
-def start_run_local(tmp_path, job):
+def interrupted_run(tmp_path, job, ready, signals):
+    """run-local on `job` in the background; once `ready()`, `signals` half a second apart.
+    Returns its exit code and output."""
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(write_job(tmp_path, job))]
-    return subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(condition, runner):
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
-        time.sleep(0.1)
-
-
-def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
-    runner = start_run_local(tmp_path, tiny_job("local-interrupted", {"data": paced(0.05), "maxSteps": 1000}))
+    runner = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for((tmp_path / "scaletrain-runs/local-interrupted/volumes/scratch/out/metrics.jsonl").exists, runner)
-        assert len(processes_of("local-interrupted")) >= 4  # 2 × (launcher/torchrun + 1 worker)
-        runner.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + TIMEOUT
+        while not ready():
+            assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
+            time.sleep(0.1)
+        for index, signum in enumerate(signals):
+            time.sleep(0.5 * bool(index))
+            runner.send_signal(signum)
         out, err = runner.communicate(timeout=60)
     finally:
         if runner.poll() is None:
             runner.kill()
-    assert runner.returncode == 130, out + err
-    assert "interrupted (SIGINT); every process of the job is stopped" in out
+    return runner.returncode, out + err
+
+
+def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
+    job = tiny_job("local-interrupted", {"data": paced(0.05), "maxSteps": 1000})
+    metrics_file = tmp_path / "scaletrain-runs/local-interrupted/volumes/scratch/out/metrics.jsonl"
+
+    def training():  # 2 × (launcher/torchrun + 1 worker), and past its first step
+        return metrics_file.exists() and len(processes_of("local-interrupted")) >= 4
+
+    returncode, output = interrupted_run(tmp_path, job, training, [signal.SIGINT])
+    assert returncode == 130, output
+    assert "interrupted (SIGINT); every process of the job is stopped" in output
     assert processes_of("local-interrupted") == []
 
 
 def test_a_second_sigterm_cannot_cut_the_clean_up_short(tmp_path):
     """Pods that ignore SIGTERM hold the clean-up for its whole grace period; signals meanwhile wait."""
-    stubborn = ["python", "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
-    runner = start_run_local(tmp_path, tiny_job("local-stubborn", command=stubborn))
-    try:
-        wait_for(lambda: len(processes_of("local-stubborn")) == 2, runner)
-        runner.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        runner.send_signal(signal.SIGTERM)
-        out, err = runner.communicate(timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    assert runner.returncode == 143, out + err
+    ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True)"
+    job = tiny_job("local-stubborn", command=["python", "-c", ignore + "; time.sleep(600)"])
+    logs = tmp_path / "scaletrain-runs/local-stubborn/logs"
+    ready = lambda: sum("ignoring" in log.read_text() for log in logs.glob("*.log")) == 2  # noqa: E731
+    returncode, output = interrupted_run(tmp_path, job, ready, [signal.SIGTERM, signal.SIGTERM])
+    assert returncode == 143, output
     assert processes_of("local-stubborn") == []
 
 

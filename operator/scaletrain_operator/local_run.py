@@ -309,15 +309,30 @@ def _duration(seconds: float) -> str:
     )
 
 
+@dataclass
+class _SignalState:
+    deferring: bool = False
+    deferred: int | None = None  # a stop signal that came while deferring
+
+
+_signals = _SignalState()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    if _signals.deferring:
+        _signals.deferred = signum
+        return
     raise Interrupted(signum)
 
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait (pending) until the block is done."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    """Ctrl-C, SIGTERM and SIGHUP that come during the block take effect when it is done. (A flag, not
+    a blocked signal mask: the kernel may hand the signal to another thread, e.g. the progress bar's.)"""
+    _signals.deferring, _signals.deferred = True, None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _signals.deferring = False
+        if _signals.deferred is not None:
+            raise Interrupted(_signals.deferred)
