@@ -10,9 +10,9 @@ import time
 import pytest
 from node_agent import NodeAgent
 from test_operator import NAMESPACE, condition, configured_cluster, events, running_operator, stj, submit
-from trainer_runs import BASE_CONFIG, free_port
+from trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
 
-from conftest import REPO, patched
+from conftest import patched
 
 TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
 CHECKPOINT_EVERY = 5
@@ -20,8 +20,7 @@ CHECKPOINT_EVERY = 5
 
 def paced(seconds_per_read=0.01):
     """The test data set, slowed down so that the operator sees the job running (and a test can act)."""
-    options = {"seconds_per_read": seconds_per_read, "samples": 200, "context_length": 16, "vocab_size": 64, "seed": 7}
-    return {"source": "plugins.faults:SlowSynthetic", "options": options}
+    return plugin_data("SlowSynthetic", seconds_per_read=seconds_per_read)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +42,7 @@ def submit_training(cluster, name, training=None, **spec):
             "metricsPort": free_port(),  # rank 0's /progress, which the operator polls
         },
     )
-    env = [{"name": "PYTHONPATH", "value": str(REPO / "tests")}, {"name": "OMP_NUM_THREADS", "value": "1"}]
+    env = [{"name": name, "value": value} for name, value in PLUGIN_ENV.items()]
     submit(cluster, name, training=patched(config, training or {}), env=env, **spec)
     return directory
 
@@ -102,17 +101,7 @@ def test_a_killed_node_restarts_the_gang_which_resumes_from_its_checkpoint(clust
 
 
 def test_exhausted_restarts_fail_the_job_with_the_reason(cluster):
-    crash_every_time = {
-        "source": "plugins.faults:CrashingSynthetic",
-        "options": {
-            "crash_at_read": 3,
-            "crash_rank": 1,
-            "samples": 200,
-            "context_length": 16,
-            "vocab_size": 64,
-            "seed": 7,
-        },
-    }
+    crash_every_time = plugin_data("CrashingSynthetic", crash_at_read=3, crash_rank=1)
     submit_training(cluster, "e2e-doomed", {"data": crash_every_time}, maxRestarts=1)
     status = wait_phase(cluster, "e2e-doomed", "Failed")
     failed = condition(stj(cluster, "e2e-doomed"), "Failed")

@@ -14,11 +14,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trainer_runs import BASE_CONFIG
+from trainer_runs import BASE_CONFIG, PLUGIN_ENV, plugin_data
 
 from conftest import REPO, base_job, patched
 from scaletrain_operator.api import parse_job
-from scaletrain_operator.local import exit_code, indexed_pods, localize, resolve_env, trainer_container
+from scaletrain_operator.local import (
+    exit_code,
+    indexed_pods,
+    localize,
+    processes_with_env,
+    resolve_env,
+    trainer_container,
+)
 from scaletrain_operator.render import render_job
 from scaletrain_trainer.validation import ProblemsError
 
@@ -41,7 +48,7 @@ def tiny_job(name, training=None, **spec):
         training=patched(config, training or {}),
         volumes=[{"name": "scratch", "emptyDir": {}}],
         volumeMounts=[{"name": "scratch", "mountPath": SCRATCH}],
-        env=[{"name": "PYTHONPATH", "value": str(REPO / "tests")}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+        env=[{"name": name, "value": value} for name, value in PLUGIN_ENV.items()],
         **spec,
     )
     job["metadata"] = {"name": name}
@@ -66,17 +73,7 @@ def metrics(workdir):
 
 def processes_of(job_name):
     """Live processes of a job, found by the SCALETRAIN_JOB_NAME every pod's env carries."""
-    needle = f"SCALETRAIN_JOB_NAME={job_name}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
-                stat = (entry / "stat").read_text()
-                if stat[stat.rindex(")") + 2] != "Z":
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return processes_with_env(f"SCALETRAIN_JOB_NAME={job_name}")
 
 
 def test_indexed_pods_and_their_env_are_what_the_job_controller_and_kubelet_make():
@@ -127,18 +124,8 @@ def test_a_two_node_job_runs_to_the_end_on_its_volume(tmp_path):
 
 
 def test_a_dead_node_restarts_the_gang_which_resumes_from_the_checkpoint(tmp_path):
-    crash = {
-        "source": "plugins.faults:CrashingSynthetic",
-        "options": {
-            "crash_at_read": 8 * 7 + 3,  # node 1's rank dies during step 8, after the step-5 checkpoint
-            "crash_rank": 1,
-            "crash_generation": 0,
-            "samples": 200,
-            "context_length": 16,
-            "vocab_size": 64,
-            "seed": 7,
-        },
-    }
+    # Node 1's rank dies during step 8, after the step-5 checkpoint; only in the first gang.
+    crash = plugin_data("CrashingSynthetic", crash_at_read=8 * 7 + 3, crash_rank=1, crash_generation=0)
     workdir = tmp_path / "work"
     job = tiny_job("local-crash", {"data": crash}, maxRestarts=2)
     result = run_local(write_job(tmp_path, job), "--workdir", workdir, cwd=tmp_path)
@@ -165,7 +152,12 @@ def test_a_config_error_found_in_the_pod_fails_at_once(tmp_path):
 
 
 def test_a_passed_deadline_ends_the_run_without_restarts(tmp_path):
-    job = tiny_job("local-late", {"data": paced(0.05), "maxSteps": 1000}, activeDeadlineSeconds=2, maxRestarts=2)
+    job = tiny_job(
+        "local-late",
+        {"data": plugin_data("SlowSynthetic", seconds_per_read=0.05), "maxSteps": 1000},
+        activeDeadlineSeconds=2,
+        maxRestarts=2,
+    )
     result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "activeDeadlineSeconds (2) passed" in result.stdout and "0 restart(s)" in result.stdout
@@ -183,11 +175,6 @@ def test_a_gpu_job_on_a_machine_without_gpus_is_refused_with_the_field(tmp_path)
     result = run_local(REPO / "examples" / "gpu-h100-fsdp.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert "spec.gpusPerNode" in result.stderr and "no GPU" in result.stderr and "Traceback" not in result.stderr
-
-
-def paced(seconds_per_read):
-    options = {"seconds_per_read": seconds_per_read, "samples": 200, "context_length": 16, "vocab_size": 64, "seed": 7}
-    return {"source": "plugins.faults:SlowSynthetic", "options": options}
 
 
 def interrupted_run(tmp_path, job, ready, signals):
@@ -211,7 +198,7 @@ def interrupted_run(tmp_path, job, ready, signals):
 
 
 def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
-    job = tiny_job("local-interrupted", {"data": paced(0.05), "maxSteps": 1000})
+    job = tiny_job("local-interrupted", {"data": plugin_data("SlowSynthetic", seconds_per_read=0.05), "maxSteps": 1000})
     metrics_file = tmp_path / "scaletrain-runs/local-interrupted/volumes/scratch/out/metrics.jsonl"
 
     def training():  # 2 × (launcher/torchrun + 1 worker), and past its first step

@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from trainer_runs import GPT_OPTIONS, config_for, free_port, run_trainer
+from trainer_runs import GPT_OPTIONS, config_for, free_port, plugin_data, run_trainer
 
 FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes only reorder float sums
 
@@ -60,12 +60,7 @@ def test_fsdp_matches_ddp(runs):
 
 def test_ignored_tokens_are_normalized_by_the_global_count(runs):
     """Uneven valid-token counts per sample, micro-batch and rank: 2 ranks still match 1."""
-    masked = {
-        "data": {
-            "source": "plugins.faults:MaskedSynthetic",
-            "options": {"samples": 200, "context_length": 16, "vocab_size": 64, "seed": 7},
-        }
-    }
+    masked = {"data": plugin_data("MaskedSynthetic")}
     two, one = _ok(runs("masked-w2", masked)), _ok(runs("masked-w1", masked, nproc=1))
     assert two.losses() == pytest.approx(one.losses(), **FP32_EXACT)
 
@@ -86,19 +81,7 @@ def test_bf16_autocast_tracks_fp32_loosely(runs):
 @pytest.fixture(scope="module")
 def crashed_run(runs):
     """A 2-process run whose rank 1 dies (exit 13) during step 11, after the step-10 checkpoint."""
-    overrides = {
-        "data": {
-            "source": "plugins.faults:CrashingSynthetic",
-            "options": {
-                "crash_at_read": 8 * 10 + 3,
-                "crash_rank": 1,
-                "samples": 200,
-                "context_length": 16,
-                "vocab_size": 64,
-                "seed": 7,
-            },
-        }
-    }
+    overrides = {"data": plugin_data("CrashingSynthetic", crash_at_read=8 * 10 + 3, crash_rank=1)}
     return runs("crash-w2", overrides, checkpoints=True)
 
 

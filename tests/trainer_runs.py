@@ -38,6 +38,22 @@ BASE_CONFIG: dict[str, Any] = {
 }
 
 
+# The base config's synthetic data set, as keyword arguments of the fault plugins' data sets.
+SYNTHETIC_OPTIONS = {
+    "samples": BASE_CONFIG["data"]["syntheticSamples"],
+    "context_length": BASE_CONFIG["model"]["contextLength"],
+    "vocab_size": BASE_CONFIG["model"]["vocabSize"],
+    "seed": BASE_CONFIG["seed"],
+}
+# What a process needs to import the fault plugins (tests/plugins), and one thread each on small CPUs.
+PLUGIN_ENV = {"PYTHONPATH": str(REPO / "tests"), "OMP_NUM_THREADS": "1"}
+
+
+def plugin_data(name: str, **options: Any) -> dict[str, Any]:
+    """A `data` config for the data set `name` of tests/plugins/faults.py over the base synthetic data."""
+    return {"source": f"plugins.faults:{name}", "options": options | SYNTHETIC_OPTIONS}
+
+
 @dataclass
 class Run:
     returncode: int
@@ -76,7 +92,7 @@ def run_trainer(directory: Path, config: dict[str, Any], nproc: int = 1, env: di
     config_path.write_text(yaml.safe_dump(config))
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
     command = (launcher if nproc > 1 else [sys.executable]) + ["-m", "scaletrain_trainer", "--config", str(config_path)]
-    environment = os.environ | {"PYTHONPATH": str(REPO / "tests"), "OMP_NUM_THREADS": "1"} | (env or {})
+    environment = os.environ | PLUGIN_ENV | (env or {})
     result = subprocess.run(
         command, cwd=directory, env=environment, capture_output=True, text=True, timeout=TIMEOUT, check=False
     )

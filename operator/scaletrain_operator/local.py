@@ -174,6 +174,7 @@ class LocalPod:
     process: subprocess.Popen[bytes] | None = None
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     _log: IO[bytes] | None = None
+    _rest_killed: bool = False  # the pod's other processes, once its main process ended
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any], env: Mapping[str, str], log_dir: Path) -> LocalPod:
@@ -208,7 +209,9 @@ class LocalPod:
         stopped, as when a container's main process exits), else None."""
         if self.process is None or self.process.poll() is None:
             return None
-        self.signal_all(signal.SIGKILL)
+        if not self._rest_killed:  # once: each pass scans /proc
+            self.signal_all(signal.SIGKILL)
+            self._rest_killed = True
         return exit_code(self.process.returncode)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
@@ -216,17 +219,7 @@ class LocalPod:
 
     def pids(self) -> list[int]:
         """Every live process of this pod: the ones whose environment carries its marker."""
-        needle = f"{POD_MARKER_ENV}={self.marker}".encode()
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0") and not _is_zombie(entry):
-                    found.append(int(entry.name))
-            except OSError:  # gone meanwhile, or not ours
-                continue
-        return found
+        return processes_with_env(f"{POD_MARKER_ENV}={self.marker}")
 
     def signal_all(self, sig: signal.Signals) -> None:
         for pid in self.pids():
@@ -281,6 +274,18 @@ def stop_pods(
         pod.reap()
 
 
-def _is_zombie(proc_entry: Path) -> bool:
-    stat = (proc_entry / "stat").read_text()
-    return stat[stat.rindex(")") + 2] == "Z"
+def processes_with_env(entry: str) -> list[int]:
+    """The live (not zombie) processes whose environment holds `entry` ("NAME=value")."""
+    needle = entry.encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                stat = (proc / "stat").read_text()
+                if stat[stat.rindex(")") + 2] != "Z":
+                    found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found

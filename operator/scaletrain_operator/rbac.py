@@ -58,8 +58,22 @@ OPERATOR = (
 # namespace, or one ClusterKopfPeering for a cluster-wide operator. kopf watches it and patches its own
 # keep-alive in; the housekeeping thread lists it to know whether this replica is the active one.
 PEERING_VERBS = ("list", "watch", "patch")
-NAMESPACED_PEERING = (Permission(KOPF_GROUP, "kopfpeerings", PEERING_VERBS, "kopf peering in a namespace"),)
-CLUSTER_PEERING = (Permission(KOPF_GROUP, "clusterkopfpeerings", PEERING_VERBS, "kopf peering, cluster-wide"),)
+NAMESPACED_PEERING = (
+    Permission(
+        KOPF_GROUP,
+        "kopfpeerings",
+        PEERING_VERBS,
+        "kopf peering in a watched namespace: its record and the peers' (a standby stays passive)",
+    ),
+)
+CLUSTER_PEERING = (
+    Permission(
+        KOPF_GROUP,
+        "clusterkopfpeerings",
+        PEERING_VERBS,
+        "kopf peering, cluster-wide: its record and the peers' (a standby stays passive)",
+    ),
+)
 
 
 def permissions(*, clusterwide: bool, peering: bool) -> tuple[Permission, ...]:
@@ -75,14 +89,15 @@ def rules(table: tuple[Permission, ...]) -> list[dict[str, object]]:
 
 
 def chart_rules_yaml() -> str:
-    """The file the chart's RBAC templates read (charts/scaletrain/files/rbac-rules.yaml)."""
-    document = {
-        "operator": rules(OPERATOR),
-        "namespacedPeering": rules(NAMESPACED_PEERING),
-        "clusterPeering": rules(CLUSTER_PEERING),
-    }
-    header = "# Generated from operator/scaletrain_operator/rbac.py by `make generate`; do not edit.\n"
-    return header + yaml.safe_dump(document, sort_keys=False)
+    """The file the chart's RBAC templates read (charts/scaletrain/files/rbac-rules.yaml), each rule
+    under a comment that says why the operator needs it."""
+    sections = {"operator": OPERATOR, "namespacedPeering": NAMESPACED_PEERING, "clusterPeering": CLUSTER_PEERING}
+    lines = ["# Generated from operator/scaletrain_operator/rbac.py by `make generate`; do not edit."]
+    for section, table in sections.items():
+        lines.append(f"{section}:")
+        for permission, rule in zip(table, rules(table), strict=True):
+            lines += [f"# {permission.why}", yaml.safe_dump([rule], sort_keys=False).rstrip()]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
