@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run-local lint test generate render clean
+.PHONY: setup run-local lint test test-fast generate render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,15 +25,20 @@ lint: setup
 	$(BIN)/ruff check operator trainer tests examples bench
 	$(BIN)/ruff format --check operator trainer tests examples bench
 
+# Every tier: unit, integration and e2e (README, "Development").
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast lane: the unit tier alone (pure, no processes), well under a minute.
+test-fast: setup
+	$(BIN)/python -m pytest tests/unit -m unit $(PYTEST_ARGS)
 
 # Regenerate the checked-in files made from code (tests fail while any is stale): the CRD from the
 # pydantic models, its copy in the Helm chart, and the chart's RBAC rules from the operator's table.
 generate: setup
 	$(BIN)/scaletrain crd > crds/scaletrainjob.yaml
 	cp crds/scaletrainjob.yaml charts/scaletrain/crds/scaletrainjob.yaml
-	$(BIN)/python -m scaletrain_operator.rbac > charts/scaletrain/files/rbac-rules.yaml
+	$(BIN)/python -m scaletrain_operator.controller.rbac > charts/scaletrain/files/rbac-rules.yaml
 
 # Validate and render the CPU example without a cluster.
 render: setup

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the API emulator is test support
+sys.path.insert(0, str(REPO / "tests"))  # for tests/support, the harness the tests and benchmarks share
 
-from k8s_emulator import EmulatedCluster  # noqa: E402
+from support.emulator import EmulatedCluster  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAMESPACE = "bench"
@@ -73,7 +73,7 @@ def main() -> None:
             "KUBECONFIG": str(cluster.kubeconfig),
             "SCALETRAIN_OPERATOR_PROGRESS_INTERVAL_SECONDS": "60",
         }
-        command = [sys.executable, "-m", "scaletrain_operator.main", "-n", NAMESPACE,
+        command = [sys.executable, "-m", "scaletrain_operator.controller.main", "-n", NAMESPACE,
                    "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
         operator = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:

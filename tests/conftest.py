@@ -1,49 +1,25 @@
-"""Shared helpers: a minimal valid ScaleTrainJob, patches over it, and the generated CRD."""
+"""The test tiers: each test is marked with the folder it lives in (unit, integration or e2e), so that
+`pytest -m unit` is the fast lane. Shared fixtures: the generated CRD."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-DELETE = object()  # in a patch: remove this key
+from support.jobs import REPO, load_yaml
 
-
-def base_job(**spec: Any) -> dict[str, Any]:
-    """A small valid CPU job; keyword arguments patch its spec."""
-    doc = {
-        "apiVersion": "scaletrain.io/v1alpha1",
-        "kind": "ScaleTrainJob",
-        "metadata": {"name": "demo", "namespace": "team-a", "uid": "6f1c2a7e-1111-4c3b-9a61-0123456789ab"},
-        "spec": {
-            "image": "ghcr.io/scaletrain/trainer:0.1.0",
-            "nodes": 2,
-            "training": {"globalBatchSize": 16, "microBatchSize": 4, "maxSteps": 20},
-        },
-    }
-    return patched(doc, {"spec": spec})
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "integration", "e2e")
 
 
-def patched(doc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of `doc` with `patch` merged in (mappings merge, DELETE removes, the rest replaces)."""
-    out = copy.deepcopy(doc)
-    for key, value in patch.items():
-        if value is DELETE:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = patched(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def load_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text())
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,10 @@ import yaml
 
 from scaletrain_trainer.validation import Problem, ProblemsError
 
-from .api import ScaleTrainJob, parse_job
-from .crd import crd_yaml
-from .naming import MAX_RESTARTS
-from .render import render_children
+from .api.crd import crd_yaml
+from .api.models import ScaleTrainJob, parse_job
+from .api.naming import MAX_RESTARTS
+from .api.render import render_children
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -72,7 +72,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for job in jobs:
             spec = job.spec
             print(
-                f"{path}: ScaleTrainJob {job.name} is valid: {spec.nodes} node(s) × {spec.procs} process(es) = "
+                f"{path}: ScaleTrainJob {job.name} is valid: {spec.nodes} node(s) × "
+                f"{spec.resolved_procs_per_node} process(es) = "
                 f"world size {spec.world_size}, backend {spec.resolved_backend}, "
                 f"{spec.training.accumulation_steps(spec.world_size)} accumulation step(s) per optimizer step"
             )
@@ -102,7 +103,7 @@ def cmd_run_local(args: argparse.Namespace) -> int:
             raise InputError(
                 f"run-local needs the trainer's dependencies ({module} is missing): pip install 'scaletrain[train]'"
             )
-    from .local_run import run_local  # imports torch lazily; keep `render` and `validate` light
+    from .local.gang import run_local  # imports torch lazily; keep `render` and `validate` light
 
     (job,) = jobs
     try:

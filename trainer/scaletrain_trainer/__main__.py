@@ -12,10 +12,9 @@ import os
 import sys
 
 from .config import load_training_config
+from .exit_codes import EXIT_CONFIG_ERROR
 from .metrics import write_termination_message
 from .validation import ProblemsError
-
-EXIT_CONFIG_ERROR = 78  # EX_CONFIG from sysexits.h
 
 
 def main(argv: list[str] | None = None) -> int:

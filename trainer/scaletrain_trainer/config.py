@@ -43,6 +43,10 @@ Options = Annotated[
 ]
 
 
+# The precisions the trainer computes in (precision.py); `auto` in a config resolves to one of them.
+PrecisionName = Literal["bf16", "fp16", "fp32"]
+
+
 class ModelConfig(SpecModel):
     """The model. The built-in `gpt` is a GPT-style decoder; anything else is a factory function."""
 
@@ -137,7 +141,7 @@ class TrainingConfig(SpecModel):
     strategy: Literal["auto", "ddp", "fsdp"] = Field(
         "auto", description="auto: ddp when the model and optimizer state fit comfortably on one device, else fsdp."
     )
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+    precision: Literal["auto", PrecisionName] = Field(
         "auto", description="auto: bf16 on GPUs with compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU."
     )
     global_batch_size: int = Field(

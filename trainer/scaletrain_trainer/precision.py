@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+from .config import PrecisionName
+
+DTYPES: dict[PrecisionName, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
 class Precision:
-    name: str  # bf16 | fp16 | fp32
+    name: PrecisionName
     device_type: str
 
     @property
@@ -34,7 +37,7 @@ class Precision:
         return torch.amp.GradScaler(self.device_type, enabled=self.needs_scaler)
 
 
-def resolve_precision(requested: str, device: torch.device) -> Precision:
+def resolve_precision(requested: PrecisionName | Literal["auto"], device: torch.device) -> Precision:
     """`auto`: bf16 on GPUs with native bf16 (compute capability >= 8.0), fp16 on older GPUs, fp32 on CPU.
 
     torch.cuda.is_bf16_supported() is not used: it also counts emulated bf16, which is slow.

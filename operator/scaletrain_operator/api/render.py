@@ -1,0 +1,251 @@
+"""Pure rendering: a ScaleTrainJob becomes the exact children the operator creates.
+
+No cluster, no I/O. For each ScaleTrainJob there is one headless Service (stable across gang
+restarts) and, per gang generation, one Indexed batch/v1 Job whose pods take their node rank from
+the completion index. torchrun in each pod reads its flags from the PET_* env rendered here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from scaletrain_trainer.config import CONFIG_ENV
+
+from . import naming
+from .merge import merge_under
+from .models import ScaleTrainJob, ScaleTrainJobSpec
+
+# The trainer's pod launcher checks the training config (exiting 78 on a config error, which the
+# operator does not retry), then execs torchrun with these arguments; torchrun's flags come from PET_*.
+DEFAULT_COMMAND = ["python", "-m", "scaletrain_trainer.launch"]
+DEFAULT_TORCHRUN_ARGS = ["--module", "scaletrain_trainer"]
+COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTATION}']"
+
+
+def render_children(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The Service and the generation's Job, in creation order."""
+    return [render_service(job, namespace), render_job(job, generation, namespace)]
+
+
+def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
+    """Headless, and publishing not-ready pods: ranks must resolve each other before they are Ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, naming.service_name(job.name), namespace, job_labels(job)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {naming.LABEL_JOB_NAME: job.name},
+            "ports": [{"name": "rendezvous", "port": naming.RENDEZVOUS_PORT, "targetPort": naming.RENDEZVOUS_PORT}],
+        },
+    }
+
+
+def render_job(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> dict[str, Any]:
+    spec = job.spec
+    labels = generation_labels(job, generation)
+    if spec.queue_name:
+        labels[naming.KUEUE_QUEUE_LABEL] = spec.queue_name
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        # The operator owns restarts: one dead rank breaks the whole collective, so the gang restarts together.
+        "backoffLimit": 0,
+        # Kueue admits a queued Job by un-suspending it.
+        "suspend": spec.suspend or spec.queue_name is not None,
+        "template": render_pod_template(job, generation),
+    }
+    if spec.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(job, naming.child_job_name(job.name, generation), namespace, labels),
+        "spec": job_spec,
+    }
+
+
+def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
+    spec = job.spec
+    rendered = {
+        "metadata": {
+            "labels": generation_labels(job, generation),
+            # `kubectl logs` and `kubectl exec` pick this container even when podTemplate adds sidecars first.
+            "annotations": {"kubectl.kubernetes.io/default-container": naming.TRAINER_CONTAINER},
+        },
+        "spec": {
+            "subdomain": naming.service_name(job.name),
+            "restartPolicy": "Never",
+            "containers": [_trainer_container(job, generation)],
+            "volumes": [v.model_dump(mode="json", by_alias=True) for v in spec.volumes]
+            + [{"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}],
+            "securityContext": _pod_security(spec),
+            **_placement(spec),
+        },
+    }
+    if spec.pod_template is None:
+        return rendered
+    return merge_under(spec.pod_template, rendered)
+
+
+def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
+    spec = job.spec
+    container: dict[str, Any] = {
+        "name": naming.TRAINER_CONTAINER,
+        "image": spec.image,
+        "command": spec.command if spec.command is not None else DEFAULT_COMMAND,
+        "args": spec.args if spec.args is not None else ([] if spec.command is not None else DEFAULT_TORCHRUN_ARGS),
+        "env": render_env(job, generation),
+        "ports": [
+            {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
+            {"name": "metrics", "containerPort": spec.training.metrics_port},
+        ],
+        "resources": _resources(spec),
+        "volumeMounts": [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in spec.volume_mounts]
+        + [{"name": naming.SHM_VOLUME, "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+    }
+    if spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    return container
+
+
+# Env whose value differs between gang generations: the generation itself and the master's address.
+GENERATION_ENV = frozenset({"PET_MASTER_ADDR", "MASTER_ADDR", "SCALETRAIN_GENERATION"})
+
+
+def generation_free(rendered_job: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a rendered Job without what each gang generation has of its own (its name, the
+    generation labels and GENERATION_ENV): the same for every generation of one spec."""
+    shape = copy.deepcopy(dict(rendered_job))
+    shape["metadata"].pop("name")
+    for metadata in (shape["metadata"], shape["spec"]["template"]["metadata"]):
+        metadata["labels"].pop(naming.LABEL_GENERATION)
+    for container in shape["spec"]["template"]["spec"]["containers"]:
+        if container["name"] == naming.TRAINER_CONTAINER:
+            container["env"] = [var for var in container["env"] if var["name"] not in GENERATION_ENV]
+    return shape
+
+
+def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
+    """Rank layout for torchrun (PET_*) and for plain launchers, backend settings, and the config.
+
+    User env comes last; a user variable with the name of a backend default replaces it in place.
+    """
+    spec = job.spec
+    master = f"{naming.child_job_name(job.name, generation)}-0.{naming.service_name(job.name)}"
+    rendered: list[dict[str, Any]] = [
+        {"name": "PET_NNODES", "value": str(spec.nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(spec.resolved_procs_per_node)},
+        {"name": "PET_NODE_RANK", "valueFrom": _completion_index()},
+        {"name": "PET_MASTER_ADDR", "value": master},
+        {"name": "PET_MASTER_PORT", "value": str(naming.RENDEZVOUS_PORT)},
+        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_PORT", "value": str(naming.RENDEZVOUS_PORT)},
+        {"name": "NNODES", "value": str(spec.nodes)},
+        {"name": "NODE_RANK", "valueFrom": _completion_index()},
+        {"name": "NPROC_PER_NODE", "value": str(spec.resolved_procs_per_node)},
+        {"name": "WORLD_SIZE", "value": str(spec.world_size)},
+        {"name": "SCALETRAIN_BACKEND", "value": spec.resolved_backend},
+        {"name": "SCALETRAIN_JOB_NAME", "value": job.name},
+        {"name": "SCALETRAIN_GENERATION", "value": str(generation)},
+        {"name": CONFIG_ENV, "value": spec.training.to_json()},
+    ] + [{"name": name, "value": value} for name, value in backend_env_defaults(spec).items()]
+    index = {var["name"]: position for position, var in enumerate(rendered)}
+    for var in spec.env:
+        entry = var.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if var.name in index:
+            rendered[index[var.name]] = entry
+        else:
+            rendered.append(entry)
+    return rendered
+
+
+def _completion_index() -> dict[str, Any]:
+    """The node rank, from the annotation the Job controller puts on each indexed pod."""
+    return {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}
+
+
+def backend_env_defaults(spec: ScaleTrainJobSpec) -> dict[str, str]:
+    """Defaults that users may override through spec.env."""
+    defaults = {"PYTHONUNBUFFERED": "1"}
+    if spec.resolved_backend == "nccl":
+        # A dead peer must fail the job (and so trigger a gang restart), never hang it.
+        defaults |= {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    return defaults
+
+
+def _resources(spec: ScaleTrainJobSpec) -> dict[str, Any]:
+    resources = {
+        "requests": dict(spec.resources.requests),
+        "limits": dict(spec.resources.limits),
+    }
+    if spec.gpus_per_node:
+        resources["limits"][spec.gpu_resource] = str(spec.gpus_per_node)
+    return {section: values for section, values in resources.items() if values}
+
+
+def _placement(spec: ScaleTrainJobSpec) -> dict[str, Any]:
+    tolerations = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in spec.tolerations]
+    if spec.gpus_per_node and not any(t.get("key") == spec.gpu_resource for t in tolerations):
+        # GPU nodes are commonly tainted with the device resource name (e.g. nvidia.com/gpu:NoSchedule).
+        tolerations.append({"key": spec.gpu_resource, "operator": "Exists", "effect": "NoSchedule"})
+    placement: dict[str, Any] = {
+        "nodeSelector": dict(spec.node_selector),
+        "tolerations": tolerations,
+        "affinity": copy.deepcopy(spec.affinity),
+        "priorityClassName": spec.priority_class_name,
+        "schedulerName": spec.scheduler_name,
+        "serviceAccountName": spec.service_account_name,
+    }
+    return {key: value for key, value in placement.items() if value}
+
+
+def _pod_security(spec: ScaleTrainJobSpec) -> dict[str, Any]:
+    security = spec.security_context.model_dump(mode="json", by_alias=True, exclude_none=True)
+    security["seccompProfile"] = {"type": "RuntimeDefault"}
+    return security
+
+
+def job_labels(job: ScaleTrainJob) -> dict[str, str]:
+    return {
+        naming.LABEL_NAME: naming.APP_NAME,
+        naming.LABEL_INSTANCE: job.name,
+        naming.LABEL_COMPONENT: "trainer",
+        naming.LABEL_MANAGED_BY: naming.MANAGER,
+        naming.LABEL_JOB_NAME: job.name,
+    }
+
+
+def generation_labels(job: ScaleTrainJob, generation: int) -> dict[str, str]:
+    return job_labels(job) | {naming.LABEL_GENERATION: str(generation)}
+
+
+def owner_reference(job: ScaleTrainJob) -> dict[str, Any] | None:
+    """Children are garbage-collected with their ScaleTrainJob. Needs the uid the API server assigned."""
+    if job.metadata.uid is None:
+        return None
+    return {
+        "apiVersion": naming.API_VERSION,
+        "kind": naming.KIND,
+        "name": job.name,
+        "uid": job.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(job: ScaleTrainJob, name: str, namespace: str | None, labels: dict[str, str]) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace or job.metadata.namespace or "default",
+        "labels": labels,
+    }
+    owner = owner_reference(job)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return metadata

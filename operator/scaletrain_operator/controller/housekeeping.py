@@ -1,0 +1,84 @@
+"""Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status, and
+the TTL of finished ones. A plain thread rather than a kopf timer, which would put a finalizer on
+every job. A standby replica stays passive here too (peering.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import Any
+
+from scaletrain_trainer.validation import ProblemsError
+
+from ..api import naming
+from ..api.models import ScaleTrainJob, parse_job
+from ..api.progress import read_progress
+from . import peering
+from .cluster import Cluster, ObjectRef
+from .settings import OperatorConfig
+from .status import parse_timestamp
+from .ttl import decide_ttl
+
+log = logging.getLogger(__name__)
+
+
+class Housekeeping:
+    def __init__(self, config: OperatorConfig, cluster: Cluster):
+        self.config, self.cluster = config, cluster
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="housekeeping", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.progress_interval_seconds):
+            try:
+                if self.active_replica():
+                    for raw in self.cluster.list_stjs(self.config.namespaces):
+                        self.housekeep(raw)
+            except Exception:  # best effort: never let this break the operator
+                log.exception("housekeeping pass failed")
+
+    def active_replica(self) -> bool:
+        """Standalone, or the active one of the peered replicas (kopf pauses the others' watches)."""
+        config = self.config
+        if not config.peering:
+            return True
+        status = self.cluster.peering_status(config.peering, config.namespaces)
+        now = datetime.now(timezone.utc)
+        return status is not None and peering.is_active(status, config.peering_identity, config.peering_priority, now)
+
+    def housekeep(self, raw: dict[str, Any]) -> None:
+        metadata, status, spec = raw["metadata"], raw.get("status") or {}, raw.get("spec") or {}
+        if status.get("phase") == "Running":
+            try:
+                self.copy_progress(parse_job(raw))
+            except ProblemsError:  # an edited spec that reconciling is about to mark invalid
+                pass
+            return
+        # The TTL applies to every finished job, also to one whose spec failed validation.
+        finished_at = parse_timestamp(status.get("completionTime") or metadata["creationTimestamp"])
+        decision = decide_ttl(
+            status.get("phase"), finished_at, spec.get("ttlSecondsAfterFinished"), datetime.now(timezone.utc)
+        )
+        self.cluster.apply(ObjectRef.of(raw), decision)
+
+    def copy_progress(self, job: ScaleTrainJob) -> None:
+        """Rank 0's /progress into status.progress; nothing when it cannot be read."""
+        current_job = job.status.current_job if job.status else None
+        if not current_job:
+            return
+        url = self.config.progress_url.format(
+            pod=f"{current_job}-0",
+            service=naming.service_name(job.name),
+            namespace=job.metadata.namespace,
+            port=job.spec.training.metrics_port,
+        )
+        progress = read_progress(url, self.config.progress_timeout_seconds)
+        if progress is not None:
+            self.cluster.patch_stj_status(job.metadata.namespace, job.name, {"progress": progress})

@@ -1,0 +1,104 @@
+"""The operator's API permissions, in one table: the Helm chart's Roles are generated from it, and the
+tests check it against the calls a running operator makes (every call allowed, every verb used).
+
+    python -m scaletrain_operator.controller.rbac > charts/scaletrain/files/rbac-rules.yaml   (`make generate`)
+
+kopf runs with scanning disabled (see handlers.configure), so it never lists namespaces or watches
+CRDs: a namespaced install needs only Roles in the watched namespaces and no ClusterRole at all.
+API discovery (/api, /apis) is open to every authenticated user and needs no rule.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import yaml
+
+from ..api import naming
+from .peering import KOPF_GROUP
+
+
+@dataclass(frozen=True)
+class Permission:
+    group: str  # "" for the core API group
+    resource: str  # with "/subresource" where one applies
+    verbs: tuple[str, ...]
+    why: str
+
+    @property
+    def qualified(self) -> str:
+        """`resource.group[/subresource]`, as the API server's audit log names it."""
+        resource, _, subresource = self.resource.partition("/")
+        name = f"{resource}.{self.group}" if self.group else resource
+        return f"{name}/{subresource}" if subresource else name
+
+
+# In every watched namespace (cluster-wide: everywhere).
+OPERATOR = (
+    Permission(
+        naming.GROUP,
+        naming.PLURAL,
+        ("get", "list", "watch", "delete"),
+        "watch jobs (kopf), read each fresh before reconciling, delete after ttlSecondsAfterFinished",
+    ),
+    Permission(naming.GROUP, f"{naming.PLURAL}/status", ("patch",), "phase, conditions, restarts and progress"),
+    Permission("", "services", ("get", "create"), "each job's headless Service; never changed or deleted"),
+    Permission(
+        "batch",
+        "jobs",
+        ("list", "watch", "create", "patch", "delete"),
+        "one Indexed Job per gang generation: suspend/resume by patch, gang restart by delete",
+    ),
+    Permission("", "pods", ("list", "watch"), "rank exits and phases (read only)"),
+    Permission("", "events", ("create",), "Events on each ScaleTrainJob"),
+)
+
+# kopf peering (HA replicas: one active operator, see peering.py): a KopfPeering in each watched
+# namespace, or one ClusterKopfPeering for a cluster-wide operator. kopf watches it and patches its own
+# keep-alive in; the housekeeping thread lists it to know whether this replica is the active one.
+PEERING_VERBS = ("list", "watch", "patch")
+NAMESPACED_PEERING = (
+    Permission(
+        KOPF_GROUP,
+        "kopfpeerings",
+        PEERING_VERBS,
+        "kopf peering in a watched namespace: its record and the peers' (a standby stays passive)",
+    ),
+)
+CLUSTER_PEERING = (
+    Permission(
+        KOPF_GROUP,
+        "clusterkopfpeerings",
+        PEERING_VERBS,
+        "kopf peering, cluster-wide: its record and the peers' (a standby stays passive)",
+    ),
+)
+
+
+def permissions(*, clusterwide: bool, peering: bool) -> tuple[Permission, ...]:
+    """Everything one operator needs, for its scope and peering mode."""
+    if not peering:
+        return OPERATOR
+    return OPERATOR + (CLUSTER_PEERING if clusterwide else NAMESPACED_PEERING)
+
+
+def rules(table: tuple[Permission, ...]) -> list[dict[str, object]]:
+    """Kubernetes PolicyRules, one per permission."""
+    return [{"apiGroups": [p.group], "resources": [p.resource], "verbs": list(p.verbs)} for p in table]
+
+
+def chart_rules_yaml() -> str:
+    """The file the chart's RBAC templates read (charts/scaletrain/files/rbac-rules.yaml), each rule
+    under a comment that says why the operator needs it."""
+    sections = {"operator": OPERATOR, "namespacedPeering": NAMESPACED_PEERING, "clusterPeering": CLUSTER_PEERING}
+    lines = ["# Generated from operator/scaletrain_operator/rbac.py by `make generate`; do not edit."]
+    for section, table in sections.items():
+        lines.append(f"{section}:")
+        for permission, rule in zip(table, rules(table), strict=True):
+            lines += [f"# {permission.why}", yaml.safe_dump([rule], sort_keys=False).rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(chart_rules_yaml())

@@ -1,0 +1,263 @@
+"""Pure reconciliation: from a ScaleTrainJob and the children that exist, decide what to do next.
+
+`decide(job, observed, now)` looks only at its inputs (the job and the children found by label), so
+calling it again after a repeated event, an operator restart or a lost status patch reaches the same
+decision. It reads as a list of steps:
+
+1. a finished job is left alone (only its TTL, ttl.py, touches it now);
+2. find the current gang generation, and render the one Job this call may create;
+3. create what is missing: the Service, and the current generation's Job;
+4. a spec change the running gang cannot take restarts it (not counted against maxRestarts);
+5. the gang policy (api/gang_policy.py) judges the pods: succeeded, failed, or restart;
+6. otherwise patch what the Job takes in place (suspend, deadline) and report the running status.
+
+An invalid spec gets its own decision (`decide_invalid`): Failed once, never retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from scaletrain_trainer.validation import Problem
+
+from ..api import naming
+from ..api.gang_policy import Action, GangLimits, PodOutcome, Verdict, judge
+from ..api.models import NodeCounts, ScaleTrainJob
+from ..api.render import generation_free, render_job, render_service
+from .decision import ChildJobPatch, Decision, Event
+from .status import StatusBuilder, condition, parse_timestamp, timestamp
+
+SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
+SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The children of one ScaleTrainJob, as listed from the API server."""
+
+    service: dict[str, Any] | None
+    jobs: dict[int, dict[str, Any]]  # by gang generation
+    pods: list[dict[str, Any]]  # of the current generation
+
+
+def spec_hash(rendered_job: Mapping[str, Any]) -> str:
+    """What a running gang cannot take in place: the rendered Job without what each generation has of
+    its own, its owner, and the suspend flag and deadline (which a Job accepts as updates)."""
+    shape = generation_free(rendered_job)
+    shape["spec"].pop("suspend", None)
+    shape["spec"].pop("activeDeadlineSeconds", None)
+    shape["metadata"].pop("ownerReferences", None)
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def with_spec_hash(rendered_job: dict[str, Any]) -> dict[str, Any]:
+    rendered_job["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(rendered_job)
+    return rendered_job
+
+
+def _hash_of(child_job: Mapping[str, Any]) -> str | None:
+    return (child_job["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+
+
+def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
+    """The newest gang generation: from the Jobs that exist, or the status if they are gone."""
+    recorded = job.status.current_job if job.status else None
+    from_status = naming.generation_of(recorded) if recorded else 0
+    return max([from_status, *observed.jobs])
+
+
+def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
+    """A pod as the gang policy sees it: its phase, and its trainer container's exit."""
+    metadata, status = pod["metadata"], pod.get("status") or {}
+    index = (metadata.get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION, "")
+    terminated = next(
+        (
+            (container.get("state") or {}).get("terminated")
+            for container in status.get("containerStatuses") or []
+            if container.get("name") == naming.TRAINER_CONTAINER
+        ),
+        None,
+    )
+    outcome = PodOutcome(
+        name=metadata["name"],
+        index=int(index) if index.isdigit() else naming.MAX_NODES,
+        phase=status.get("phase", "Pending"),
+        reason=status.get("reason", ""),
+        message=status.get("message", ""),
+        stopping=metadata.get("deletionTimestamp") is not None,
+    )
+    if not terminated:
+        return outcome
+    finished = terminated.get("finishedAt")
+    return replace(
+        outcome,
+        exit_code=terminated.get("exitCode"),
+        reason=terminated.get("reason", "Error"),
+        message=terminated.get("message", ""),
+        finished_at=parse_timestamp(finished) if finished else None,
+    )
+
+
+def node_counts(pods: Sequence[Mapping[str, Any]]) -> NodeCounts:
+    phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
+    return NodeCounts(
+        active=sum(phase in ("Pending", "Running") for phase in phases),
+        succeeded=phases.count("Succeeded"),
+        failed=phases.count("Failed"),
+    )
+
+
+def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    conditions = (child_job.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
+    return bool((child_job.get("spec") or {}).get("suspend"))
+
+
+def judge_gang(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Verdict:
+    """The gang policy on the current generation: its pods, and the Job controller's conditions on its Job.
+    Suspending a Job (spec.suspend, or Kueue preempting it) terminates its pods, which may end Failed
+    (exit 143) on the way out: that is not a crash."""
+    failed = job_condition(child_job, "Failed")
+    return judge(
+        [pod_outcome(pod) for pod in pods],
+        GangLimits.of(job.spec),
+        job.status.restarts if job.status else 0,
+        job_complete=job_condition(child_job, "Complete") is not None,
+        job_failure=failed.get("reason", "Failed") if failed else None,
+        suspended=child_job_suspended(child_job) or job.spec.suspend,
+    )
+
+
+@dataclass
+class _Draft:
+    """A decision in the making; `done` freezes it."""
+
+    status: StatusBuilder
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete_child_jobs: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    def done(self, status: dict[str, Any], patch_child_job: ChildJobPatch | None = None) -> Decision:
+        before = self.status.before.phase
+        phase = status["phase"]
+        if phase != before and phase in ("Running", "Suspended", "Succeeded"):
+            self.events.append(Event("Normal", phase, status["message"]))
+        return Decision(
+            create=tuple(self.create),
+            delete_child_jobs=tuple(self.delete_child_jobs),
+            patch_child_job=patch_child_job,
+            status=self.status.changes(status),
+            events=tuple(self.events),
+        )
+
+
+def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
+    """What to do next for `job`, given its children; see the module docstring."""
+    status = StatusBuilder(job, now)
+    if status.finished:
+        return Decision()
+    generation = current_generation(job, observed)
+    current = observed.jobs.get(generation)
+    # The one render of this call: the Job it would create. That is the current generation's when it is
+    # missing, else the next one's, for a restart; either way its hash tells whether the spec changed.
+    desired = with_spec_hash(render_job(job, generation if current is None else generation + 1))
+    draft = _Draft(status)
+    if observed.service is None:
+        draft.create.append(render_service(job))
+    draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
+
+    if current is None:  # first start, or a restart whose create did not happen yet
+        return _start_gang(job, draft, desired)
+    status.fields["currentJob"] = current["metadata"]["name"]
+    if _hash_of(current) != _hash_of(desired):
+        return _restart(draft, current, desired, SPEC_CHANGE_MESSAGE, counted=False)
+    status.fields["nodes"] = node_counts(observed.pods).model_dump(mode="json", by_alias=True)
+    verdict = judge_gang(job, current, observed.pods)
+    if verdict.action is Action.SUCCEED:
+        return draft.done(status.phase("Succeeded", verdict.message))
+    if verdict.action is Action.FAIL:
+        draft.events.append(Event("Warning", "Failed", verdict.message))
+        return draft.done(status.phase("Failed", verdict.message, verdict.reason))
+    if verdict.action is Action.RESTART:
+        return _restart(draft, current, desired, verdict.message, counted=True)
+    return _keep_running(job, draft, current, observed.pods)
+
+
+def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> Decision:
+    status, name = draft.status, desired["metadata"]["name"]
+    draft.create.append(desired)
+    status.fields["currentJob"] = name
+    if status.before.phase is None:
+        service = naming.service_name(job.name)
+        status.set("Created", True, "Created", f"created Service {service} and Job {name}")
+        draft.events.append(Event("Normal", "Created", f"created Job {name}"))
+    if job.spec.suspend:
+        return draft.done(status.phase("Suspended", "spec.suspend is true"))
+    return draft.done(_waiting(status))
+
+
+def _restart(
+    draft: _Draft, current: Mapping[str, Any], desired: dict[str, Any], message: str, *, counted: bool
+) -> Decision:
+    """The whole gang goes (its Job, with its pods) and the next generation starts from the last checkpoint."""
+    status = draft.status
+    draft.delete_child_jobs.append(current["metadata"]["name"])
+    draft.create.append(desired)
+    if counted:
+        status.fields["restarts"] = status.before.restarts + 1
+    status.fields["currentJob"] = desired["metadata"]["name"]
+    status.fields["nodes"] = NodeCounts().model_dump(mode="json", by_alias=True)
+    draft.events.append(Event("Warning" if counted else "Normal", "Restarting", message))
+    return draft.done(status.phase("Restarting", message))
+
+
+def _keep_running(
+    job: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> Decision:
+    """The gang goes on: apply what its Job takes in place, and say how it is doing."""
+    spec, status = job.spec, draft.status
+    suspended = child_job_suspended(current)
+    in_place: dict[str, Any] = {}
+    if spec.suspend and not suspended:
+        in_place["suspend"] = True
+    elif not spec.suspend and suspended and spec.queue_name is None:
+        in_place["suspend"] = False  # with a queue, admission (un-suspending) is Kueue's
+    if (current.get("spec") or {}).get("activeDeadlineSeconds") != spec.active_deadline_seconds:
+        in_place["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    patch = ChildJobPatch(current["metadata"]["name"], in_place) if in_place else None
+    if spec.suspend:
+        return draft.done(status.phase("Suspended", "spec.suspend is true"), patch)
+    if suspended:
+        return draft.done(status.phase("Pending", f"waiting for Kueue to admit it from queue {spec.queue_name}"), patch)
+    if any((p.get("status") or {}).get("phase") == "Running" for p in pods):
+        status.fields["startTime"] = timestamp(status.before.start_time or status.now)
+        nodes = status.fields["nodes"]["active"]
+        return draft.done(status.phase("Running", f"{nodes} of {spec.nodes} nodes active"), patch)
+    return draft.done(_waiting(status), patch)
+
+
+def _waiting(status: StatusBuilder) -> dict[str, Any]:
+    """No pod running yet: still Restarting (keeping why) after a restart, else Pending."""
+    if status.before.phase == "Restarting":
+        return status.phase("Restarting", status.before.message or "")
+    return status.phase("Pending")
+
+
+def decide_invalid(
+    problems: Sequence[Problem], stored_status: Mapping[str, Any], generation: int | None, now: datetime
+) -> Decision:
+    """A spec the CRD schema let through but the operator cannot run: Failed once, with every problem."""
+    message = "invalid spec: " + "; ".join(str(p) for p in problems)
+    if stored_status.get("phase") == "Failed" and stored_status.get("message") == message:
+        return Decision()
+    failed = condition("Failed", True, "InvalidSpec", message, now, generation)
+    status = {"phase": "Failed", "message": message, "conditions": [failed], "observedGeneration": generation}
+    return Decision(status=status, events=(Event("Warning", "InvalidSpec", message),))

@@ -1,0 +1,39 @@
+"""Operator settings: the environment (SCALETRAIN_OPERATOR_*) gives defaults, the command line overrides
+them (main.py); kopf hands them to the handlers through its memo."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+ENV_PREFIX = "SCALETRAIN_OPERATOR_"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: list[str] = field(default_factory=list)  # empty: every namespace
+    # Rank 0's progress endpoint; {pod}, {service}, {namespace} and {port} are filled in.
+    progress_url: str = "http://{pod}.{service}.{namespace}.svc:{port}/progress"
+    progress_interval_seconds: float = 15.0  # how often Running jobs are polled (and TTLs checked)
+    progress_timeout_seconds: float = 2.0
+    request_timeout_seconds: float = 30.0
+    watch_timeout_seconds: int = 300
+    metrics_port: int = 8080  # Prometheus metrics; 0 disables
+    # kopf peering (peering.py): the shared object's name ("" for a standalone operator), and this replica's
+    # identity and priority in it.
+    peering: str = ""
+    peering_identity: str = ""
+    peering_priority: int = 0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> OperatorConfig:
+        environ = os.environ if environ is None else environ
+        values = {}
+        for spec in fields(cls):
+            raw = environ.get(ENV_PREFIX + spec.name.upper())
+            if raw is not None:
+                values[spec.name] = _PARSERS.get(spec.name, type(spec.default))(raw)
+        return cls(**values)
+
+
+_PARSERS = {"namespaces": lambda raw: [name for name in raw.split(",") if name]}

@@ -1,0 +1,74 @@
+"""The next status of a ScaleTrainJob, as a merge patch: phase, metav1 conditions and the fields that go
+with them. Conditions keep their transition time unless their status flips."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..api.models import Condition, Phase, ScaleTrainJob, ScaleTrainJobStatus
+
+FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
+EXCLUSIVE_PHASES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended")  # true exactly while in that phase
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def parse_timestamp(text: str) -> datetime:
+    """An RFC 3339 time as the API server writes it (Python 3.10's fromisoformat does not take "Z")."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def condition(kind: str, status: bool, reason: str, message: str, now: datetime, generation: int | None) -> dict:
+    return Condition(
+        type=kind,
+        status="True" if status else "False",
+        reason=reason,
+        message=message,
+        last_transition_time=now,
+        observed_generation=generation,
+    ).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class StatusBuilder:
+    def __init__(self, job: ScaleTrainJob, now: datetime):
+        self.before = job.status or ScaleTrainJobStatus()
+        self.now, self.generation = now, job.metadata.generation
+        self.conditions = {
+            c.type: c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in self.before.conditions
+        }
+        self.fields: dict[str, Any] = {"restarts": self.before.restarts}
+
+    @property
+    def finished(self) -> bool:
+        return self.before.phase in FINISHED
+
+    def set(self, kind: str, status: bool, reason: str, message: str = "") -> None:
+        old = self.conditions.get(kind)
+        if old and (old["status"] == "True") == status:
+            self.conditions[kind] = old | {"reason": reason, "message": message}
+        elif old or status:
+            self.conditions[kind] = condition(kind, status, reason, message, self.now, self.generation)
+
+    def phase(self, phase: Phase, message: str = "", reason: str | None = None) -> dict[str, Any]:
+        """The whole status patch for `phase`."""
+        for kind in EXCLUSIVE_PHASES:
+            if phase == kind or kind in self.conditions:
+                self.set(kind, phase == kind, phase, message if phase == kind else "")
+        if phase in FINISHED:
+            self.fields["completionTime"] = timestamp(self.now)
+            self.set(phase, True, reason or phase, message)
+        return {
+            **self.fields,
+            "phase": phase,
+            "message": message,
+            "conditions": list(self.conditions.values()),
+            "observedGeneration": self.generation,
+        }
+
+    def changes(self, patch: dict[str, Any]) -> dict[str, Any] | None:
+        """`patch`, or None when the stored status already says all of it (no write, no event loop)."""
+        stored = self.before.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return None if all(stored.get(key) == value for key, value in patch.items()) else patch

@@ -1,0 +1,66 @@
+"""run-local's closing summary: the verdict, restarts, steps, first and last loss, median throughput,
+where metrics, checkpoints and logs are, and the failed pod's last log lines."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..api.gang_policy import Action, Verdict
+from ..api.models import ScaleTrainJob
+from .pods import LocalPod
+
+
+@dataclass(frozen=True)
+class RunResult:
+    job: ScaleTrainJob
+    verdict: Verdict  # the gang policy's last word
+    pods: list[LocalPod]  # of the last generation
+    restarts: int
+    seconds: float
+    records: list[dict[str, Any]]  # this run's metrics.jsonl records
+    metrics_path: Path
+    checkpoint_dir: str | None
+    workdir: Path
+
+
+def summary(result: RunResult) -> str:
+    job, verdict, records = result.job, result.verdict, result.records
+    said = "Succeeded" if verdict.action is Action.SUCCEED else f"Failed: {verdict.message}"
+    lines = [f"{job.name}: {said} in {result.seconds:.1f} s, {result.restarts} restart(s)"]
+    if records:
+        speeds = [r["samplesPerSecond"] for r in records if "samplesPerSecond" in r]
+        lines += [
+            f"  steps       {records[-1]['step']}/{job.spec.training.max_steps}",
+            f"  loss        {records[0]['loss']:.4f} (step {records[0]['step']}) -> {records[-1]['loss']:.4f}",
+            f"  throughput  {statistics.median(speeds):.0f} samples/s (median)" if speeds else "",
+            f"  metrics     {result.metrics_path}",
+        ]
+    if result.checkpoint_dir:
+        lines.append(f"  checkpoints {result.checkpoint_dir}")
+    lines.append(f"  logs        {result.workdir / 'logs'}")
+    if verdict.root_cause is not None:
+        failed = next(pod for pod in result.pods if pod.name == verdict.root_cause.name)
+        lines += [f"  last lines of {failed.log_path}:", failed.tail()]
+    return "\n".join(line for line in lines if line)
+
+
+def metrics_records(path: Path, offset: int) -> list[dict[str, Any]]:
+    """The metrics.jsonl records written by this run (the file also keeps earlier runs' records); a
+    line cut short by a killed process is skipped."""
+    try:
+        with path.open() as file:
+            file.seek(offset)
+            lines = file.readlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records

@@ -1,0 +1,233 @@
+"""`scaletrain run-local`: the job's rendered pods as local processes, one torchrun per node, with
+gang restarts, config errors, interruption without orphans, and the README's default example."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.render import render_job
+from scaletrain_operator.local.pods import (
+    exit_code,
+    indexed_pods,
+    localize,
+    processes_with_env,
+    resolve_env,
+    trainer_container,
+)
+from scaletrain_trainer.validation import ProblemsError
+from support.jobs import REPO, base_job, patched
+from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, plugin_data
+
+TIMEOUT = 240
+SCRATCH = "/scratch"  # the job's volume; run-local maps it into the workdir
+
+
+def tiny_job(name, training=None, **spec):
+    """A 2-node CPU job on the tiny test GPT, with checkpoints and outputs on an emptyDir volume."""
+    config = patched(
+        BASE_CONFIG,
+        {
+            "checkpoint": {"dir": f"{SCRATCH}/checkpoints", "everySteps": 5},
+            "outputDir": f"{SCRATCH}/out",
+            "metricsPort": 9400,  # run-local moves it to a free port
+        },
+    )
+    job = base_job(
+        nodes=2,
+        training=patched(config, training or {}),
+        volumes=[{"name": "scratch", "emptyDir": {}}],
+        volumeMounts=[{"name": "scratch", "mountPath": SCRATCH}],
+        env=[{"name": name, "value": value} for name, value in PLUGIN_ENV.items()],
+        **spec,
+    )
+    job["metadata"] = {"name": name}
+    return job
+
+
+def write_job(tmp_path, job):
+    path = tmp_path / f"{job['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def run_local(*args, cwd, timeout=TIMEOUT):
+    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", *map(str, args)]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def metrics(workdir):
+    path = Path(workdir) / "volumes" / "scratch" / "out" / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def processes_of(job_name):
+    """Live processes of a job, found by the SCALETRAIN_JOB_NAME every pod's env carries."""
+    return processes_with_env(f"SCALETRAIN_JOB_NAME={job_name}")
+
+
+def test_indexed_pods_and_their_env_are_what_the_job_controller_and_kubelet_make():
+    job = render_job(parse_job(base_job(nodes=3, training={"globalBatchSize": 12, "microBatchSize": 4})), 2)
+    pods = indexed_pods(job)
+    assert [p["spec"]["hostname"] for p in pods] == ["demo-g2-0", "demo-g2-1", "demo-g2-2"]
+    assert all(p["metadata"]["name"].startswith(f"demo-g2-{i}-") for i, p in enumerate(pods))
+    assert {p["spec"]["subdomain"] for p in pods} == {"demo"}
+    assert pods[2]["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
+    assert pods[2]["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "2"
+    env = resolve_env(pods[2], trainer_container(pods[2]))
+    assert env["PET_NODE_RANK"] == env["NODE_RANK"] == env["JOB_COMPLETION_INDEX"] == "2"
+    assert env["PET_MASTER_ADDR"] == "demo-g2-0.demo"
+
+    local = localize(env, master_port=12345, mounts={"/ckpt": Path("/tmp/w/volumes/ckpt")}, metrics_port=23456)
+    assert local["PET_MASTER_ADDR"] == local["MASTER_ADDR"] == "127.0.0.1"
+    assert local["PET_MASTER_PORT"] == local["MASTER_PORT"] == "12345"
+    assert json.loads(local["SCALETRAIN_CONFIG"])["metricsPort"] == 23456
+    relocated = localize(
+        {"SCALETRAIN_CONFIG": json.dumps({"checkpoint": {"dir": "/ckpt/run"}, "outputDir": "/ckptx"})},
+        master_port=1,
+        mounts={"/ckpt": Path("/w/ckpt")},
+    )
+    assert json.loads(relocated["SCALETRAIN_CONFIG"]) == {"checkpoint": {"dir": "/w/ckpt/run"}, "outputDir": "/ckptx"}
+    assert exit_code(-9) == 137 and exit_code(3) == 3
+
+
+def test_env_from_a_secret_is_refused_with_the_variable_named():
+    secret = {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "token"}}}
+    pod = indexed_pods(render_job(parse_job(base_job(env=[secret]))))[0]
+    with pytest.raises(ProblemsError) as error:
+        resolve_env(pod, trainer_container(pod))
+    (problem,) = error.value.problems
+    assert "WANDB_API_KEY" in str(problem) and "secretKeyRef" in str(problem)
+
+
+def test_a_two_node_job_runs_to_the_end_on_its_volume(tmp_path):
+    workdir = tmp_path / "work"
+    result = run_local(write_job(tmp_path, tiny_job("local-ok")), "--workdir", workdir, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "local-ok: Succeeded" in result.stdout and "0 restart(s)" in result.stdout
+    records = metrics(workdir)
+    assert [r["step"] for r in records] == list(range(1, 21))
+    assert records[-1]["loss"] < records[0]["loss"]
+    assert (workdir / "volumes" / "scratch" / "checkpoints" / "step-00000020").is_dir()
+    assert re.search(r"^step \d+/20  loss \d", result.stderr, re.MULTILINE)  # progress lines (no terminal here)
+    assert processes_of("local-ok") == []
+
+
+def test_a_dead_node_restarts_the_gang_which_resumes_from_the_checkpoint(tmp_path):
+    # Node 1's rank dies during step 8, after the step-5 checkpoint; only in the first gang.
+    crash = plugin_data("CrashingSynthetic", crash_at_read=8 * 7 + 3, crash_rank=1, crash_generation=0)
+    workdir = tmp_path / "work"
+    job = tiny_job("local-crash", {"data": crash}, maxRestarts=2)
+    result = run_local(write_job(tmp_path, job), "--workdir", workdir, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "gang restart 1/2 from the last checkpoint" in result.stderr
+    assert "local-crash: Succeeded" in result.stdout and "1 restart(s)" in result.stdout
+    steps = [r["step"] for r in metrics(workdir)]
+    assert steps == list(range(1, 8)) + list(range(6, 21))  # steps 1-7, then on from the step-5 checkpoint
+    assert processes_of("local-crash") == []
+
+
+def test_a_config_error_found_in_the_pod_fails_at_once(tmp_path):
+    job = tiny_job("local-bad", {"data": {"source": "text", "path": "/nonexistent/corpus.txt"}}, maxRestarts=3)
+    workdir = tmp_path / "work"
+    (workdir / "logs").mkdir(parents=True)
+    (workdir / "logs" / "old.log").write_text("from an earlier run")
+    (workdir / "notes.txt").write_text("not run-local's")
+    result = run_local(write_job(tmp_path, job), "--workdir", workdir, "--fresh", cwd=tmp_path)
+    assert result.returncode == 78, result.stdout + result.stderr
+    assert "invalid training config, not retried" in result.stdout and "0 restart(s)" in result.stdout
+    assert "/nonexistent/corpus.txt is not a readable file" in result.stdout  # the failed pod's log tail
+    # --fresh removed what run-local writes (logs, volumes) and nothing else.
+    assert not (workdir / "logs" / "old.log").exists() and (workdir / "notes.txt").exists()
+
+
+def test_a_passed_deadline_ends_the_run_without_restarts(tmp_path):
+    job = tiny_job(
+        "local-late",
+        {"data": plugin_data("SlowSynthetic", seconds_per_read=0.05), "maxSteps": 1000},
+        activeDeadlineSeconds=2,
+        maxRestarts=2,
+    )
+    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "activeDeadlineSeconds (2) passed" in result.stdout and "0 restart(s)" in result.stdout
+    assert processes_of("local-late") == []
+
+
+def test_a_command_that_does_not_exist_is_a_clear_error(tmp_path):
+    job = tiny_job("local-typo", command=["scaletrain-no-such-command"])
+    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "scaletrain: run-local:" in result.stderr and "scaletrain-no-such-command" in result.stderr
+
+
+def test_a_gpu_job_on_a_machine_without_gpus_is_refused_with_the_field(tmp_path):
+    result = run_local(REPO / "examples" / "gpu-h100-fsdp.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "spec.gpusPerNode" in result.stderr and "no GPU" in result.stderr and "Traceback" not in result.stderr
+
+
+def interrupted_run(tmp_path, job, ready, signals):
+    """run-local on `job` in the background; once `ready()`, `signals` half a second apart.
+    Returns its exit code and output."""
+    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(write_job(tmp_path, job))]
+    runner = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not ready():
+            assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
+            time.sleep(0.1)
+        for index, signum in enumerate(signals):
+            time.sleep(0.5 * bool(index))
+            runner.send_signal(signum)
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    return runner.returncode, out + err
+
+
+def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
+    job = tiny_job("local-interrupted", {"data": plugin_data("SlowSynthetic", seconds_per_read=0.05), "maxSteps": 1000})
+    metrics_file = tmp_path / "scaletrain-runs/local-interrupted/volumes/scratch/out/metrics.jsonl"
+
+    def training():  # 2 × (launcher/torchrun + 1 worker), and past its first step
+        return metrics_file.exists() and len(processes_of("local-interrupted")) >= 4
+
+    returncode, output = interrupted_run(tmp_path, job, training, [signal.SIGINT])
+    assert returncode == 130, output
+    assert "interrupted (SIGINT); every process of the job is stopped" in output
+    assert processes_of("local-interrupted") == []
+
+
+def test_a_second_sigterm_cannot_cut_the_clean_up_short(tmp_path):
+    """Pods that ignore SIGTERM hold the clean-up for its whole grace period; signals meanwhile wait."""
+    ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True)"
+    job = tiny_job("local-stubborn", command=["python", "-c", ignore + "; time.sleep(600)"])
+    logs = tmp_path / "scaletrain-runs/local-stubborn/logs"
+    ready = lambda: sum("ignoring" in log.read_text() for log in logs.glob("*.log")) == 2  # noqa: E731
+    returncode, output = interrupted_run(tmp_path, job, ready, [signal.SIGTERM, signal.SIGTERM])
+    assert returncode == 143, output
+    assert processes_of("local-stubborn") == []
+
+
+def test_the_readme_example_runs_and_its_loss_falls(tmp_path):
+    """The README's main command: examples/cpu-gloo.yaml as it is (its PVC becomes a directory)."""
+    env_free = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(REPO / "examples" / "cpu-gloo.yaml")]
+    result = subprocess.run(command, cwd=tmp_path, env=env_free, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    output = tmp_path / "scaletrain-runs/cpu-gloo/volumes/checkpoints/cpu-gloo/output/metrics.jsonl"
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert records[-1]["step"] == 200
+    assert records[-1]["loss"] < 0.5 * records[0]["loss"]

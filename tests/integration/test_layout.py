@@ -1,0 +1,100 @@
+"""Packaging and layout: import packages one level down, a torch-free config, one distribution."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+import tomllib
+
+from support.imports import import_graph
+from support.imports import wing as wing_of
+from support.jobs import REPO
+
+BLOCK_TORCH = "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+
+
+def _python(code: str, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_operator_and_trainer_dirs_are_not_packages():
+    for directory in ("operator", "trainer"):
+        assert not (REPO / directory / "__init__.py").exists()
+    assert (REPO / "operator" / "scaletrain_operator" / "__init__.py").exists()
+    assert (REPO / "trainer" / "scaletrain_trainer" / "__init__.py").exists()
+
+
+def test_stdlib_operator_is_not_shadowed_in_the_repo_root():
+    result = _python("import operator; print(operator.add(2, 3), operator.__file__)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("5 ") and "/operator/" not in result.stdout.split(" ", 1)[1]
+
+
+def test_api_crd_render_and_training_config_import_without_torch():
+    code = BLOCK_TORCH + (
+        "import scaletrain_trainer.config, scaletrain_operator.api.models, scaletrain_operator.api.render, "
+        "scaletrain_operator.api.crd, scaletrain_operator.api.gang_policy, scaletrain_operator.cli\n"
+        "print('ok')"
+    )
+    result = _python(code)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_torch_blocker_really_blocks():
+    """The test above would prove nothing if the blocker let torch through."""
+    result = _python(BLOCK_TORCH + "import torch")
+    assert result.returncode != 0 and "import of torch halted" in result.stderr
+
+
+def test_one_distribution_with_extras_and_console_script():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "scaletrain"
+    base = " ".join(project["dependencies"])
+    for requirement in ("kopf", "kubernetes", "pydantic", "PyYAML"):
+        assert requirement in base
+    assert "torch" not in base
+    assert "torch==2.13.0" in project["optional-dependencies"]["train"]
+    assert any(r.startswith("pytest") for r in project["optional-dependencies"]["dev"])
+    scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
+    assert scripts["scaletrain"] == "scaletrain_operator.cli:main"
+
+
+def test_cli_help_lists_the_commands():
+    result = subprocess.run(
+        [sys.executable, "-m", "scaletrain_operator.cli", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0
+    for command in ("render", "validate", "crd"):
+        assert command in result.stdout
+
+
+# Importing every module of a wing (in a fresh interpreter) loads exactly these wings, and never these
+# heavy dependencies: the operator image has no torch, and the API kit needs no Kubernetes client.
+WING_LOADS = {
+    "api": ({"api"}, ("torch", "kopf", "kubernetes")),
+    "controller": ({"api", "controller"}, ("torch",)),
+    "local": ({"api", "local"}, ("kopf", "kubernetes")),
+    "cli": ({"api", "cli"}, ("torch", "kopf", "kubernetes")),  # run-local imports the local wing when run
+}
+
+
+@pytest.mark.parametrize("wing", WING_LOADS)
+def test_importing_a_wing_loads_only_the_wings_below_it(wing):
+    modules = [name for name in import_graph() if wing_of(name) == wing]
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "loaded = [m for m in sys.modules if m.startswith('scaletrain_operator.')]\n"
+        "heavy = [m for m in ('torch', 'kopf', 'kubernetes') if m in sys.modules]\n"
+        "print(json.dumps({'wings': sorted({m.split('.')[1] for m in loaded}), 'heavy': heavy}))"
+    )
+    result = _python(code)
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    expected_wings, never = WING_LOADS[wing]
+    assert set(loaded["wings"]) == expected_wings
+    assert not set(loaded["heavy"]) & set(never), f"the {wing} wing loads {loaded['heavy']}"

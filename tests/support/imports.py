@@ -1,0 +1,48 @@
+"""The operator package's import graph, read from the source (no import runs): which module imports which."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from .jobs import REPO
+
+PACKAGE_DIR = REPO / "operator" / "scaletrain_operator"
+TRAINER_DIR = REPO / "trainer" / "scaletrain_trainer"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts[1:]  # without operator/ or trainer/
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The absolute names of the modules `path` imports, at any depth of its code (lazy imports too)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            found.add(base)
+            # `from . import naming` imports the module base.naming
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the operator package -> the modules of the package and of the trainer it imports."""
+    modules = {module_name(path): path for path in PACKAGE_DIR.rglob("*.py")}
+    known = set(modules) | {module_name(path) for path in TRAINER_DIR.rglob("*.py")}
+    return {name: imported_modules(path) & known for name, path in modules.items()}
+
+
+def wing(module: str) -> str:
+    """api, controller, local or cli (the package's top-level modules other than its wings)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "package"

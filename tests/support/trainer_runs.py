@@ -1,0 +1,99 @@
+"""Run the real trainer entry point (under torchrun for several processes) and read what it wrote."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from support.jobs import REPO, patched
+
+TIMEOUT = 240  # seconds; a hung run fails the test instead of the suite
+
+GPT_OPTIONS = {"vocab_size": 64, "context_length": 16, "layers": 2, "heads": 2, "width": 32}
+
+# Tiny GPT, 200 samples: 13 steps per epoch of 16, the 13th a short window of 8 samples, so 20 steps
+# cross an epoch boundary and include a short window.
+BASE_CONFIG: dict[str, Any] = {
+    "globalBatchSize": 16,
+    "microBatchSize": 4,
+    "maxSteps": 20,
+    "logEverySteps": 1,
+    "precision": "fp32",
+    "strategy": "ddp",
+    "seed": 7,
+    "model": {"layers": 2, "heads": 2, "width": 32, "vocabSize": 64, "contextLength": 16},
+    "data": {"source": "synthetic", "syntheticSamples": 200},
+    "optimizer": {"lr": 0.01, "weightDecay": 0.1},
+    "scheduler": {"name": "cosine", "warmupSteps": 3},
+    "distributedTimeoutSeconds": 60,
+}
+
+
+# The base config's synthetic data set, as keyword arguments of the fault plugins' data sets.
+SYNTHETIC_OPTIONS = {
+    "samples": BASE_CONFIG["data"]["syntheticSamples"],
+    "context_length": BASE_CONFIG["model"]["contextLength"],
+    "vocab_size": BASE_CONFIG["model"]["vocabSize"],
+    "seed": BASE_CONFIG["seed"],
+}
+# What a process needs to import the fault plugins (tests/plugins), and one thread each on small CPUs.
+PLUGIN_ENV = {"PYTHONPATH": str(REPO / "tests"), "OMP_NUM_THREADS": "1"}
+
+
+def plugin_data(name: str, **options: Any) -> dict[str, Any]:
+    """A `data` config for the data set `name` of tests/plugins/faults.py over the base synthetic data."""
+    return {"source": f"support.plugins.faults:{name}", "options": options | SYNTHETIC_OPTIONS}
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    directory: Path
+
+    def metrics(self) -> list[dict[str, Any]]:
+        path = self.directory / "out" / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def losses(self) -> list[float]:
+        return [record["loss"] for record in self.metrics()]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def config_for(directory: Path, overrides: dict[str, Any] | None = None, checkpoints: bool = False) -> dict[str, Any]:
+    config = patched(copy.deepcopy(BASE_CONFIG), overrides or {})
+    config["outputDir"] = str(directory / "out")
+    config["metricsPort"] = free_port()
+    if checkpoints:
+        config["checkpoint"] = {"dir": str(directory / "checkpoints"), "everySteps": 5, "keep": 2} | config.get(
+            "checkpoint", {}
+        )
+    return config
+
+
+def run_trainer(directory: Path, config: dict[str, Any], nproc: int = 1, env: dict[str, str] | None = None) -> Run:
+    """`python -m scaletrain_trainer --config FILE`, under `torchrun --standalone` when nproc > 1."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config_path = directory / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    command = (launcher if nproc > 1 else [sys.executable]) + ["-m", "scaletrain_trainer", "--config", str(config_path)]
+    environment = os.environ | PLUGIN_ENV | (env or {})
+    result = subprocess.run(
+        command, cwd=directory, env=environment, capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
+    return Run(result.returncode, result.stdout + result.stderr, directory)

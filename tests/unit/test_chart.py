@@ -1,0 +1,191 @@
+"""The Helm chart, rendered and linted by Helm's own Go engine (helm-python-sdk), for the default
+(cluster-wide, HA) values and the other install modes; every object checked against the official
+Kubernetes schemas, the RBAC against the operator's permission table, the Deployment's arguments
+against the operator's own command line."""
+
+from __future__ import annotations
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from scaletrain_operator.controller import rbac
+from scaletrain_operator.controller.main import build_parser
+from support.jobs import REPO
+from support.kube_schema import schema_errors
+
+CHART = REPO / "charts" / "scaletrain"
+RELEASE, RELEASE_NAMESPACE = "scaletrain", "scaletrain-system"
+# Chart.yaml's kubeVersion floor (the CRD's CEL rules use fieldPath and reason, new in 1.28), and the newest.
+KUBERNETES_VERSIONS = ("1.28", "1.37")
+VALUES = {
+    "default": {},
+    "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "standalone": {
+        "replicaCount": 1,
+        "peering": {"enabled": False, "name": "scaletrain"},
+        "metrics": {"enabled": False},
+    },
+    "monitored": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}},
+}
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+@pytest.fixture(scope="module")
+def chart():
+    return helm_python.Chart.load(CHART)
+
+
+def render(chart, values):
+    manifests = chart.render(values, name=RELEASE, namespace=RELEASE_NAMESPACE, is_install=True)
+    return [
+        obj
+        for template, text in sorted(manifests.items())
+        if template.endswith(".yaml")
+        for obj in yaml.safe_load_all(text)
+        if obj
+    ]
+
+
+def of_kind(objects, kind):
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def operator_container(objects):
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("mode", VALUES)
+def test_strict_lint_passes(mode):
+    report = helm_python.lint(
+        CHART, VALUES[mode], strict=True, namespace=RELEASE_NAMESPACE, kube_version=f"v{KUBERNETES_VERSIONS[0]}.0"
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []  # 2: warning, 3: error
+
+
+@pytest.mark.parametrize("mode", VALUES)
+def test_every_object_validates_against_the_kubernetes_schemas(chart, mode):
+    peering_crds = yaml.safe_load_all((CHART / "crds/kopf-peering.yaml").read_text())
+    peering_crds = {crd["spec"]["names"]["kind"]: crd for crd in peering_crds}
+    objects = render(chart, VALUES[mode])
+    for obj in objects:
+        labels = obj["metadata"].get("labels", {})
+        assert all(label in labels for label in STANDARD_LABELS), (obj["kind"], labels)
+        if obj["kind"] in peering_crds:  # custom resources: the CRD's schema, as the API server checks them
+            schema = peering_crds[obj["kind"]]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            body = {key: value for key, value in obj.items() if key not in ("apiVersion", "kind", "metadata")}
+            assert schema_errors(schema, body) == []
+        elif obj["kind"] != "ServiceMonitor":  # the Prometheus Operator's schema is not bundled
+            for version in KUBERNETES_VERSIONS:
+                kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_chart_crds_are_the_generated_crd_and_kopf_peering(chart):
+    crds = {obj["metadata"]["name"] for crd in chart.crds for obj in yaml.safe_load_all(crd["data"]) if obj}
+    assert crds == {"scaletrainjobs.scaletrain.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
+    assert chart.metadata["kubeVersion"] == f">={KUBERNETES_VERSIONS[0]}.0-0"
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            kubernetes_validate.validate(crd, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def test_the_rbac_rules_file_is_generated_from_the_operator_table():
+    assert (CHART / "files/rbac-rules.yaml").read_text() == rbac.chart_rules_yaml(), "run `make generate`"
+
+
+@pytest.mark.parametrize(
+    ("mode", "clusterwide", "peering"),
+    [("default", True, True), ("namespaced", False, True), ("standalone", True, False)],
+)
+def test_rbac_is_the_operator_table_for_the_scope(chart, mode, clusterwide, peering):
+    objects = render(chart, VALUES[mode])
+    expected = rbac.rules(rbac.permissions(clusterwide=clusterwide, peering=peering))
+    (account,) = of_kind(objects, "ServiceAccount")
+    subject = {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": RELEASE_NAMESPACE}
+    (deployment,) = of_kind(objects, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    if clusterwide:
+        assert of_kind(objects, "Role") == [] and of_kind(objects, "RoleBinding") == []
+        (role,), (binding,) = of_kind(objects, "ClusterRole"), of_kind(objects, "ClusterRoleBinding")
+        assert role["rules"] == expected
+        assert binding["roleRef"]["name"] == role["metadata"]["name"] and binding["subjects"] == [subject]
+    else:  # nothing cluster-wide; a Role and RoleBinding in each watched namespace
+        assert of_kind(objects, "ClusterRole") == [] and of_kind(objects, "ClusterRoleBinding") == []
+        watched = VALUES[mode]["watchNamespaces"]
+        roles, bindings = of_kind(objects, "Role"), of_kind(objects, "RoleBinding")
+        assert [r["metadata"]["namespace"] for r in roles] == [b["metadata"]["namespace"] for b in bindings] == watched
+        assert all(role["rules"] == expected for role in roles)
+        assert all(binding["subjects"] == [subject] for binding in bindings)
+
+
+@pytest.mark.parametrize("mode", ["default", "namespaced", "standalone"])
+def test_the_operator_arguments_parse_and_match_the_scope_and_peering(chart, mode):
+    objects, values = render(chart, VALUES[mode]), VALUES[mode]
+    container = operator_container(objects)
+    args = build_parser().parse_args(container["args"])  # the real operator's command line accepts them
+    watched = values.get("watchNamespaces", [])
+    assert args.namespace == watched and args.all_namespaces == (not watched)
+    peerings = of_kind(objects, "ClusterKopfPeering") + of_kind(objects, "KopfPeering")
+    if mode == "standalone":
+        assert args.standalone and peerings == [] and args.metrics_port == 0
+    else:
+        assert {p["metadata"]["name"] for p in peerings} == {args.peering}
+        assert [p["metadata"].get("namespace") for p in peerings] == (watched or [None])
+    ports = {port["name"]: port["containerPort"] for port in container.get("ports", [])}
+    assert ports["healthz"] == args.liveness_port and container["livenessProbe"]["httpGet"]["port"] == "healthz"
+    assert ports.get("metrics", 0) == args.metrics_port
+
+
+def test_the_deployment_is_hardened_and_highly_available(chart):
+    objects = render(chart, {})
+    (deployment,) = of_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = operator_container(objects)
+    assert deployment["spec"]["replicas"] == 2 and "--peering=scaletrain" in container["args"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/tmp"}  # writable scratch only
+
+
+def test_metrics_service_and_service_monitor_select_the_operator(chart):
+    objects = render(chart, VALUES["monitored"])
+    (deployment,) = of_kind(objects, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    (service,) = of_kind(objects, "Service")
+    (monitor,) = of_kind(objects, "ServiceMonitor")
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert of_kind(render(chart, {}), "ServiceMonitor") == []  # off by default: needs the Prometheus Operator
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "names"),
+    [
+        ({"replicaCount": "two"}, helm_python.HelmValuesError, "/replicaCount"),
+        ({"watchNamespace": ["team-a"]}, helm_python.HelmValuesError, "watchNamespace"),
+        ({"watchNamespaces": ["Team_A"]}, helm_python.HelmValuesError, "/watchNamespaces/0"),
+        ({"replicaCount": 3, "peering": {"enabled": False, "name": "x"}}, helm_python.HelmRenderError, "peering"),
+        ({"metrics": {"port": 8081}}, helm_python.HelmRenderError, "livenessPort must differ"),
+    ],
+)
+def test_bad_values_are_refused_with_the_field_named(chart, values, error, names):
+    with pytest.raises(error, match=names):
+        render(chart, values)

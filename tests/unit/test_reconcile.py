@@ -1,0 +1,227 @@
+"""The operator's decisions, without a cluster: children, status, restarts, suspend, spec changes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
+from scaletrain_operator.api.render import render_job, render_service
+from scaletrain_operator.controller import peering
+from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event
+from scaletrain_operator.controller.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, with_spec_hash
+from support.jobs import base_job
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+def _job(status=None, **spec):
+    document = base_job(**spec)
+    document["metadata"]["generation"] = 1
+    if status:
+        document["status"] = status
+    return parse_job(document)
+
+
+def _child(job, generation, conditions=(), suspend=None):
+    child = with_spec_hash(render_job(job, generation))
+    if suspend is not None:
+        child["spec"]["suspend"] = suspend
+    child["status"] = {"conditions": [{"type": kind, "status": "True", "reason": kind} for kind in conditions]}
+    return child
+
+
+def _pod(index, phase, exit_code=None, generation=0):
+    metadata = {"name": f"demo-g{generation}-{index}-abcde", "annotations": {COMPLETION_INDEX: str(index)}}
+    pod = {"metadata": metadata, "status": {"phase": phase}}
+    if exit_code is not None:
+        pod["status"]["containerStatuses"] = [
+            {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
+        ]
+    return pod
+
+
+def _observed(job, children, pods=()):
+    return Observed(service=render_service(job), jobs=children, pods=list(pods))
+
+
+def _running(**status):
+    return {"phase": "Running", "currentJob": "demo-g0", "restarts": 0} | status
+
+
+def test_a_new_job_gets_its_service_and_first_gang():
+    job = _job()
+    decision = decide(job, Observed(service=None, jobs={}, pods=[]), NOW)
+    assert [(o["kind"], o["metadata"]["name"]) for o in decision.create] == [("Service", "demo"), ("Job", "demo-g0")]
+    assert (
+        decision.create[1]["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        == _child(job, 0)["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    )
+    assert decision.status["phase"] == "Pending" and decision.status["currentJob"] == "demo-g0"
+    assert [c["type"] for c in decision.status["conditions"]] == ["Created"]
+    assert decision.events == (Event("Normal", "Created", "created Job demo-g0"),)
+
+
+def test_existing_children_are_adopted_not_created_again():
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Pending"), _pod(1, "Pending")]), NOW)
+    assert decision.create == () and decision.delete_child_jobs == ()
+    assert decision.status["phase"] == "Pending" and decision.events == ()
+
+
+def test_running_pods_make_the_job_running_once():
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")])
+    decision = decide(job, observed, NOW)
+    status = decision.status
+    assert status["phase"] == "Running" and status["nodes"] == {"active": 2, "succeeded": 0, "failed": 0}
+    assert status["startTime"] == "2026-11-30T12:00:00Z"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Running": "True"}
+    assert decision.events == (Event("Normal", "Running", "2 of 2 nodes active"),)
+    again = decide(_job(status=status), observed, NOW)  # the same state again: nothing new, nothing to write
+    assert again == Decision()
+
+
+def test_a_failed_rank_restarts_the_whole_gang():
+    job = _job(status=_running(), activeDeadlineSeconds=3600)  # an in-place change, moot for a Job being deleted
+    observed = _observed(job, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=137)])
+    decision = decide(job, observed, NOW)
+    assert decision.delete_child_jobs == ("demo-g0",) and decision.patch_child_job is None
+    assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    assert decision.status["restarts"] == 1 and decision.status["currentJob"] == "demo-g1"
+    assert decision.status["phase"] == "Restarting"
+    (event,) = decision.events
+    assert (event.type, event.reason) == ("Warning", "Restarting")
+    assert "pod demo-g0-1-abcde failed (Error, exit code 137)" in event.message and "gang restart 1/3" in event.message
+
+
+def test_the_restart_limit_fails_the_job():
+    job = _job(status=_running(restarts=3, currentJob="demo-g3"))
+    decision = decide(job, _observed(job, {3: _child(job, 3)}, [_pod(0, "Failed", 1, generation=3)]), NOW)
+    assert decision.create == () and decision.delete_child_jobs == ()
+    assert decision.status["phase"] == "Failed" and "maxRestarts (3) reached" in decision.status["message"]
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RestartLimitReached"
+
+
+def test_a_config_error_fails_at_once_without_restarts():
+    job = _job(status=_running())
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Failed", exit_code=78)]), NOW)
+    assert decision.create == () and decision.delete_child_jobs == () and decision.status["restarts"] == 0
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert decision.status["phase"] == "Failed" and failed["reason"] == "ConfigError"
+
+
+def test_a_complete_job_succeeds():
+    pending = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    running = decide(pending, _observed(pending, {0: _child(pending, 0)}, [_pod(0, "Running")]), NOW).status
+    job = _job(status=running)
+    complete = _child(job, 0, conditions=["Complete"])
+    observed = _observed(job, {0: complete}, [_pod(0, "Succeeded"), _pod(1, "Succeeded")])
+    decision = decide(job, observed, NOW)
+    assert decision.status["phase"] == "Succeeded" and decision.status["completionTime"] == "2026-11-30T12:00:00Z"
+    conditions = {c["type"]: c["status"] for c in decision.status["conditions"]}
+    assert conditions == {"Running": "False", "Succeeded": "True"}
+    assert decision.events == (Event("Normal", "Succeeded", "all 2 nodes finished"),)
+    finished = _job(status=decision.status)
+    assert decide(finished, observed, NOW) == Decision()  # terminal: nothing more to do
+
+
+def test_suspend_and_resume():
+    job = _job(status=_running(), suspend=True)
+    unsuspended_child = _child(_job(), 0)
+    decision = decide(job, _observed(job, {0: unsuspended_child}, [_pod(0, "Running")]), NOW)
+    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
+    assert decision.status["phase"] == "Suspended"
+    assert decision.events == (Event("Normal", "Suspended", "spec.suspend is true"),)
+    resumed = _job(status=decision.status)
+    decision = decide(resumed, _observed(resumed, {0: _child(resumed, 0, suspend=True)}), NOW)
+    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": False})
+    assert decision.status["phase"] == "Pending"
+
+
+def test_a_queued_job_waits_for_kueue_instead_of_unsuspending_itself():
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"}, queueName="team-a")
+    decision = decide(job, _observed(job, {0: _child(job, 0)}), NOW)
+    assert decision.patch_child_job is None
+    assert decision.status["phase"] == "Pending" and "waiting for Kueue" in decision.status["message"]
+
+
+def test_pods_killed_by_a_suspension_are_not_crashes():
+    """Kueue preempting (or the user suspending) a gang: the Job controller terminates its pods, which
+    may show Failed with exit code 143 before they go. No restart, no failure: the job waits."""
+    queued = _job(status=_running(), queueName="team-a")
+    preempted = _child(queued, 0, suspend=True)
+    decision = decide(queued, _observed(queued, {0: preempted}, [_pod(0, "Failed", 143), _pod(1, "Running")]), NOW)
+    assert decision.create == () and decision.delete_child_jobs == () and decision.patch_child_job is None
+    assert decision.status["phase"] == "Pending" and decision.status.get("restarts", 0) == 0
+
+    suspended = _job(status=_running(), suspend=True)  # the user's suspend, not yet applied to the Job
+    decision = decide(suspended, _observed(suspended, {0: _child(suspended, 0)}, [_pod(0, "Failed", 143)]), NOW)
+    assert decision.delete_child_jobs == () and decision.status["phase"] == "Suspended"
+
+
+def test_a_spec_change_restarts_the_gang_without_using_a_restart():
+    running = _job(status=_running())
+    changed = _job(status=_running(), nodes=4, training={"globalBatchSize": 32})
+    decision = decide(changed, _observed(changed, {0: _child(running, 0)}, [_pod(0, "Running")]), NOW)
+    assert decision.delete_child_jobs == ("demo-g0",)
+    assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    assert decision.create[0]["spec"]["completions"] == 4
+    assert decision.status["restarts"] == 0 and decision.status["phase"] == "Restarting"
+
+
+def test_in_place_changes_patch_the_job():
+    running = _job(status=_running())
+    longer = _job(status=_running(), activeDeadlineSeconds=3600, maxRestarts=5)
+    decision = decide(longer, _observed(longer, {0: _child(running, 0)}, [_pod(0, "Running")]), NOW)
+    assert decision.create == () and decision.delete_child_jobs == ()
+    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"activeDeadlineSeconds": 3600})
+
+
+def test_leftover_jobs_of_older_generations_are_deleted():
+    job = _job(status=_running(currentJob="demo-g2", restarts=2))
+    observed = _observed(job, {1: _child(job, 1), 2: _child(job, 2)}, [_pod(0, "Running", generation=2)])
+    decision = decide(job, observed, NOW)
+    assert decision.delete_child_jobs == ("demo-g1",) and decision.create == ()
+
+
+def test_a_lost_status_patch_is_recovered_from_the_jobs_that_exist():
+    """The operator created demo-g1 but died before recording it: the next reconcile continues there."""
+    job = _job(status=_running(currentJob="demo-g0"))
+    decision = decide(job, _observed(job, {1: _child(job, 1)}, [_pod(0, "Running", generation=1)]), NOW)
+    assert decision.create == () and decision.status["currentJob"] == "demo-g1"
+
+
+def test_only_the_highest_priority_live_peer_is_the_active_replica():
+    def record(priority, seconds_ago=0, lifetime=60):
+        return {
+            "priority": priority,
+            "lifetime": lifetime,
+            "lastseen": (NOW - timedelta(seconds=seconds_ago)).isoformat(),
+        }
+
+    me = {"me": record(5)}
+    assert peering.is_active(me, "me", 5, NOW)
+    assert not peering.is_active(me | {"other": record(7)}, "me", 5, NOW)
+    assert not peering.is_active(me | {"other": record(5)}, "me", 5, NOW)  # kopf pauses both on a tie
+    assert peering.is_active(me | {"other": record(3)}, "me", 5, NOW)
+    assert peering.is_active(me | {"other": record(7, seconds_ago=61)}, "me", 5, NOW)  # its record expired
+
+
+def test_the_restart_names_the_pod_that_failed_first_and_ignores_pods_being_deleted():
+    def failed(index, exit_code, finished_at):
+        pod = _pod(index, "Failed", exit_code)
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = finished_at
+        return pod
+
+    job = _job(status=_running())
+    # Node 1 was killed; node 0's collective broke a second later: the root cause is node 1.
+    pods = [failed(0, 1, "2026-11-30T12:00:05Z"), failed(1, 137, "2026-11-30T12:00:04Z")]
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
+    assert "pod demo-g0-1-abcde failed (Error, exit code 137)" in decision.status["message"]
+
+    terminating = failed(0, 143, "2026-11-30T12:00:04Z")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:03Z"  # stopped, not crashed
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [terminating, _pod(1, "Running")]), NOW)
+    assert decision.delete_child_jobs == () and decision.status["phase"] == "Running"

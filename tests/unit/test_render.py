@@ -1,0 +1,353 @@
+"""Rendering: every child validates against the official Kubernetes schemas, and carries the
+rank layout, GPU settings, labels, ownership and security defaults the issue asks for."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+
+from scaletrain_operator.api.merge import merge_under
+from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.render import render_children
+from support.jobs import EXAMPLES, base_job, load_yaml
+
+KUBERNETES_VERSION = "1.33"
+
+POD_TEMPLATE = {
+    "metadata": {"labels": {"team": "vision"}, "annotations": {"prometheus.io/scrape": "true"}},
+    "spec": {
+        "initContainers": [{"name": "fetch-data", "image": "busybox:1.36", "command": ["sh", "-c", "true"]}],
+        "containers": [
+            {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"},
+            {
+                "name": "trainer",
+                "image": "ignored:latest",
+                "workingDir": "/workspace",
+                "env": [{"name": "FROM_TEMPLATE", "value": "1"}, {"name": "WORLD_SIZE", "value": "999"}],
+            },
+        ],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 120,
+        "restartPolicy": "Always",
+    },
+}
+
+SPECS = {
+    "cpu-1-node": base_job(nodes=1, training={"globalBatchSize": 8}),
+    "cpu-2-nodes": base_job(),
+    "gpu-4x8": base_job(nodes=4, gpusPerNode=8, training={"globalBatchSize": 256, "microBatchSize": 8}),
+    "gpu-64-nodes": base_job(
+        nodes=64,
+        gpusPerNode=8,
+        backend="nccl",
+        training={"globalBatchSize": 2048, "microBatchSize": 4},
+        nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        affinity={
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"scaletrain.io/job-name": "demo"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        },
+        priorityClassName="high",
+        schedulerName="volcano",
+        serviceAccountName="trainer",
+        resources={"requests": {"cpu": "32", "memory": "512Gi"}, "limits": {"memory": "600Gi"}},
+    ),
+    "pod-template-merge": base_job(
+        podTemplate=POD_TEMPLATE,
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+    ),
+    "kueue-queued": base_job(queueName="team-a-queue", activeDeadlineSeconds=86400),
+    "custom-command": base_job(
+        command=["python", "-m", "my_trainer"],
+        imagePullPolicy="Always",
+        env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+    ),
+}
+
+
+def _children(document, generation=0):
+    return render_children(parse_job(document), generation)
+
+
+def _pod(children):
+    return children[1]["spec"]["template"]
+
+
+def _container(children, name="trainer"):
+    return next(c for c in _pod(children)["spec"]["containers"] if c["name"] == name)
+
+
+def _env(children):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in _container(children)["env"]}
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_child_validates_against_kubernetes_schemas(name):
+    children = _children(SPECS[name])
+    assert [c["kind"] for c in children] == ["Service", "Job"]
+    for child in children:
+        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_render_to_valid_children(path):
+    for child in _children(load_yaml(path)):
+        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+
+
+def test_headless_service_publishes_not_ready_pods():
+    service = _children(base_job())[0]
+    assert service["metadata"]["name"] == "demo"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"scaletrain.io/job-name": "demo"}
+
+
+def test_indexed_job_gang_settings():
+    children = _children(base_job(nodes=3, training={"globalBatchSize": 12}), generation=2)
+    job = children[1]
+    assert job["metadata"]["name"] == "demo-g2"
+    assert job["spec"] | {"template": None} == {
+        "completionMode": "Indexed",
+        "completions": 3,
+        "parallelism": 3,
+        "backoffLimit": 0,
+        "suspend": False,
+        "template": None,
+    }
+    pod = _pod(children)["spec"]
+    assert pod["subdomain"] == "demo" and pod["restartPolicy"] == "Never"
+
+
+def test_rank_env_for_torchrun_and_plain_launchers():
+    env = _env(_children(SPECS["gpu-4x8"], generation=1))
+    rank = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert env["PET_NNODES"] == env["NNODES"] == "4"
+    assert env["PET_NPROC_PER_NODE"] == env["NPROC_PER_NODE"] == "8"
+    assert env["PET_NODE_RANK"] == env["NODE_RANK"] == rank
+    assert env["PET_MASTER_ADDR"] == env["MASTER_ADDR"] == "demo-g1-0.demo"
+    assert env["PET_MASTER_PORT"] == env["MASTER_PORT"] == "29500"
+    assert env["WORLD_SIZE"] == "32"
+    assert env["SCALETRAIN_BACKEND"] == "nccl"
+    assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+def test_cpu_job_uses_gloo_without_nccl_env():
+    env = _env(_children(base_job()))
+    assert env["SCALETRAIN_BACKEND"] == "gloo" and env["WORLD_SIZE"] == "2"
+    assert not any(name.startswith("NCCL_") for name in env)
+
+
+def test_training_config_travels_as_json_env():
+    from scaletrain_trainer.config import load_training_config
+
+    document = base_job(training={"model": {"layers": 3}, "precision": "bf16"})
+    env = _env(_children(document))
+    config = load_training_config(environ={"SCALETRAIN_CONFIG": env["SCALETRAIN_CONFIG"]})
+    assert config == parse_job(document).spec.training
+    assert config.model.layers == 3 and config.precision == "bf16"
+
+
+def test_user_env_overrides_nccl_defaults_in_place():
+    document = base_job(
+        gpusPerNode=8,
+        nodes=1,
+        training={"globalBatchSize": 32},
+        env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "EXTRA", "value": "x"}],
+    )
+    names = [e["name"] for e in _container(_children(document))["env"]]
+    env = _env(_children(document))
+    assert env["NCCL_DEBUG"] == "INFO" and env["EXTRA"] == "x"
+    assert names.count("NCCL_DEBUG") == 1 and names[-1] == "EXTRA"
+
+
+def test_gpu_resources_toleration_and_shm():
+    children = _children(
+        base_job(
+            nodes=1,
+            gpusPerNode=8,
+            shmSize="16Gi",
+            training={"globalBatchSize": 32},
+            resources={"requests": {"cpu": "8"}},
+        )
+    )
+    container = _container(children)
+    pod = _pod(children)["spec"]
+    assert container["resources"] == {"requests": {"cpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    shm = next(v for v in pod["volumes"] if v["name"] == "scaletrain-shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert {"name": "scaletrain-shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+def test_custom_gpu_resource_name():
+    document = base_job(nodes=1, gpusPerNode=4, gpuResource="amd.com/gpu", training={"globalBatchSize": 16})
+    children = _children(document)
+    assert _container(children)["resources"]["limits"] == {"amd.com/gpu": "4"}
+    assert _pod(children)["spec"]["tolerations"] == [
+        {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_cpu_job_has_no_gpu_toleration_but_has_default_shm():
+    pod = _pod(_children(base_job()))["spec"]
+    assert "tolerations" not in pod
+    assert {"name": "scaletrain-shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
+
+
+def test_labels_and_owner_references():
+    children = _children(base_job(), generation=3)
+    for child in children:
+        metadata = child["metadata"]
+        assert metadata["namespace"] == "team-a"
+        assert metadata["labels"]["app.kubernetes.io/name"] == "scaletrain"
+        assert metadata["labels"]["app.kubernetes.io/managed-by"] == "scaletrain-operator"
+        assert metadata["labels"]["scaletrain.io/job-name"] == "demo"
+        assert metadata["ownerReferences"] == [
+            {
+                "apiVersion": "scaletrain.io/v1alpha1",
+                "kind": "ScaleTrainJob",
+                "name": "demo",
+                "uid": "6f1c2a7e-1111-4c3b-9a61-0123456789ab",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    assert children[1]["metadata"]["labels"]["scaletrain.io/generation"] == "3"
+    assert _pod(children)["metadata"]["labels"]["scaletrain.io/generation"] == "3"
+    assert "scaletrain.io/generation" not in children[0]["metadata"]["labels"]  # the Service outlives generations
+
+
+def test_owner_reference_needs_a_uid():
+    document = base_job()
+    del document["metadata"]["uid"]
+    assert all("ownerReferences" not in child["metadata"] for child in _children(document))
+
+
+def test_security_defaults_and_opt_out():
+    children = _children(base_job())
+    assert _container(children)["securityContext"] == {"allowPrivilegeEscalation": False, "privileged": False}
+    assert _pod(children)["spec"]["securityContext"]["runAsNonRoot"] is True
+    root_image = _children(base_job(securityContext={"runAsNonRoot": False, "runAsUser": 0}))
+    assert _pod(root_image)["spec"]["securityContext"] == {
+        "runAsNonRoot": False,
+        "runAsUser": 0,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def test_kueue_queue_creates_a_suspended_labelled_job():
+    job = _children(SPECS["kueue-queued"])[1]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    assert job["spec"]["suspend"] is True and job["spec"]["activeDeadlineSeconds"] == 86400
+    assert _children(base_job(suspend=True))[1]["spec"]["suspend"] is True
+
+
+def test_command_and_args_defaults_and_overrides():
+    default = _container(_children(base_job()))
+    assert default["command"] == ["python", "-m", "scaletrain_trainer.launch"]
+    assert default["args"] == ["--module", "scaletrain_trainer"]
+    custom = _container(_children(SPECS["custom-command"]))
+    assert custom["command"] == ["python", "-m", "my_trainer"] and custom["args"] == []
+    assert custom["imagePullPolicy"] == "Always"
+    args_only = _container(_children(base_job(args=["--module", "my_pkg.train"])))
+    assert args_only["command"] == default["command"] and args_only["args"] == ["--module", "my_pkg.train"]
+
+
+def test_pod_template_is_merged_under_the_rendered_pod():
+    children = _children(SPECS["pod-template-merge"])
+    pod = _pod(children)
+    spec = pod["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["log-shipper", "trainer"]
+    assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "trainer"
+    assert [c["name"] for c in spec["initContainers"]] == ["fetch-data"]
+    trainer = _container(children)
+    assert trainer["image"] == "ghcr.io/scaletrain/trainer:0.1.0"  # rendered wins
+    assert trainer["workingDir"] == "/workspace"  # template fills what rendering leaves open
+    env = _env(children)
+    assert env["FROM_TEMPLATE"] == "1" and env["WORLD_SIZE"] == "2"
+    assert spec["restartPolicy"] == "Never" and spec["terminationGracePeriodSeconds"] == 120
+    assert [v["name"] for v in spec["volumes"]] == ["scratch", "scaletrain-shm"]
+    assert {"key": "spot", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert pod["metadata"]["labels"]["team"] == "vision"
+    assert pod["metadata"]["labels"]["scaletrain.io/job-name"] == "demo"
+
+
+def test_merge_replaces_same_named_env_and_volume_items_whole():
+    """Merging field by field could leave an env var with value and valueFrom, or a volume with two sources."""
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "env": [{"name": "NCCL_DEBUG", "valueFrom": {"configMapKeyRef": {"name": "nccl", "key": "debug"}}}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data/a", "subPath": "a"}],
+                }
+            ]
+        }
+    }
+    document = base_job(
+        gpusPerNode=1,
+        nodes=1,
+        training={"globalBatchSize": 4},
+        podTemplate=template,
+        volumes=[{"name": "data", "emptyDir": {}}],
+        volumeMounts=[{"name": "data", "mountPath": "/data/b", "subPath": "b"}],
+    )
+    children = _children(document)
+    env = [e for e in _container(children)["env"] if e["name"] == "NCCL_DEBUG"]
+    assert env == [{"name": "NCCL_DEBUG", "value": "WARN"}]
+    mounts = [m for m in _container(children)["volumeMounts"] if m["name"] == "data"]
+    assert mounts == [
+        {"name": "data", "mountPath": "/data/a", "subPath": "a"},
+        {"name": "data", "mountPath": "/data/b", "subPath": "b"},
+    ]
+    kubernetes_validate.validate(children[1], KUBERNETES_VERSION, strict=True)
+
+
+def test_merge_under_list_rules_and_purity():
+    base = {"args": ["a", "b"], "tolerations": [{"key": "x"}], "env": [{"name": "A", "value": "1", "x": "y"}]}
+    overlay = {
+        "args": ["c"],
+        "tolerations": [{"key": "x"}, {"key": "y"}],
+        "env": [{"name": "A", "value": "2"}, {"name": "B"}],
+    }
+    before = copy.deepcopy((base, overlay))
+    merged = merge_under(base, overlay)
+    assert merged == {
+        "args": ["c"],
+        "tolerations": [{"key": "x"}, {"key": "y"}],
+        "env": [{"name": "A", "value": "2"}, {"name": "B"}],
+    }
+    assert (base, overlay) == before
+    merged["env"][0]["value"] = "changed"
+    assert base["env"][0]["value"] == "1"
+
+
+def test_rendering_is_pure_and_deterministic():
+    document = SPECS["gpu-64-nodes"]
+    job = parse_job(document)
+    first = render_children(job, 1)
+    first[1]["spec"]["template"]["spec"]["affinity"]["mutated"] = True
+    first[1]["spec"]["template"]["spec"]["containers"][0]["env"].clear()
+    assert render_children(job, 1) == _children(document, 1)
+    assert "mutated" not in job.spec.affinity
+
+
+def test_longest_allowed_name_fits_every_hostname():
+    from scaletrain_operator.api.naming import MAX_NAME_LENGTH, MAX_NODES, MAX_RESTARTS
+
+    document = base_job(nodes=MAX_NODES, training={"globalBatchSize": 4 * MAX_NODES})
+    document["metadata"]["name"] = "a" * MAX_NAME_LENGTH
+    job = render_children(parse_job(document), MAX_RESTARTS)[1]
+    last_hostname = f"{job['metadata']['name']}-{MAX_NODES - 1}"
+    assert len(last_hostname) == 63
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)

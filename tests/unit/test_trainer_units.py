@@ -1,0 +1,298 @@
+"""Trainer components in one process: data order, loss normalization, precision, schedule,
+checkpoint files, the progress endpoint, and the entry points' config errors."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scaletrain_trainer.checkpoint import CheckpointManager, TrainState, check_data_position
+from scaletrain_trainer.config import CheckpointConfig, DataConfig, ModelConfig, SchedulerConfig, parse_training_config
+from scaletrain_trainer.data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
+from scaletrain_trainer.distributed import Runtime
+from scaletrain_trainer.loop import build_scheduler, train_step
+from scaletrain_trainer.metrics import MetricsReporter, write_termination_message
+from scaletrain_trainer.precision import resolve_precision
+from scaletrain_trainer.validation import ProblemsError
+from support.trainer_runs import free_port
+
+CPU = torch.device("cpu")
+RUNTIME = Runtime(rank=0, local_rank=0, world_size=1, device=CPU, backend="gloo")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group():
+    """A process group of one, as the standalone trainer uses."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+# --- data order ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dataset_size", [200, 64])
+def test_global_batches_are_the_same_at_every_world_size(dataset_size):
+    for step in range(30):  # two epochs, each ending in a short window (200 samples) or not (64)
+        reference = None
+        for world in (1, 2, 4):
+            per_rank = [
+                GlobalBatches(dataset_size, 16, 2, world, rank, seed=3).micro_batches(step) for rank in range(world)
+            ]
+            assert len({len(micro) for micro in per_rank}) == 1  # same number of micro-steps on every rank
+            samples = sorted(i for micro in per_rank for batch in micro for i in batch if i is not None)
+            reference = reference or samples
+            assert samples == reference
+            assert samples == sorted(GlobalBatches(dataset_size, 16, 2, world, 0, seed=3).global_batch(step))
+
+
+def test_epochs_are_reshuffled_and_the_last_window_is_short():
+    batches = GlobalBatches(200, 16, 4, world_size=2, rank=1, seed=0)
+    assert batches.steps_per_epoch == 13
+    assert len(batches.global_batch(12)) == 8  # 200 - 12 × 16
+    assert batches.micro_batches(12) == [batches.global_batch(12)[1::2]]  # one micro-step of 4, not two
+    assert batches.position(13) == (1, 0)
+    first_epoch = [i for s in range(13) for i in batches.global_batch(s)]
+    second_epoch = [i for s in range(13, 26) for i in batches.global_batch(s)]
+    assert sorted(first_epoch) == sorted(second_epoch) == list(range(200)) and first_epoch != second_epoch
+
+
+def test_padding_positions_ignore_their_targets():
+    dataset = build_dataset(DataConfig(), ModelConfig(context_length=8, vocab_size=32), seed=0)
+    inputs, targets = collate(dataset, [5, None], CPU)
+    assert torch.equal(inputs[0], inputs[1])
+    assert (targets[1] == IGNORE_INDEX).all() and (targets[0] != IGNORE_INDEX).all()
+
+
+# --- loss normalization --------------------------------------------------------------------------
+
+
+def _state(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    return TrainState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
+
+
+def _tokens_with_ignored(seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randint(0, 16, (8, 6), generator=generator)
+    targets = torch.randint(0, 16, (8, 6), generator=generator)
+    targets[torch.rand(8, 6, generator=generator) < 0.4] = IGNORE_INDEX  # uneven valid counts per sample
+    targets[6:] = IGNORE_INDEX  # two padding samples, as in a short window
+    return inputs, targets
+
+
+class Bigram(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = nn.Embedding(16, 16)
+
+    def forward(self, tokens):
+        return self.embedding(tokens)
+
+
+@pytest.mark.parametrize("micro_batch", [1, 2, 4, 8])
+def test_accumulated_update_equals_the_full_batch_update(micro_batch):
+    inputs, targets = _tokens_with_ignored(seed=1)
+    reference = Bigram()
+    loss = nn.functional.cross_entropy(
+        reference(inputs).reshape(-1, 16), targets.reshape(-1), ignore_index=IGNORE_INDEX
+    )
+    loss.backward()
+    expected = reference.embedding.weight.detach() - reference.embedding.weight.grad
+
+    model = nn.parallel.DistributedDataParallel(Bigram())
+    windows = [(inputs[i : i + micro_batch], targets[i : i + micro_batch]) for i in range(0, 8, micro_batch)]
+    result = train_step(model, windows, _state(model), resolve_precision("fp32", CPU), grad_clip_norm=0, world_size=1)
+    assert int(result.tokens) == int((targets != IGNORE_INDEX).sum())
+    torch.testing.assert_close(model.module.embedding.weight.detach(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_per_micro_batch_mean_would_be_wrong():
+    """The reference above can tell: averaging per-micro-batch means weights tokens unequally."""
+    inputs, targets = _tokens_with_ignored(seed=1)
+    torch.set_grad_enabled(False)
+    full = nn.functional.cross_entropy(Bigram()(inputs).reshape(-1, 16), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+    means = [
+        nn.functional.cross_entropy(Bigram()(x).reshape(-1, 16), y.reshape(-1), ignore_index=IGNORE_INDEX)
+        for x, y in zip(inputs.split(2), targets.split(2), strict=True)
+        if (y != IGNORE_INDEX).any()
+    ]
+    torch.set_grad_enabled(True)
+    assert float(sum(means) / len(means)) != pytest.approx(float(full), rel=1e-3)
+
+
+# --- precision and schedule ----------------------------------------------------------------------
+
+
+def test_precision_auto_is_fp32_on_cpu_and_autocast_follows_the_device():
+    assert resolve_precision("auto", CPU).name == "fp32"
+    bf16 = resolve_precision("bf16", CPU)
+    assert not bf16.needs_scaler and resolve_precision("fp16", CPU).needs_scaler
+    with bf16.autocast():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with resolve_precision("fp32", CPU).autocast():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_warmup_then_cosine_to_min_lr():
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = build_scheduler(optimizer, SchedulerConfig(warmup_steps=4, min_lr_ratio=0.1), max_steps=20)
+    lrs = []
+    for _ in range(21):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert lrs[4] == pytest.approx(1.0) and lrs[20] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:], strict=False))
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path):
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1, keep=2), RUNTIME)
+    model = nn.parallel.DistributedDataParallel(Bigram())
+    state = _state(model)
+    for step in (1, 2, 3):
+        state.step = step
+        manager.save(state)
+    (tmp_path / "step-00000009.partial").mkdir()  # a save that crashed mid-write
+    assert [p.name for p in manager.completed()] == ["step-00000002", "step-00000003"]
+    with torch.no_grad():
+        model.module.embedding.weight.zero_()
+    restored = _state(model)
+    assert manager.restore_latest(restored).name == "step-00000003"
+    assert restored.step == 3 and model.module.embedding.weight.abs().sum() > 0
+    state.step = 4
+    manager.save(state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003", "step-00000004"]
+
+
+def test_resume_refuses_a_changed_global_batch():
+    state = _state(nn.parallel.DistributedDataParallel(Bigram()))
+    state.step, state.data_position = 10, (0, 160)
+    check_data_position(state, GlobalBatches(1000, 16, 4, 1, 0, 0).position(10))
+    with pytest.raises(ProblemsError, match="keep globalBatchSize"):
+        check_data_position(state, GlobalBatches(1000, 32, 4, 1, 0, 0).position(10))
+
+
+# --- data sources --------------------------------------------------------------------------------
+
+
+def test_text_and_token_files(tmp_path):
+    text = tmp_path / "input.txt"
+    text.write_text("hello world, " * 20)
+    dataset = build_dataset(DataConfig(source="text", path=str(text)), ModelConfig(context_length=8), seed=0)
+    assert len(dataset) == (260 - 1) // 8
+    x, y = dataset[1]
+    assert bytes(x.tolist()) == text.read_bytes()[8:16] and torch.equal(x[1:], y[:-1])
+
+    tokens = tmp_path / "train.bin"
+    np.arange(1000, dtype=np.uint32).tofile(tokens)
+    data = DataConfig(source="tokens", path=str(tokens), token_dtype="uint32")
+    x, y = build_dataset(data, ModelConfig(context_length=10), seed=0)[3]
+    assert x.tolist() == list(range(30, 40)) and y.tolist() == list(range(31, 41))
+
+
+def test_missing_data_file_and_bad_import_path_are_config_errors(tmp_path):
+    with pytest.raises(ProblemsError, match=r"data\.path: .* is not a readable file"):
+        build_dataset(DataConfig(source="text", path=str(tmp_path / "missing.txt")), ModelConfig(), seed=0)
+    with pytest.raises(ProblemsError, match=r"data\.source: cannot import nowhere.module:make"):
+        build_dataset(DataConfig(source="nowhere.module:make"), ModelConfig(), seed=0)
+
+
+# --- progress endpoint and termination message ---------------------------------------------------
+
+
+def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    try:
+        reporter.log({"step": 10, "loss": 2.5, "samplesPerSecond": 40.0, "tokensPerSecond": 640.0}, eta_seconds=9.0)
+        progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert progress | {"updatedAt": None} == {
+            "step": 10,
+            "maxSteps": 100,
+            "loss": 2.5,
+            "samplesPerSecond": 40.0,
+            "tokensPerSecond": 640.0,
+            "etaSeconds": 9.0,
+            "updatedAt": None,
+        }
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert "scaletrain_step 10\n" in metrics and "# TYPE scaletrain_loss gauge" in metrics
+    finally:
+        reporter.close()
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 2.5
+
+
+def test_a_busy_port_does_not_stop_training(tmp_path):
+    port = free_port()
+    first = MetricsReporter(str(tmp_path / "a"), port, max_steps=10, enabled=True)
+    second = MetricsReporter(str(tmp_path / "b"), port, max_steps=20, enabled=True)
+    try:
+        second.log({"step": 1, "loss": 1.0}, eta_seconds=1.0)
+        assert json.loads((tmp_path / "b" / "metrics.jsonl").read_text())["step"] == 1
+        served = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert served["maxSteps"] == 10  # the port still belongs to the first
+    finally:
+        first.close()
+        second.close()
+
+
+def test_termination_message_only_where_the_file_exists(tmp_path, monkeypatch):
+    path = tmp_path / "termination-log"
+    monkeypatch.setenv("SCALETRAIN_TERMINATION_LOG", str(path))
+    write_termination_message({"result": "Succeeded"})
+    assert not path.exists()
+    path.touch()
+    write_termination_message({"result": "Succeeded", "blob": "x" * 10000})
+    assert len(path.read_text()) == 4096
+
+
+def test_activation_checkpointing_wraps_every_block():
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    from scaletrain_trainer.model import build_model
+    from scaletrain_trainer.parallel import apply_parallelism
+
+    config = parse_training_config({"globalBatchSize": 2, "microBatchSize": 1, "activationCheckpointing": True})
+    model = apply_parallelism(build_model(config.model), "ddp", resolve_precision("fp32", CPU), RUNTIME, config)
+    blocks = model.module.blocks
+    assert len(blocks) == config.model.layers and all(isinstance(b, CheckpointWrapper) for b in blocks)
+
+
+def test_resume_refuses_a_different_model(tmp_path):
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1), RUNTIME)
+    state = _state(nn.parallel.DistributedDataParallel(Bigram()))
+    state.step = 5
+    manager.save(state)
+    wider = nn.Module()
+    wider.embedding, wider.extra = nn.Embedding(16, 32), nn.Linear(2, 2)
+    with pytest.raises(ProblemsError, match=r"different model \(not in the checkpoint: model\.extra\.bias"):
+        manager.restore_latest(_state(nn.parallel.DistributedDataParallel(wider)))
+
+
+def test_checkpoint_not_visible_to_every_rank_is_a_config_error(tmp_path):
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path)), RUNTIME)
+    with pytest.raises(ProblemsError, match="must be on shared storage"):
+        manager._require_visible(tmp_path / "step-00000001")
+
+
+def test_models_with_non_persistent_buffers_are_not_built_on_the_meta_device():
+    from scaletrain_trainer.parallel import _all_state_in_state_dict
+
+    with torch.device("meta"):
+        plain = Bigram()
+        with_table = Bigram()
+        with_table.register_buffer("table", torch.ones(4), persistent=False)
+    assert _all_state_in_state_dict(plain) and not _all_state_in_state_dict(with_table)
