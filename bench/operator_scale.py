@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # for tests/support, the harness the tests and benchmarks share
 
 from support.emulator import EmulatedCluster  # noqa: E402
+from support.operator_harness import operator_process  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAMESPACE = "bench"
@@ -68,50 +67,35 @@ def main() -> None:
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    with EmulatedCluster(namespaces=(NAMESPACE,)) as cluster:
-        env = os.environ | {
-            "KUBECONFIG": str(cluster.kubeconfig),
-            "SCALETRAIN_OPERATOR_PROGRESS_INTERVAL_SECONDS": "60",
-        }
-        command = [sys.executable, "-m", "scaletrain_operator.controller.main", "-n", NAMESPACE,
-                   "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
-        operator = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            cluster.wait_until(lambda: cluster.request_counts()[("watch", "scaletrainjobs.scaletrain.io")], 30)
-            time.sleep(1.0)
-            idle_rss = rss_bytes(operator.pid)
-            cluster.reset_request_counts()
-            names = [f"job-{i:03d}" for i in range(args.jobs)]
-            created_at = {}
-            for name in names:  # "at once": written straight into the emulator, back to back
-                cluster.create("stj", job_document(name))
-                created_at[name] = time.monotonic()
-            ready_at: dict[str, float] = {}
-            deadline = time.monotonic() + args.timeout
-            while len(ready_at) < len(names) and time.monotonic() < deadline:
-                for name in names:
-                    if (
-                        name not in ready_at
-                        and cluster.get("jobs", NAMESPACE, f"{name}-g0")
-                        and cluster.get("services", NAMESPACE, name)
-                    ):
-                        ready_at[name] = time.monotonic()
-                time.sleep(0.01)
-            cluster.wait_until(lambda: all(
-                (cluster.get("stj", NAMESPACE, n) or {}).get("status", {}).get("phase") == "Pending" for n in names
-            ), timeout=args.timeout)  # fmt: skip
-            time.sleep(1.0)  # let the last status writes land before counting
-            counts = cluster.request_counts()
-            busy_rss = rss_bytes(operator.pid)
-            emulator_ms = emulator_latency_ms(cluster, names[0])
-        finally:
-            operator.terminate()
-            try:
-                operator.wait(30)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-                print("the operator did not stop within 30 s of SIGTERM; killed it", file=sys.stderr)
-                print(operator.communicate()[1][-3000:], file=sys.stderr)
+    flags = ("-n", NAMESPACE, "--metrics-port", "0", "--liveness-port", "0", "--progress-interval", "60")
+    with EmulatedCluster(namespaces=(NAMESPACE,)) as cluster, operator_process(cluster, *flags) as operator:
+        cluster.wait_until(lambda: cluster.request_counts()[("watch", "scaletrainjobs.scaletrain.io")], 30)
+        time.sleep(1.0)
+        idle_rss = rss_bytes(operator.pid)
+        cluster.reset_request_counts()
+        names = [f"job-{i:03d}" for i in range(args.jobs)]
+        created_at = {}
+        for name in names:  # "at once": written straight into the emulator, back to back
+            cluster.create("stj", job_document(name))
+            created_at[name] = time.monotonic()
+        ready_at: dict[str, float] = {}
+        deadline = time.monotonic() + args.timeout
+        while len(ready_at) < len(names) and time.monotonic() < deadline:
+            for name in names:
+                if (
+                    name not in ready_at
+                    and cluster.get("jobs", NAMESPACE, f"{name}-g0")
+                    and cluster.get("services", NAMESPACE, name)
+                ):
+                    ready_at[name] = time.monotonic()
+            time.sleep(0.01)
+        cluster.wait_until(lambda: all(
+            (cluster.get("stj", NAMESPACE, n) or {}).get("status", {}).get("phase") == "Pending" for n in names
+        ), timeout=args.timeout)  # fmt: skip
+        time.sleep(1.0)  # let the last status writes land before counting
+        counts = cluster.request_counts()
+        busy_rss = rss_bytes(operator.pid)
+        emulator_ms = emulator_latency_ms(cluster, names[0])
     if len(ready_at) < len(names):
         raise SystemExit(f"only {len(ready_at)} of {len(names)} jobs got their children within {args.timeout}s")
 

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import kopf
-import pytest
 import yaml
 
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION
@@ -39,12 +38,9 @@ def operator_config(metrics_port: int = 0) -> OperatorConfig:
     )
 
 
-@contextmanager
-def emulated_cluster():
-    """An emulated cluster, also the kubernetes client's default (as for kopf's login) until the block ends."""
-    with pytest.MonkeyPatch.context() as patch, EmulatedCluster(namespaces=(NAMESPACE,)) as emulated:
-        emulated.make_default(patch)
-        yield emulated
+def emulated_cluster() -> EmulatedCluster:
+    """An emulated cluster with the operator's CRD and NAMESPACE (a context manager: it runs in the block)."""
+    return EmulatedCluster(namespaces=(NAMESPACE,))
 
 
 @contextmanager

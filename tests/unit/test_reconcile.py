@@ -9,8 +9,16 @@ from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLE
 from scaletrain_operator.api.render import render_job, render_service
 from scaletrain_operator.controller import peering
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event
-from scaletrain_operator.controller.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, with_spec_hash
-from support.jobs import base_job
+from scaletrain_operator.controller.reconcile import (
+    SPEC_HASH_ANNOTATION,
+    Observed,
+    decide,
+    decide_invalid,
+    with_spec_hash,
+)
+from scaletrain_operator.controller.ttl import decide_ttl
+from scaletrain_trainer.validation import Problem
+from support.jobs import EXAMPLES, base_job, load_yaml
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
@@ -225,3 +233,32 @@ def test_the_restart_names_the_pod_that_failed_first_and_ignores_pods_being_dele
     terminating["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:03Z"  # stopped, not crashed
     decision = decide(job, _observed(job, {0: _child(job, 0)}, [terminating, _pod(1, "Running")]), NOW)
     assert decision.delete_child_jobs == () and decision.status["phase"] == "Running"
+
+
+def test_the_spec_hash_is_the_same_for_every_generation_and_changes_with_the_pods():
+    for path in EXAMPLES:
+        job = parse_job(load_yaml(path))
+        hashes = {with_spec_hash(render_job(job, g))["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for g in range(4)}
+        assert len(hashes) == 1, path.name
+    job, wider = _job(), _job(nodes=4, training={"globalBatchSize": 32})
+    assert _child(job, 0)["metadata"]["annotations"] != _child(wider, 0)["metadata"]["annotations"]
+
+
+def test_the_ttl_deletes_a_finished_job_once_it_has_passed():
+    finished = NOW - timedelta(seconds=30)
+    assert decide_ttl("Succeeded", finished, 30, NOW) == Decision(delete_stj=True)
+    assert decide_ttl("Failed", finished, 0, NOW) == Decision(delete_stj=True)
+    assert decide_ttl("Succeeded", finished, 31, NOW) == Decision()  # not yet
+    assert decide_ttl("Succeeded", finished, None, NOW) == Decision()  # no TTL
+    assert decide_ttl("Running", finished, 0, NOW) == Decision()  # not finished
+
+
+def test_an_invalid_spec_is_failed_once_with_every_problem():
+    problems = [Problem(("spec", "env", 0, "name"), "WORLD_SIZE is set by ScaleTrain"), Problem(("spec",), "two")]
+    decision = decide_invalid(problems, {}, 3, NOW)
+    message = "invalid spec: spec.env[0].name: WORLD_SIZE is set by ScaleTrain; spec: two"
+    assert decision.status["phase"] == "Failed" and decision.status["message"] == message
+    assert decision.status["observedGeneration"] == 3
+    assert [(c["type"], c["reason"]) for c in decision.status["conditions"]] == [("Failed", "InvalidSpec")]
+    assert decision.events == (Event("Warning", "InvalidSpec", message),)
+    assert decide_invalid(problems, decision.status, 3, NOW) == Decision()  # already said: no retry loop

@@ -34,7 +34,3 @@ class Decision:
     status: dict[str, Any] | None = None  # a merge patch of .status; None when nothing changed
     events: tuple[Event, ...] = ()
     delete_stj: bool = False  # the ScaleTrainJob itself (its children follow through ownerReferences)
-
-    @property
-    def empty(self) -> bool:
-        return self == Decision()
