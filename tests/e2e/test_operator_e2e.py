@@ -1,5 +1,5 @@
 """End to end on one machine: the real kopf operator against the API emulator, and a node agent that
-turns its Jobs into pods and runs each pod's container as local processes (tests/node_agent.py).
+turns its Jobs into pods and runs each pod's container as local processes (tests/support/node_agent.py).
 ScaleTrainJobs really train here: 2 nodes × 1 process, gloo, the tiny test GPT."""
 
 from __future__ import annotations

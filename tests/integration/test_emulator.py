@@ -1,4 +1,4 @@
-"""The emulated cluster of k8s_emulator.py against its three kinds of clients: the official `kubernetes`
+"""The emulated cluster of tests/support/emulator.py against its three kinds of clients: the official `kubernetes`
 client, kopf (as an asyncio task, in a thread, and through KopfRunner) and the real kubectl."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The RBAC table (scaletrain_operator.rbac) against the calls a real operator process makes.
+"""The RBAC table (scaletrain_operator.controller.rbac) against the calls a real operator process makes.
 
 The operator runs as its Deployment runs it (`scaletrain-operator`, with peering) through a lifecycle
 that needs every permission: create, run, fail and restart a gang, suspend, succeed, expire by TTL.

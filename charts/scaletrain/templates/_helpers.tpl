@@ -41,7 +41,7 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The permission table generated from operator/scaletrain_operator/rbac.py. */}}
+{{/* The permission table generated from operator/scaletrain_operator/controller/rbac.py. */}}
 {{- define "scaletrain.rbacRules" -}}
 {{- .Files.Get "files/rbac-rules.yaml" -}}
 {{- end -}}

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ha.add_argument("--standalone", action="store_true", help="no peering (a single replica; the default)")
     parser.add_argument("--liveness-port", type=int, default=8081, help="serve /healthz here (0: off)")
-    parser.add_argument("--metrics-port", type=int, default=8080, help="serve Prometheus /metrics here (0: off)")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics here (0: off; default 8080)")
     parser.add_argument("--progress-interval", type=float, help="seconds between progress polls of running jobs")
     parser.add_argument("--verbose", action="store_true")
     return parser
@@ -35,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The settings: SCALETRAIN_OPERATOR_* from the environment, overridden by the command line."""
-    config = replace(OperatorConfig.from_env(), namespaces=args.namespace, metrics_port=args.metrics_port)
+    config = OperatorConfig.from_env()
+    if args.namespace or args.all_namespaces:
+        config = replace(config, namespaces=args.namespace)
+    if args.metrics_port is not None:
+        config = replace(config, metrics_port=args.metrics_port)
     if args.progress_interval is not None:
         config = replace(config, progress_interval_seconds=args.progress_interval)
     if args.peering:
@@ -49,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = operator_config(args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
     kopf.run(
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
+        clusterwide=not config.namespaces,
+        namespaces=config.namespaces,
         standalone=not config.peering,
         peering_name=config.peering or None,
         priority=config.peering_priority,

@@ -92,7 +92,7 @@ def chart_rules_yaml() -> str:
     """The file the chart's RBAC templates read (charts/scaletrain/files/rbac-rules.yaml), each rule
     under a comment that says why the operator needs it."""
     sections = {"operator": OPERATOR, "namespacedPeering": NAMESPACED_PEERING, "clusterPeering": CLUSTER_PEERING}
-    lines = ["# Generated from operator/scaletrain_operator/rbac.py by `make generate`; do not edit."]
+    lines = ["# Generated from operator/scaletrain_operator/controller/rbac.py by `make generate`; do not edit."]
     for section, table in sections.items():
         lines.append(f"{section}:")
         for permission, rule in zip(table, rules(table), strict=True):
