@@ -1,13 +1,19 @@
 """The test tiers: each test is marked with the folder it lives in (unit, integration or e2e), so that
-`pytest -m unit` is the fast lane. Shared fixtures: the generated CRD."""
+`pytest -m unit` is the fast lane. Shared fixtures: the generated CRD, and the real control plane with
+a namespace per test."""
 
 from __future__ import annotations
 
+import os
+import re
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.control_plane import KUBERNETES_VERSION, ControlPlane, unavailable_reason
 from support.jobs import REPO, load_yaml
 
 TESTS = Path(__file__).resolve().parent
@@ -30,3 +36,38 @@ def crd() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def crd_schema(crd) -> dict[str, Any]:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+_control_plane_started = pytest.StashKey[ControlPlane]()
+
+
+@pytest.fixture(scope="session")
+def control_plane(request, tmp_path_factory) -> Iterator[ControlPlane]:
+    """One real control plane per test session, started by the first test that asks for it. Where it
+    cannot run the tests skip with the reason, except in CI (CI=true), where the tier must run."""
+    reason = unavailable_reason()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true, but {reason}", pytrace=False)
+        pytest.skip(reason)
+    # Under pytest's temp root, so the component logs of the last few runs stay for a post-mortem.
+    with ControlPlane(tmp_path_factory.mktemp("control-plane")) as started:
+        request.config.stash[_control_plane_started] = started
+        yield started
+
+
+@pytest.fixture
+def namespace(request, control_plane) -> Iterator[str]:
+    """A fresh namespace for one test, named after it; deleted afterwards without waiting."""
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
+    name = control_plane.create_namespace(f"{slug}-{secrets.token_hex(3)}")
+    yield name
+    control_plane.delete_namespace(name)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    started = terminalreporter.config.stash.get(_control_plane_started, None)
+    if started is not None:
+        terminalreporter.write_line(
+            f"control plane {KUBERNETES_VERSION}: ready in {started.startup_seconds:.1f}s, logs in {started.work_dir}"
+        )

@@ -1,6 +1,7 @@
-"""End to end on one machine: the real kopf operator against the API emulator, and a node agent that
-turns its Jobs into pods and runs each pod's container as local processes (tests/support/node_agent.py).
-ScaleTrainJobs really train here: 2 nodes × 1 process, gloo, the tiny test GPT."""
+"""End to end on the real control plane: the operator as the chart installs it, the real Job
+controller, scheduler and garbage collector, and the kubelet stand-in running each pod as local
+processes (tests/support/kubelet.py). ScaleTrainJobs really train here: 2 nodes × 1 process, gloo,
+a tiny GPT."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import json
 import time
 
 import pytest
+import yaml
 
-from support.jobs import patched
-from support.node_agent import NodeAgent
-from support.operator_harness import NAMESPACE, condition, emulated_cluster, events, running_operator, stj, submit
+from support.jobs import EXAMPLES, patched
+from support.kube import Kube
+from support.kubelet import FakeNode, Kubelet
+from support.operator_harness import Team, condition, install_operator, operator_process
 from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
 
 TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
 CHECKPOINT_EVERY = 5
+NODES = [FakeNode("cpu-node-1"), FakeNode("cpu-node-2")]
 
 
 def paced(seconds_per_read=0.01):
@@ -24,38 +28,47 @@ def paced(seconds_per_read=0.01):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(control_plane, tmp_path_factory):
+    """One watched namespace with its operator, and two fake nodes whose pods run here."""
     workdir = tmp_path_factory.mktemp("e2e")
-    with emulated_cluster() as emulated, running_operator(emulated), NodeAgent(emulated, NAMESPACE, workdir) as agent:
-        emulated.agent, emulated.workdir = agent, workdir
-        yield emulated
+    namespace = control_plane.create_namespace(f"e2e-{free_port()}")
+    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
+    install = install_operator(control_plane, values, f"{namespace}-operator", workdir)
+    # Rank 0's /progress by its pod IP: the operator runs on this machine, outside the pods' DNS.
+    env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
+    args = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
+    with (
+        Kubelet(control_plane.api_client(), NODES, workdir / "kubelet") as kubelet,
+        operator_process(install, *args, env=env),
+    ):
+        team = Team(Kube(control_plane.api_client()), namespace)
+        team.kubelet, team.workdir = kubelet, workdir
+        yield team
 
 
-def submit_training(cluster, name, training=None, **spec):
-    """A 2-node CPU job writing checkpoints and metrics under the test's workdir."""
-    directory = cluster.workdir / name
+def submit_training(team, name, training=None, **spec):
+    """A 2-node CPU job writing checkpoints and metrics under the test's workdir (no mount namespaces
+    here: the pods see this machine's paths)."""
+    directory = team.workdir / name
     config = patched(
         BASE_CONFIG,
-        {
-            "checkpoint": {"dir": str(directory / "checkpoints"), "everySteps": CHECKPOINT_EVERY},
-            "outputDir": str(directory / "out"),
-            "metricsPort": free_port(),  # rank 0's /progress, which the operator polls
-        },
-    )
+        {"checkpoint": {"dir": str(directory / "checkpoints"), "everySteps": CHECKPOINT_EVERY},
+         "outputDir": str(directory / "out")},
+    )  # fmt: skip
     env = [{"name": name, "value": value} for name, value in PLUGIN_ENV.items()]
-    submit(cluster, name, training=patched(config, training or {}), env=env, **spec)
+    team.submit(name, training=patched(config, training or {}), env=env, **spec)
     return directory
 
 
-def wait_phase(cluster, name, phase, timeout=TIMEOUT):
+def wait_phase(team, name, phase, timeout=TIMEOUT):
     def reached():
-        assert not cluster.agent.errors, cluster.agent.errors  # a broken agent, not a slow job
-        status = (stj(cluster, name) or {}).get("status", {})
+        assert not team.kubelet.errors, team.kubelet.errors  # a broken kubelet, not a slow job
+        status = (team.stj(name) or {}).get("status", {})
         if status.get("phase") == "Failed" and phase != "Failed":
             raise AssertionError(f"{name} failed: {status.get('message')}")
         return status.get("phase") == phase and status
 
-    return cluster.wait_until(reached, timeout=timeout, interval=0.1)
+    return team.kube.wait_until(reached, timeout=timeout, interval=0.2)
 
 
 def steps(directory):
@@ -63,32 +76,44 @@ def steps(directory):
     return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_two_node_job_goes_pending_running_succeeded_with_progress(cluster):
-    directory = submit_training(cluster, "e2e-happy", {"data": paced(), "maxSteps": 30})
-    status = wait_phase(cluster, "e2e-happy", "Succeeded")
-    assert [reason for _, reason, _ in events(cluster, "e2e-happy")] == ["Created", "Running", "Succeeded"]
-    created = condition(stj(cluster, "e2e-happy"), "Created")
-    assert created["status"] == "True" and status["restarts"] == 0 and status["currentJob"] == "e2e-happy-g0"
-    progress = status["progress"]  # rank 0's /progress, copied while the job ran
-    assert 0 < progress["step"] <= 30 and progress["maxSteps"] == 30 and progress["loss"] > 0
-    assert steps(directory) == list(range(1, 31))
-    assert status["nodes"]["succeeded"] == 2
-    pods = cluster.agent.pod_names("e2e-happy-g0")
-    assert [p.rsplit("-", 1)[0] for p in pods] == ["e2e-happy-g0-0", "e2e-happy-g0-1"]
+def pods_of(team, job_name):
+    return sorted(
+        team.kube.list("pods", team.namespace, f"batch.kubernetes.io/job-name={job_name}"),
+        key=lambda pod: pod["metadata"]["name"],
+    )
 
 
-def test_a_killed_node_restarts_the_gang_which_resumes_from_its_checkpoint(cluster):
+def test_the_cpu_example_goes_pending_running_succeeded_with_progress(cluster):
+    """examples/cpu-gloo.yaml as a user applies it: its claim provided, its pods scheduled onto the
+    nodes, trained, and its progress in the status."""
+    (example,) = [yaml.safe_load(path.read_text()) for path in EXAMPLES if path.name == "cpu-gloo.yaml"]
+    cluster.provide_claim(example["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"])
+    example["metadata"]["namespace"] = cluster.namespace
+    cluster.kube.create("stj", example)
+    name = example["metadata"]["name"]
+    wait_phase(cluster, name, "Running")
+    progress = cluster.wait_status(name, lambda s: (s.get("progress") or {}).get("step"), timeout=TIMEOUT)
+    status = wait_phase(cluster, name, "Succeeded")
+    assert 0 < progress["progress"]["step"] <= 200 and progress["progress"]["maxSteps"] == 200
+    assert [reason for _, reason, _ in cluster.events(name)] == ["Created", "Running", "Succeeded"]
+    assert status["restarts"] == 0 and status["nodes"]["succeeded"] == 2
+    pods = pods_of(cluster, f"{name}-g0")
+    assert len(pods) == 2 and {pod["spec"]["nodeName"] for pod in pods} <= {node.name for node in NODES}
+    assert all(pod["status"]["phase"] == "Succeeded" for pod in pods)
+
+
+def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(cluster):
     directory = submit_training(cluster, "e2e-fault", {"data": paced(0.02), "maxSteps": 40}, maxRestarts=2)
-    cluster.wait_until(lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2, timeout=TIMEOUT, interval=0.05)
-    node_1 = next(name for name in cluster.agent.pod_names("e2e-fault-g0") if name.startswith("e2e-fault-g0-1-"))
-    cluster.agent.kill(node_1)
+    cluster.kube.wait_until(lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2, timeout=TIMEOUT, interval=0.05)
+    node_1 = next(p for p in pods_of(cluster, "e2e-fault-g0") if p["metadata"]["name"].startswith("e2e-fault-g0-1-"))
+    cluster.kubelet.running(cluster.namespace, node_1["metadata"]["name"]).stop(grace_seconds=0)  # a lost node
     killed_at = max(steps(directory))
 
     status = wait_phase(cluster, "e2e-fault", "Succeeded")
     assert status["restarts"] == 1 and status["currentJob"] == "e2e-fault-g1"
-    assert cluster.agent.pods[node_1].exit_code == 137  # SIGKILLed, as the kubelet reports it
-    restarting = next(message for _, reason, message in events(cluster, "e2e-fault") if reason == "Restarting")
-    # The first pod to fail: node 1, unless node 0 noticed the broken collective within the same second.
+    restarting = next(message for _, reason, message in cluster.events("e2e-fault") if reason == "Restarting")
+    # The first pod to fail: node 1 (SIGKILLed: exit code 137), unless node 0 noticed the broken
+    # collective within the same second.
     assert "pod e2e-fault-g0-" in restarting and "gang restart 1/2 from the last checkpoint" in restarting
     logged = steps(directory)
     resumed_at = next(i for i in range(1, len(logged)) if logged[i] <= logged[i - 1])
@@ -96,7 +121,8 @@ def test_a_killed_node_restarts_the_gang_which_resumes_from_its_checkpoint(clust
     # The new gang went on from the newest checkpoint before the kill, not from step 0.
     assert first_after > 1 and (first_after - 1) % CHECKPOINT_EVERY == 0 and first_after - 1 <= killed_at + 1
     assert logged[resumed_at:] == list(range(first_after, 41))
-    rank_0_log = cluster.agent.log(next(p for p in cluster.agent.pod_names("e2e-fault-g1") if "-g1-0-" in p))
+    rank_0 = next(p for p in pods_of(cluster, "e2e-fault-g1") if "-g1-0-" in p["metadata"]["name"])
+    rank_0_log = cluster.kubelet.running(cluster.namespace, rank_0["metadata"]["name"]).log_path.read_text()
     assert f"step-{first_after - 1:08d}" in rank_0_log and "resumed from" in rank_0_log
 
 
@@ -104,7 +130,7 @@ def test_exhausted_restarts_fail_the_job_with_the_reason(cluster):
     crash_every_time = plugin_data("CrashingSynthetic", crash_at_read=3, crash_rank=1)
     submit_training(cluster, "e2e-doomed", {"data": crash_every_time}, maxRestarts=1)
     status = wait_phase(cluster, "e2e-doomed", "Failed")
-    failed = condition(stj(cluster, "e2e-doomed"), "Failed")
+    failed = condition(cluster.stj("e2e-doomed"), "Failed")
     assert failed["reason"] == "RestartLimitReached" and "maxRestarts (1) reached" in status["message"]
     assert status["restarts"] == 1 and status["currentJob"] == "e2e-doomed-g1"
 
@@ -112,8 +138,43 @@ def test_exhausted_restarts_fail_the_job_with_the_reason(cluster):
 def test_a_config_error_fails_the_job_without_restarts(cluster):
     submit_training(cluster, "e2e-misconfigured", {"data": {"source": "text", "path": "/nonexistent/corpus.txt"}})
     status = wait_phase(cluster, "e2e-misconfigured", "Failed")
-    failed = condition(stj(cluster, "e2e-misconfigured"), "Failed")
+    failed = condition(cluster.stj("e2e-misconfigured"), "Failed")
     assert failed["reason"] == "ConfigError" and status["restarts"] == 0
     assert "exit code 78" in status["message"] and "/nonexistent/corpus.txt" in status["message"]
     time.sleep(1.0)  # and it stays that way: no second generation
-    assert cluster.get("jobs", NAMESPACE, "e2e-misconfigured-g1") is None
+    assert cluster.kube.get("jobs", cluster.namespace, "e2e-misconfigured-g1") is None
+
+
+def test_suspend_stops_the_gang_and_resume_continues_from_the_checkpoint(cluster):
+    directory = submit_training(cluster, "e2e-paused", {"data": paced(0.02), "maxSteps": 40})
+    cluster.kube.wait_until(lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2, timeout=TIMEOUT, interval=0.05)
+    cluster.patch_stj("e2e-paused", {"spec": {"suspend": True}})
+    wait_phase(cluster, "e2e-paused", "Suspended")
+    # The Job controller deletes the suspended Job's pods; the kubelet stops their processes.
+    cluster.kube.wait_until(lambda: pods_of(cluster, "e2e-paused-g0") == [], timeout=60)
+    paused_at = max(steps(directory))
+    cluster.patch_stj("e2e-paused", {"spec": {"suspend": False}})
+    status = wait_phase(cluster, "e2e-paused", "Succeeded")
+    assert status["restarts"] == 0 and status["currentJob"] == "e2e-paused-g0"  # the same Job, resumed
+    logged = steps(directory)
+    resumed_at = next(i for i in range(1, len(logged)) if logged[i] <= logged[i - 1])
+    assert 1 < logged[resumed_at] <= paused_at + 1 and logged[resumed_at:] == list(range(logged[resumed_at], 41))
+
+
+def test_deleting_a_running_job_removes_its_children_and_stops_its_processes(cluster):
+    directory = submit_training(cluster, "e2e-deleted", {"data": paced(0.05), "maxSteps": 1000})
+    cluster.kube.wait_until(lambda: len(steps(directory)) >= 2, timeout=TIMEOUT, interval=0.05)
+    pod_names = [pod["metadata"]["name"] for pod in pods_of(cluster, "e2e-deleted-g0")]
+    cluster.kube.delete("stj", cluster.namespace, "e2e-deleted")
+    for kind in ("jobs", "services", "pods"):  # the real garbage collector follows the ownerReferences
+        cluster.kube.wait_until(lambda kind=kind: cluster.children("e2e-deleted", kind) == [], timeout=60)
+    for name in pod_names:  # the kubelet stopped every process of the deleted pods
+        running = cluster.kubelet.running(cluster.namespace, name)
+        assert running is None or running.poll() in ("Succeeded", "Failed")
+
+
+def test_a_finished_job_expires_with_its_children_after_its_ttl(cluster):
+    submit_training(cluster, "e2e-expiring", {"maxSteps": 3}, ttlSecondsAfterFinished=0)
+    cluster.kube.wait_until(lambda: cluster.stj("e2e-expiring") is None, timeout=TIMEOUT)
+    for kind in ("jobs", "services", "pods"):
+        cluster.kube.wait_until(lambda kind=kind: cluster.children("e2e-expiring", kind) == [], timeout=60)

@@ -1,5 +1,7 @@
-"""`scaletrain run-local`: the job's rendered pods as local processes, one torchrun per node, with
-gang restarts, config errors, interruption without orphans, and the README's default example."""
+"""`scaletrain run-local`: the job's rendered pods on the pod executor, one torchrun per node, with
+gang restarts, config errors, interruption without orphans, and the README's default example.
+(The executor's rules are unit-tested in tests/unit/test_pod_executor.py; third-party scripts
+under both pod network modes are in test_third_party_scripts.py.)"""
 
 from __future__ import annotations
 
@@ -15,38 +17,31 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_job
-from scaletrain_operator.local.pods import (
-    exit_code,
-    indexed_pods,
-    localize,
-    processes_with_env,
-    resolve_env,
-    trainer_container,
-)
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_operator.local.gang import POD_NETWORK_ENV
+from scaletrain_operator.local.pod_network import LOOPBACK
+from scaletrain_operator.local.processes import processes_with_env
 from support.jobs import REPO, base_job, patched
 from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, plugin_data
 
 TIMEOUT = 240
-SCRATCH = "/scratch"  # the job's volume; run-local maps it into the workdir
+SCRATCH = "/scratch"  # the job's volume, a claim; run-local keeps it in WORKDIR/volumes/NAMESPACE/CLAIM
 
 
 def tiny_job(name, training=None, **spec):
-    """A 2-node CPU job on the tiny test GPT, with checkpoints and outputs on an emptyDir volume."""
+    """A 2-node CPU job on the tiny test GPT, with checkpoints and outputs on a persistent volume claim
+    (an emptyDir is each pod's own, and a restarted gang's new pods would not find the checkpoints)."""
     config = patched(
         BASE_CONFIG,
         {
             "checkpoint": {"dir": f"{SCRATCH}/checkpoints", "everySteps": 5},
             "outputDir": f"{SCRATCH}/out",
-            "metricsPort": 9400,  # run-local moves it to a free port
+            "metricsPort": 9400,  # each pod's own; on the shared loopback run-local moves it to a free port
         },
     )
     job = base_job(
         nodes=2,
         training=patched(config, training or {}),
-        volumes=[{"name": "scratch", "emptyDir": {}}],
+        volumes=[{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
         volumeMounts=[{"name": "scratch", "mountPath": SCRATCH}],
         env=[{"name": name, "value": value} for name, value in PLUGIN_ENV.items()],
         **spec,
@@ -61,13 +56,20 @@ def write_job(tmp_path, job):
     return path
 
 
-def run_local(*args, cwd, timeout=TIMEOUT):
+def run_local(*args, cwd, timeout=TIMEOUT, env=None):
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", *map(str, args)]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    environment = os.environ | (env or {})
+    return subprocess.run(
+        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def scratch(workdir):
+    return Path(workdir) / "volumes" / "default" / "scratch"
 
 
 def metrics(workdir):
-    path = Path(workdir) / "volumes" / "scratch" / "out" / "metrics.jsonl"
+    path = scratch(workdir) / "out" / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -76,49 +78,17 @@ def processes_of(job_name):
     return processes_with_env(f"SCALETRAIN_JOB_NAME={job_name}")
 
 
-def test_indexed_pods_and_their_env_are_what_the_job_controller_and_kubelet_make():
-    job = render_job(parse_job(base_job(nodes=3, training={"globalBatchSize": 12, "microBatchSize": 4})), 2)
-    pods = indexed_pods(job)
-    assert [p["spec"]["hostname"] for p in pods] == ["demo-g2-0", "demo-g2-1", "demo-g2-2"]
-    assert all(p["metadata"]["name"].startswith(f"demo-g2-{i}-") for i, p in enumerate(pods))
-    assert {p["spec"]["subdomain"] for p in pods} == {"demo"}
-    assert pods[2]["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
-    assert pods[2]["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "2"
-    env = resolve_env(pods[2], trainer_container(pods[2]))
-    assert env["PET_NODE_RANK"] == env["NODE_RANK"] == env["JOB_COMPLETION_INDEX"] == "2"
-    assert env["PET_MASTER_ADDR"] == "demo-g2-0.demo"
-
-    local = localize(env, master_port=12345, mounts={"/ckpt": Path("/tmp/w/volumes/ckpt")}, metrics_port=23456)
-    assert local["PET_MASTER_ADDR"] == local["MASTER_ADDR"] == "127.0.0.1"
-    assert local["PET_MASTER_PORT"] == local["MASTER_PORT"] == "12345"
-    assert json.loads(local["SCALETRAIN_CONFIG"])["metricsPort"] == 23456
-    relocated = localize(
-        {"SCALETRAIN_CONFIG": json.dumps({"checkpoint": {"dir": "/ckpt/run"}, "outputDir": "/ckptx"})},
-        master_port=1,
-        mounts={"/ckpt": Path("/w/ckpt")},
-    )
-    assert json.loads(relocated["SCALETRAIN_CONFIG"]) == {"checkpoint": {"dir": "/w/ckpt/run"}, "outputDir": "/ckptx"}
-    assert exit_code(-9) == 137 and exit_code(3) == 3
-
-
-def test_env_from_a_secret_is_refused_with_the_variable_named():
-    secret = {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "token"}}}
-    pod = indexed_pods(render_job(parse_job(base_job(env=[secret]))))[0]
-    with pytest.raises(ProblemsError) as error:
-        resolve_env(pod, trainer_container(pod))
-    (problem,) = error.value.problems
-    assert "WANDB_API_KEY" in str(problem) and "secretKeyRef" in str(problem)
-
-
-def test_a_two_node_job_runs_to_the_end_on_its_volume(tmp_path):
+@pytest.mark.parametrize("network", ["auto", LOOPBACK])  # as root, auto is a network namespace per pod
+def test_a_two_node_job_runs_to_the_end_on_its_volume(tmp_path, network):
     workdir = tmp_path / "work"
-    result = run_local(write_job(tmp_path, tiny_job("local-ok")), "--workdir", workdir, cwd=tmp_path)
+    job = write_job(tmp_path, tiny_job("local-ok"))
+    result = run_local(job, "--workdir", workdir, cwd=tmp_path, env={POD_NETWORK_ENV: network})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "local-ok: Succeeded" in result.stdout and "0 restart(s)" in result.stdout
     records = metrics(workdir)
     assert [r["step"] for r in records] == list(range(1, 21))
     assert records[-1]["loss"] < records[0]["loss"]
-    assert (workdir / "volumes" / "scratch" / "checkpoints" / "step-00000020").is_dir()
+    assert (scratch(workdir) / "checkpoints" / "step-00000020").is_dir()
     assert re.search(r"^step \d+/20  loss \d", result.stderr, re.MULTILINE)  # progress lines (no terminal here)
     assert processes_of("local-ok") == []
 
@@ -199,7 +169,7 @@ def interrupted_run(tmp_path, job, ready, signals):
 
 def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
     job = tiny_job("local-interrupted", {"data": plugin_data("SlowSynthetic", seconds_per_read=0.05), "maxSteps": 1000})
-    metrics_file = tmp_path / "scaletrain-runs/local-interrupted/volumes/scratch/out/metrics.jsonl"
+    metrics_file = scratch(tmp_path / "scaletrain-runs/local-interrupted") / "out" / "metrics.jsonl"
 
     def training():  # 2 × (launcher/torchrun + 1 worker), and past its first step
         return metrics_file.exists() and len(processes_of("local-interrupted")) >= 4
@@ -211,9 +181,11 @@ def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
 
 
 def test_a_second_sigterm_cannot_cut_the_clean_up_short(tmp_path):
-    """Pods that ignore SIGTERM hold the clean-up for its whole grace period; signals meanwhile wait."""
+    """Pods that ignore SIGTERM hold the clean-up for their whole terminationGracePeriodSeconds;
+    signals meanwhile wait."""
     ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True)"
-    job = tiny_job("local-stubborn", command=["python", "-c", ignore + "; time.sleep(600)"])
+    grace = {"spec": {"terminationGracePeriodSeconds": 3}}
+    job = tiny_job("local-stubborn", command=["python", "-c", ignore + "; time.sleep(600)"], podTemplate=grace)
     logs = tmp_path / "scaletrain-runs/local-stubborn/logs"
     ready = lambda: sum("ignoring" in log.read_text() for log in logs.glob("*.log")) == 2  # noqa: E731
     returncode, output = interrupted_run(tmp_path, job, ready, [signal.SIGTERM, signal.SIGTERM])
@@ -222,12 +194,12 @@ def test_a_second_sigterm_cannot_cut_the_clean_up_short(tmp_path):
 
 
 def test_the_readme_example_runs_and_its_loss_falls(tmp_path):
-    """The README's main command: examples/cpu-gloo.yaml as it is (its PVC becomes a directory)."""
+    """The README's main command: examples/cpu-gloo.yaml as it is (its claim becomes a directory)."""
     env_free = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(REPO / "examples" / "cpu-gloo.yaml")]
     result = subprocess.run(command, cwd=tmp_path, env=env_free, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    output = tmp_path / "scaletrain-runs/cpu-gloo/volumes/checkpoints/cpu-gloo/output/metrics.jsonl"
+    output = tmp_path / "scaletrain-runs/cpu-gloo/volumes/default/scaletrain-checkpoints/cpu-gloo/output/metrics.jsonl"
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert records[-1]["step"] == 200
     assert records[-1]["loss"] < 0.5 * records[0]["loss"]

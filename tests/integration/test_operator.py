@@ -1,5 +1,7 @@
-"""The real kopf operator against an emulated API server. The tests play the Job controller and the
-kubelet (pods and Job status) and watch how the operator reacts."""
+"""The real operator process on the real control plane, as the chart installs it (its ServiceAccount,
+its RBAC). The real Job controller makes the pods and the garbage collector removes them; without a
+kubelet here, the tests report pod phases and exit codes as a kubelet would, and watch how the
+operator reacts."""
 
 from __future__ import annotations
 
@@ -12,157 +14,174 @@ import urllib.request
 import pytest
 import yaml
 
-from support.jobs import REPO
-from support.operator_harness import (
-    NAMESPACE,
-    TIMEOUT,
-    children,
-    condition,
-    emulated_cluster,
-    events,
-    fail_pod,
-    operator_config,
-    running_operator,
-    start_pods,
-    stj,
-    submit,
-    wait_phase,
-)
+from support.audit import counts
+from support.jobs import REPO, base_job, patched
+from support.kube import Kube
+from support.malformed import MALFORMED, OPERATOR
+from support.operator_harness import Team, condition, install_operator, operator_process
 from support.trainer_runs import free_port
 
 METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
-def operator():
-    """One operator for the module, as in a cluster (the lifecycle tests start and stop their own)."""
-    with emulated_cluster() as cluster, running_operator(cluster, operator_config(METRICS_PORT)):
-        yield cluster
+def installed(control_plane, tmp_path_factory):
+    """The chart installed for one watched namespace, and its operator running, for the whole module."""
+    namespace = control_plane.create_namespace(f"team-{free_port()}")
+    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
+    install = install_operator(control_plane, values, f"{namespace}-operator", tmp_path_factory.mktemp("operator"))
+    args = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", str(METRICS_PORT))
+    env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://127.0.0.1:{port}/progress"}
+    with operator_process(install, *args, env=env):
+        yield install, Team(Kube(control_plane.api_client()), namespace)
 
 
-def test_children_are_created_once_as_rendered(operator):
-    submit(operator, "create-once")
-    status = wait_phase(operator, "create-once", "Pending")["status"]
+@pytest.fixture
+def team(installed):
+    return installed[1]
+
+
+def test_children_are_created_once_as_rendered(team, installed, control_plane):
+    mark = control_plane.audit.mark()
+    team.submit("create-once")
+    status = team.wait_phase("create-once", "Pending")["status"]
     assert status["currentJob"] == "create-once-g0" and condition({"status": status}, "Created")["status"] == "True"
     time.sleep(0.5)  # later events (the operator's own status patch) must not create anything again
-    assert [s["metadata"]["name"] for s in children(operator, "create-once", "services")] == ["create-once"]
-    (job,) = children(operator, "create-once", "jobs")
+    assert [s["metadata"]["name"] for s in team.children("create-once", "services")] == ["create-once"]
+    (job,) = team.children("create-once", "jobs")
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2
     owner = job["metadata"]["ownerReferences"][0]
-    assert owner["uid"] == stj(operator, "create-once")["metadata"]["uid"] and owner["controller"] is True
-    assert operator.request_counts()[("create", "jobs.batch")] >= 1
-    assert ("Normal", "Created", "created Job create-once-g0") in events(operator, "create-once")
-    assert "finalizers" not in stj(operator, "create-once")["metadata"]  # deletion never waits for us
+    assert owner["uid"] == team.stj("create-once")["metadata"]["uid"] and owner["controller"] is True
+    assert ("Normal", "Created", "created Job create-once-g0") in team.events("create-once")
+    made = counts(control_plane.audit.requests(installed[0].user, after=mark))  # by the operator's account
+    assert made[("create", "jobs.batch")] == made[("create", "services")] == 1
+    assert "finalizers" not in team.stj("create-once")["metadata"]  # deletion never waits for us
 
 
-def test_running_then_succeeded(operator):
-    submit(operator, "happy")
-    pods = start_pods(operator, "happy-g0")
-    wait_phase(operator, "happy", "Running")
-    status = operator.wait_until(lambda: (s := stj(operator, "happy")["status"])["nodes"]["active"] == 2 and s)
+def test_running_then_succeeded(team):
+    team.submit("happy")
+    pods = team.start_pods("happy-g0")
+    team.wait_phase("happy", "Running")
+    status = team.wait_status("happy", lambda s: s["nodes"]["active"] == 2)
     assert status["nodes"] == {"active": 2, "succeeded": 0, "failed": 0} and status["startTime"]
     for pod in pods:
-        operator.set_pod_phase(NAMESPACE, pod["metadata"]["name"], "Succeeded")
-    operator.set_status("jobs", NAMESPACE, "happy-g0", {"conditions": [{"type": "Complete", "status": "True"}]})
-    done = wait_phase(operator, "happy", "Succeeded")
+        team.set_pod_phase(pod, "Succeeded")  # the real Job controller then marks the Job Complete
+    done = team.wait_phase("happy", "Succeeded")
     assert done["status"]["completionTime"] and condition(done, "Succeeded")["status"] == "True"
     assert condition(done, "Running")["status"] == "False"
-    reasons = [reason for _, reason, _ in events(operator, "happy")]
-    assert reasons == ["Created", "Running", "Succeeded"]
+    assert [reason for _, reason, _ in team.events("happy")] == ["Created", "Running", "Succeeded"]
 
 
-def test_a_failed_rank_restarts_the_gang_up_to_max_restarts(operator):
-    submit(operator, "flaky", maxRestarts=1)
-    pods = start_pods(operator, "flaky-g0")
-    wait_phase(operator, "flaky", "Running")
-    fail_pod(operator, pods[1]["metadata"]["name"], exit_code=137)
-    restarted = operator.wait_until(lambda: (s := stj(operator, "flaky")) and s["status"].get("restarts") == 1 and s)
-    assert restarted["status"]["currentJob"] == "flaky-g1"
-    operator.wait_until(lambda: operator.get("jobs", NAMESPACE, "flaky-g0") is None, timeout=TIMEOUT)
-    assert operator.get("pods", NAMESPACE, pods[0]["metadata"]["name"]) is None  # the old gang went with its Job
-    warning = next(e for e in events(operator, "flaky") if e[1] == "Restarting")
-    assert warning[0] == "Warning" and "flaky-g0-1-x failed (Error, exit code 137)" in warning[2]
+def test_a_failed_rank_restarts_the_gang_up_to_max_restarts(team):
+    team.submit("flaky", maxRestarts=1)
+    pods = team.start_pods("flaky-g0")
+    team.wait_phase("flaky", "Running")
+    team.fail_pod(pods[1], exit_code=137)
+    restarted = team.wait_status("flaky", lambda s: s.get("restarts") == 1)
+    assert restarted["currentJob"] == "flaky-g1"
+    team.kube.wait_until(lambda: team.kube.get("jobs", team.namespace, "flaky-g0") is None)
+    # The old gang went with its Job: the real garbage collector deleted its pods.
+    team.kube.wait_until(lambda: team.kube.get("pods", team.namespace, pods[0]["metadata"]["name"]) is None)
+    warning = next(e for e in team.events("flaky") if e[1] == "Restarting")
+    assert warning[0] == "Warning" and f"{pods[1]['metadata']['name']} failed (Error, exit code 137)" in warning[2]
 
-    new_pods = start_pods(operator, "flaky-g1")
-    wait_phase(operator, "flaky", "Running")
-    fail_pod(operator, new_pods[0]["metadata"]["name"], exit_code=1)
-    failed = wait_phase(operator, "flaky", "Failed")
+    new_pods = team.start_pods("flaky-g1")
+    team.wait_phase("flaky", "Running")
+    team.fail_pod(new_pods[0], exit_code=1)
+    failed = team.wait_phase("flaky", "Failed")
     assert condition(failed, "Failed")["reason"] == "RestartLimitReached"
     assert "maxRestarts (1) reached" in failed["status"]["message"]
-    assert [j["metadata"]["name"] for j in children(operator, "flaky", "jobs")] == ["flaky-g1"]
+    assert [j["metadata"]["name"] for j in team.children("flaky", "jobs")] == ["flaky-g1"]
 
 
-def test_a_config_error_fails_at_once(operator):
-    submit(operator, "bad-config")
-    pods = start_pods(operator, "bad-config-g0")
-    fail_pod(operator, pods[0]["metadata"]["name"], exit_code=78)
-    failed = wait_phase(operator, "bad-config", "Failed")
+def test_a_config_error_fails_at_once(team):
+    team.submit("bad-config")
+    pods = team.start_pods("bad-config-g0")
+    team.fail_pod(pods[0], exit_code=78)
+    failed = team.wait_phase("bad-config", "Failed")
     assert condition(failed, "Failed")["reason"] == "ConfigError" and failed["status"]["restarts"] == 0
-    assert [j["metadata"]["name"] for j in children(operator, "bad-config", "jobs")] == ["bad-config-g0"]
+    assert [j["metadata"]["name"] for j in team.children("bad-config", "jobs")] == ["bad-config-g0"]
 
 
-def test_suspend_and_resume(operator):
-    submit(operator, "pausable")
-    start_pods(operator, "pausable-g0")
-    wait_phase(operator, "pausable", "Running")
-    operator.patch("stj", NAMESPACE, "pausable", {"spec": {"suspend": True}})
-    wait_phase(operator, "pausable", "Suspended")
-    assert operator.get("jobs", NAMESPACE, "pausable-g0")["spec"]["suspend"] is True
-    operator.patch("stj", NAMESPACE, "pausable", {"spec": {"suspend": False}})
-    operator.wait_until(lambda: operator.get("jobs", NAMESPACE, "pausable-g0")["spec"]["suspend"] is False)
-    assert stj(operator, "pausable")["status"]["restarts"] == 0
+def test_suspend_and_resume(team):
+    team.submit("pausable")
+    team.start_pods("pausable-g0")
+    team.wait_phase("pausable", "Running")
+    team.patch_stj("pausable", {"spec": {"suspend": True}})
+    team.wait_phase("pausable", "Suspended")
+    assert team.kube.get("jobs", team.namespace, "pausable-g0")["spec"]["suspend"] is True
+    team.patch_stj("pausable", {"spec": {"suspend": False}})
+    team.kube.wait_until(lambda: team.kube.get("jobs", team.namespace, "pausable-g0")["spec"]["suspend"] is False)
+    team.start_pods("pausable-g0")  # the Job controller made new pods for the resumed Job
+    team.wait_phase("pausable", "Running")
+    assert team.stj("pausable")["status"]["restarts"] == 0
 
 
-def test_a_drifted_job_is_patched_back_while_the_status_stays_the_same(operator):
+def test_a_drifted_job_is_patched_back_while_the_status_stays_the_same(team):
     """The Job's deadline edited by hand: the operator patches it back. The status does not change, and the
     Job to patch was once taken from the status patch, which is dropped when unchanged: a patch of Job None
     then failed on every event."""
-    submit(operator, "drifted", activeDeadlineSeconds=600)
-    start_pods(operator, "drifted-g0")
-    wait_phase(operator, "drifted", "Running")
-    operator.wait_until(lambda: stj(operator, "drifted")["status"]["nodes"]["active"] == 2)
-    operator.patch("jobs", NAMESPACE, "drifted-g0", {"spec": {"activeDeadlineSeconds": 60}})
-    deadline = lambda: operator.get("jobs", NAMESPACE, "drifted-g0")["spec"]["activeDeadlineSeconds"]  # noqa: E731
-    operator.wait_until(lambda: deadline() == 600, timeout=TIMEOUT)
-    assert stj(operator, "drifted")["status"]["phase"] == "Running"
+    team.submit("drifted", activeDeadlineSeconds=600)
+    team.start_pods("drifted-g0")
+    team.wait_phase("drifted", "Running")
+    team.wait_status("drifted", lambda s: s["nodes"]["active"] == 2)
+    team.kube.patch("jobs", team.namespace, "drifted-g0", {"spec": {"activeDeadlineSeconds": 60}})
+    deadline = lambda: team.kube.get("jobs", team.namespace, "drifted-g0")["spec"]["activeDeadlineSeconds"]  # noqa: E731
+    team.kube.wait_until(lambda: deadline() == 600)
+    assert team.stj("drifted")["status"]["phase"] == "Running"
 
 
-def test_a_queued_job_is_created_suspended_for_kueue(operator):
-    submit(operator, "queued", queueName="h100")
-    status = wait_phase(operator, "queued", "Pending")["status"]
-    job = operator.get("jobs", NAMESPACE, "queued-g0")
+def test_a_queued_job_is_created_suspended_for_kueue(team):
+    team.submit("queued", queueName="h100")
+    status = team.wait_phase("queued", "Pending")["status"]
+    job = team.kube.get("jobs", team.namespace, "queued-g0")
     assert job["spec"]["suspend"] is True and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "h100"
-    operator.wait_until(lambda: "Kueue" in stj(operator, "queued")["status"].get("message", ""))
+    team.wait_status("queued", lambda s: "Kueue" in s.get("message", ""))
     assert status["restarts"] == 0
+    assert team.kube.list("pods", team.namespace, "batch.kubernetes.io/job-name=queued-g0") == []  # really held
 
 
-def test_a_spec_change_restarts_the_gang_with_the_new_spec(operator):
-    submit(operator, "resized")
-    start_pods(operator, "resized-g0")
-    wait_phase(operator, "resized", "Running")
-    operator.patch("stj", NAMESPACE, "resized", {"spec": {"nodes": 4, "training": {"globalBatchSize": 32}}})
-    job = operator.wait_until(lambda: operator.get("jobs", NAMESPACE, "resized-g1"), timeout=TIMEOUT)
+def test_a_spec_change_restarts_the_gang_with_the_new_spec(team):
+    team.submit("resized")
+    team.start_pods("resized-g0")
+    team.wait_phase("resized", "Running")
+    team.patch_stj("resized", {"spec": {"nodes": 4, "training": {"globalBatchSize": 32}}})
+    job = team.kube.wait_until(lambda: team.kube.get("jobs", team.namespace, "resized-g1"))
     assert job["spec"]["completions"] == 4
-    status = operator.wait_until(
-        lambda: (s := stj(operator, "resized")["status"]).get("currentJob") == "resized-g1" and s
-    )
+    status = team.wait_status("resized", lambda s: s.get("currentJob") == "resized-g1")
     assert status["restarts"] == 0 and status["observedGeneration"] == 2
+    assert len(team.pods("resized-g1")) == 4
 
 
-def test_an_invalid_spec_that_passes_the_schema_fails_once(operator):
-    submit(operator, "reserved-env", env=[{"name": "WORLD_SIZE", "value": "8"}])
-    failed = wait_phase(operator, "reserved-env", "Failed")
+def test_an_invalid_spec_that_passes_the_schema_fails_once(team, installed, control_plane):
+    team.submit("reserved-env", env=[{"name": "WORLD_SIZE", "value": "8"}])
+    failed = team.wait_phase("reserved-env", "Failed")
     assert condition(failed, "Failed")["reason"] == "InvalidSpec"
     assert "spec.env[0].name: WORLD_SIZE is set by ScaleTrain" in failed["status"]["message"]
-    operator.reset_request_counts()
-    operator.patch("stj", NAMESPACE, "reserved-env", {"metadata": {"labels": {"touched": "yes"}}})
-    time.sleep(0.5)
-    status_patches = [
-        call for call in operator.emulator.calls if call[:2] == ("patch", "scaletrainjobs.scaletrain.io/status")
-    ]
-    assert [call[3] for call in status_patches if call[3] == "reserved-env"] == []  # no retry loop
-    assert children(operator, "reserved-env", "jobs") == []
-    assert [e[1] for e in events(operator, "reserved-env")] == ["InvalidSpec"]
+    mark = control_plane.audit.mark()
+    team.patch_stj("reserved-env", {"metadata": {"labels": {"touched": "yes"}}})
+    requests = control_plane.audit.requests(installed[0].user, after=mark)
+    status_patches = [r for r in requests if r.verb == "patch" and r.name == "reserved-env"]
+    assert status_patches == []  # no retry loop
+    assert team.children("reserved-env", "jobs") == []
+    assert [e[1] for e in team.events("reserved-env")] == ["InvalidSpec"]
+
+
+OPERATOR_ONLY = [case for case in MALFORMED if case[4] == OPERATOR]
+
+
+@pytest.mark.parametrize("case", OPERATOR_ONLY, ids=[case[0] for case in OPERATOR_ONLY])
+def test_each_operator_only_case_gets_past_the_server_and_is_marked_invalid(case, team):
+    """The cases the CRD cannot express: the API server stores them, the operator fails them at once,
+    naming the field."""
+    case_id, patch, path, fragment, _ = case
+    document = patched(base_job(), patch)
+    document["metadata"] = {"name": f"bad-{case_id}", "namespace": team.namespace}
+    team.kube.create("stj", document)
+    failed = team.wait_phase(f"bad-{case_id}", "Failed")
+    assert condition(failed, "Failed")["reason"] == "InvalidSpec"
+    assert f"{path}: " in failed["status"]["message"] and fragment in failed["status"]["message"]
+    assert team.children(f"bad-{case_id}", "jobs") == []
 
 
 RANK0_PROGRESS = {"step": 42, "maxSteps": 100, "loss": 1.25, "samplesPerSecond": 8.0, "etaSeconds": 70.0,
@@ -183,60 +202,61 @@ class _Progress(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_progress_of_rank_zero_reaches_the_status(operator):
+def test_progress_of_rank_zero_reaches_the_status(team):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        submit(operator, "watched", training={"metricsPort": server.server_address[1]})
-        start_pods(operator, "watched-g0")
-        wait_phase(operator, "watched", "Running")
-        progress = operator.wait_until(lambda: stj(operator, "watched")["status"].get("progress"), timeout=TIMEOUT)
+        team.submit("watched", training={"metricsPort": server.server_address[1]})
+        team.start_pods("watched-g0")
+        team.wait_phase("watched", "Running")
+        progress = team.wait_status("watched", lambda s: s.get("progress"))["progress"]
         assert progress == RANK0_PROGRESS
     finally:
         server.shutdown()
 
 
-def test_ttl_deletes_a_finished_job_with_its_children(operator):
-    submit(operator, "short-lived", ttlSecondsAfterFinished=0)
-    start_pods(operator, "short-lived-g0", phase="Succeeded")
-    operator.set_status("jobs", NAMESPACE, "short-lived-g0", {"conditions": [{"type": "Complete", "status": "True"}]})
-    operator.wait_until(lambda: stj(operator, "short-lived") is None, timeout=TIMEOUT)
-    assert children(operator, "short-lived", "jobs") == [] and children(operator, "short-lived", "services") == []
+def test_ttl_deletes_a_finished_job_with_its_children(team):
+    team.submit("short-lived", ttlSecondsAfterFinished=0)
+    team.start_pods("short-lived-g0", phase="Succeeded")  # the Job controller then completes the Job
+    team.kube.wait_until(lambda: team.stj("short-lived") is None)
+    for kind in ("jobs", "services", "pods"):  # the garbage collector follows the ownerReferences
+        team.kube.wait_until(lambda kind=kind: team.children("short-lived", kind) == [])
 
 
-def test_kubectl_apply_and_get_show_the_printer_columns(operator):
+def test_kubectl_apply_and_get_show_the_printer_columns(team, control_plane):
     example = yaml.safe_load((REPO / "examples" / "cpu-gloo.yaml").read_text())
-    operator.kubectl("apply", "-n", NAMESPACE, "-f", str(REPO / "examples" / "cpu-gloo.yaml"))
+    control_plane.kubectl("apply", "-n", team.namespace, "-f", str(REPO / "examples" / "cpu-gloo.yaml"))
     name = example["metadata"]["name"]
-    wait_phase(operator, name, "Pending")
-    table = operator.kubectl("get", "stj", "-n", NAMESPACE, name).stdout.splitlines()
+    team.wait_phase(name, "Pending")
+    table = control_plane.kubectl("get", "stj", "-n", team.namespace, name).stdout.splitlines()
     assert table[0].split() == ["NAME", "PHASE", "NODES", "STEP", "LOSS", "RESTARTS", "AGE"]
     assert table[1].split()[:3] == [name, "Pending", "2"]
-    jobs = operator.kubectl("get", "jobs", "-n", NAMESPACE, "-l", f"scaletrain.io/job-name={name}", "-o", "name")
+    selector = f"scaletrain.io/job-name={name}"
+    jobs = control_plane.kubectl("get", "jobs", "-n", team.namespace, "-l", selector, "-o", "name")
     assert jobs.stdout.split() == [f"job.batch/{name}-g0"]
 
 
-def test_metrics_endpoint_counts_jobs(operator):
-    submit(operator, "counted")
-    wait_phase(operator, "counted", "Pending")
+def test_metrics_endpoint_counts_jobs(team):
+    team.submit("counted")
+    team.wait_phase("counted", "Pending")
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5).read().decode()
     created = next(line for line in text.splitlines() if line.startswith('scaletrain_jobs_total{outcome="created"}'))
     assert float(created.split()[-1]) >= 1
     assert "scaletrain_reconcile_seconds_count" in text
 
 
-def test_events_reference_the_job(operator):
-    submit(operator, "evented")
-    wait_phase(operator, "evented", "Pending")
-    event = next(e for e in operator.list("events", NAMESPACE) if e["involvedObject"]["name"] == "evented")
+def test_events_reference_the_job(team):
+    team.submit("evented")
+    team.wait_phase("evented", "Pending")
+    event = next(e for e in team.kube.list("events", team.namespace) if e["involvedObject"]["name"] == "evented")
     assert event["involvedObject"]["kind"] == "ScaleTrainJob"
-    assert event["involvedObject"]["uid"] == stj(operator, "evented")["metadata"]["uid"]
+    assert event["involvedObject"]["uid"] == team.stj("evented")["metadata"]["uid"]
 
 
-def test_steady_state_makes_no_writes(operator):
+def test_steady_state_makes_no_writes(installed, control_plane):
     """Last in this module: with every job above settled, the operator writes nothing (no patch loops)."""
     time.sleep(1.0)
-    operator.reset_request_counts()
+    mark = control_plane.audit.mark()
     time.sleep(1.5)
-    writes = [call for call in operator.emulator.calls if call[0] in ("create", "patch", "update", "delete")]
+    writes = [r for r in control_plane.audit.requests(installed[0].user, after=mark) if r.is_write]
     assert writes == []

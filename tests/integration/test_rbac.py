@@ -1,9 +1,10 @@
-"""The RBAC table (scaletrain_operator.controller.rbac) against the calls a real operator process makes.
+"""The RBAC table (scaletrain_operator.controller.rbac), enforced by the real authorizer.
 
-The operator runs as its Deployment runs it (`scaletrain-operator`, with peering) through a lifecycle
-that needs every permission: create, run, fail and restart a gang, suspend, succeed, expire by TTL.
-Every API request it makes must be allowed by the table, and every verb in the table must be used.
-The chart's Roles are generated from the same table (test_chart.py checks they match).
+The operator runs as its Deployment runs it (`scaletrain-operator` with the chart's arguments and
+peering), authenticated as the chart's ServiceAccount, through a lifecycle that needs every
+permission: create, run, fail and restart a gang, succeed, expire by TTL, suspend. The API server's
+audit log then shows that every request was allowed and every permission of the table was used; and
+a Role missing one rule makes that step fail where a user sees it.
 """
 
 from __future__ import annotations
@@ -11,58 +12,68 @@ from __future__ import annotations
 import pytest
 
 from scaletrain_operator.controller import rbac
-from support.emulator import CRD_PATH, EmulatedCluster
-from support.operator_harness import (
-    NAMESPACE,
-    PEERING_CRDS,
-    TIMEOUT,
-    create_peering,
-    fail_pod,
-    operator_process,
-    start_pods,
-    stj,
-    submit,
-    wait_phase,
-)
+from support.chart import of_kind
+from support.kube import Kube
+from support.operator_harness import Team, install_operator, operator_process
 
-PEERING = "scaletrain"
-SCOPES = {
-    "namespaced": (False, ("-n", NAMESPACE)),
-    "clusterwide": (True, ("-A",)),
-}
+QUIET = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
 
 
-def run_every_kind_of_change(cluster):
-    submit(cluster, "lifecycle", maxRestarts=1, ttlSecondsAfterFinished=0)
-    pods = start_pods(cluster, "lifecycle-g0")
-    wait_phase(cluster, "lifecycle", "Running", timeout=30)
-    fail_pod(cluster, pods[1]["metadata"]["name"], exit_code=137)  # gang restart: delete g0, create g1
-    start_pods(cluster, "lifecycle-g1", phase="Succeeded")
-    cluster.set_status("jobs", NAMESPACE, "lifecycle-g1", {"conditions": [{"type": "Complete", "status": "True"}]})
-    cluster.wait_until(lambda: stj(cluster, "lifecycle") is None, timeout=TIMEOUT)  # TTL: delete the job
+def run_every_kind_of_change(team: Team) -> None:
+    team.submit("lifecycle", maxRestarts=1, ttlSecondsAfterFinished=0)
+    pods = team.start_pods("lifecycle-g0")
+    team.wait_phase("lifecycle", "Running")
+    team.fail_pod(pods[1], exit_code=137)  # gang restart: delete g0, create g1
+    team.start_pods("lifecycle-g1", phase="Succeeded")
+    team.kube.wait_until(lambda: team.stj("lifecycle") is None)  # TTL: delete the job
 
-    submit(cluster, "paused")
-    start_pods(cluster, "paused-g0")
-    wait_phase(cluster, "paused", "Running")
-    cluster.patch("stj", NAMESPACE, "paused", {"spec": {"suspend": True}})  # patch the Job
-    wait_phase(cluster, "paused", "Suspended")
+    team.submit("paused")
+    team.start_pods("paused-g0")
+    team.wait_phase("paused", "Running")
+    team.patch_stj("paused", {"spec": {"suspend": True}})  # patch the Job
+    team.wait_phase("paused", "Suspended")
 
 
-@pytest.mark.parametrize("scope", SCOPES)
-def test_the_rbac_table_allows_exactly_the_calls_the_operator_makes(scope):
-    clusterwide, scope_args = SCOPES[scope]
-    with EmulatedCluster(crds=[CRD_PATH, *PEERING_CRDS], namespaces=(NAMESPACE,)) as cluster:
-        create_peering(cluster, PEERING, None if clusterwide else NAMESPACE)
-        args = (*scope_args, "--peering", PEERING, "--progress-interval", "0.3", "--liveness-port", "0")
-        with operator_process(cluster, *args, "--metrics-port", "0"):
-            run_every_kind_of_change(cluster)
-        # Only the operator talks HTTP here (the test's helpers change the emulator's state directly).
-        calls = [call for call in cluster.emulator.calls if not call[1].startswith("/")]  # discovery: no RBAC
+@pytest.mark.parametrize("clusterwide", [False, True], ids=["namespaced", "clusterwide"])
+def test_the_rbac_table_allows_exactly_the_calls_the_operator_makes(clusterwide, control_plane, namespace, tmp_path):
+    values = {"peering": {"name": f"{namespace}-peering"}} | ({} if clusterwide else {"watchNamespaces": [namespace]})
+    install = install_operator(control_plane, values, f"{namespace}-operator", tmp_path)
+    mark = control_plane.audit.mark()
+    with operator_process(install, *QUIET):
+        run_every_kind_of_change(Team(Kube(control_plane.api_client()), namespace))
+    # Its own namespace and the cluster scope: a cluster-wide operator also sees other tests' jobs.
+    requests = [r for r in control_plane.audit.requests(install.user, after=mark) if r.namespace in (namespace, None)]
 
+    assert [r for r in requests if r.code == 403] == [], "calls the chart's RBAC forbids"
     table = rbac.permissions(clusterwide=clusterwide, peering=True)
     granted = {(p.qualified, verb) for p in table for verb in p.verbs}
-    used = {(resource, verb) for verb, resource, _, _ in calls}
-    assert used - granted == set(), "calls the chart's RBAC would forbid"
+    used = {(r.resource, r.verb) for r in requests}
+    assert used - granted == set(), "calls outside the table (allowed by some other rule?)"
     assert granted - used == set(), "permissions the operator never uses"
     if not clusterwide:  # a Role in the watched namespace is enough
-        assert {namespace for _, _, namespace, _ in calls} == {NAMESPACE}
+        assert {r.namespace for r in requests} == {namespace}
+
+
+def test_a_missing_rule_fails_its_step_visibly(control_plane, namespace, tmp_path):
+    """Without `create jobs`, the ScaleTrainJob gets its Service but no Job, and the operator's log names
+    the forbidden call: a chart whose table lost a rule fails at that step, not silently."""
+
+    def drop_create_jobs(objects):
+        (role,) = of_kind(objects, "Role")
+        for rule in role["rules"]:
+            if rule["resources"] == ["jobs"]:
+                rule["verbs"] = [verb for verb in rule["verbs"] if verb != "create"]
+
+    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
+    install = install_operator(control_plane, values, f"{namespace}-operator", tmp_path, edit=drop_create_jobs)
+    team = Team(Kube(control_plane.api_client()), namespace)
+    mark = control_plane.audit.mark()
+    with operator_process(install, *QUIET) as operator:
+        team.submit("unlucky")
+        team.kube.wait_until(lambda: team.children("unlucky", "services"))
+        forbidden = team.kube.wait_until(
+            lambda: [r for r in control_plane.audit.requests(install.user, after=mark) if r.code == 403]
+        )
+        team.kube.wait_until(lambda: "jobs.batch is forbidden" in operator.log_path.read_text())
+    assert {(r.verb, r.resource) for r in forbidden} == {("create", "jobs.batch")}
+    assert team.children("unlucky", "jobs") == []

@@ -1,6 +1,15 @@
-"""The real kopf operator against the API emulator: settings and a Cluster passed through kopf's memo,
-the operator in this process or in its own, and the moves of a Job controller and kubelet that the
-operator tests play by hand."""
+"""The operator as its Helm chart installs it, on the tests' real control plane.
+
+`install_operator` applies what `helm install` would (the CRDs, the ServiceAccount, the RBAC generated
+from controller/rbac.py, kopf's peering object) and writes a kubeconfig holding a token of the chart's
+ServiceAccount from the TokenRequest API; `operator_process` then runs `scaletrain-operator` with the
+Deployment's own arguments, so the real authorizer judges every call the operator makes, as in a
+cluster. Only the Deployment itself is left out: it needs the operator image.
+
+`Team` is one namespace of ScaleTrainJobs: the moves of a user (submit, read, wait) and, for the tests
+that run without a kubelet, of a kubelet (pod phases and exit codes written to the pod status, as the
+kubelet reports them; the real Job controller and garbage collector do the rest).
+"""
 
 from __future__ import annotations
 
@@ -8,61 +17,93 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-import kopf
 import yaml
 
+from scaletrain_operator.api import naming
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION
-from scaletrain_operator.controller import handlers  # noqa: F401  (importing it registers the handlers with kopf)
-from scaletrain_operator.controller.cluster import Cluster
-from scaletrain_operator.controller.settings import OperatorConfig
 
-from .emulator import EmulatedCluster
-from .jobs import REPO, base_job
+from .chart import chart_crds, load_chart, of_kind, render
+from .control_plane import ControlPlane
+from .jobs import base_job
+from .kube import Kube
 
-NAMESPACE = "team-a"
-PEERING_CRDS = list(yaml.safe_load_all((REPO / "charts/scaletrain/crds/kopf-peering.yaml").read_text()))
-TIMEOUT = 10.0
-
-
-def operator_config(metrics_port: int = 0) -> OperatorConfig:
-    """The in-process operator's settings: NAMESPACE only, progress from 127.0.0.1 every 0.3 s."""
-    return OperatorConfig(
-        namespaces=[NAMESPACE],
-        progress_url="http://127.0.0.1:{port}/progress",
-        progress_interval_seconds=0.3,
-        metrics_port=metrics_port,
-        request_timeout_seconds=5.0,
-    )
+TIMEOUT = 30.0  # seconds for the operator to react; generous, the machine is shared
+# What `helm install` creates that a test cannot run: the operator's Deployment needs its image.
+NOT_APPLIED = {"Deployment", "Service", "ServiceMonitor"}
 
 
-def emulated_cluster() -> EmulatedCluster:
-    """An emulated cluster with the operator's CRD and NAMESPACE (a context manager: it runs in the block)."""
-    return EmulatedCluster(namespaces=(NAMESPACE,))
+def install_crds(control_plane: ControlPlane) -> None:
+    """The chart's CRDs (the ScaleTrainJob's and kopf's peering ones), applied and Established."""
+    documents = yaml.safe_dump_all(chart_crds())
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=documents)
+    names = [f"crd/{crd['metadata']['name']}" for crd in chart_crds()]
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+
+
+@dataclass(frozen=True)
+class OperatorInstall:
+    """A release of the chart: its objects, and a kubeconfig authenticated as its ServiceAccount."""
+
+    objects: list[dict[str, Any]]
+    kubeconfig: Path
+
+    @property
+    def service_account(self) -> dict[str, Any]:
+        (account,) = of_kind(self.objects, "ServiceAccount")
+        return account
+
+    @property
+    def user(self) -> str:
+        """The operator's user name, as the API server's audit log records it."""
+        metadata = self.service_account["metadata"]
+        return f"system:serviceaccount:{metadata['namespace']}:{metadata['name']}"
+
+    @property
+    def args(self) -> list[str]:
+        """The operator container's arguments in the chart's Deployment."""
+        (deployment,) = of_kind(self.objects, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        return list(container["args"])
+
+
+def install_operator(
+    control_plane: ControlPlane, values: dict[str, Any], release_namespace: str, workdir: Path, edit=None
+) -> OperatorInstall:
+    """`helm install` of the chart with `values` into `release_namespace` (created here), less the
+    Deployment; the watched namespaces must exist. `edit(objects)` may change the rendered objects
+    first (a test that takes a permission away)."""
+    install_crds(control_plane)
+    control_plane.create_namespace(release_namespace)
+    objects = render(load_chart(), values, namespace=release_namespace, release=release_namespace)
+    if edit is not None:
+        edit(objects)
+    applied = [obj for obj in objects if obj["kind"] not in NOT_APPLIED]
+    control_plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(applied))
+    account = of_kind(objects, "ServiceAccount")[0]["metadata"]
+    kubeconfig = workdir / f"{account['namespace']}-{account['name']}.kubeconfig"
+    control_plane.token_kubeconfig(account["namespace"], account["name"], kubeconfig)
+    return OperatorInstall(objects, kubeconfig)
 
 
 @contextmanager
-def running_operator(cluster, config: OperatorConfig | None = None):
-    """The operator's handlers in this process, configured as main.py does: through kopf's memo."""
-    config = config or operator_config()
-    memo = kopf.Memo(config=config, cluster=Cluster(cluster.api_client(), config.request_timeout_seconds))
-    with cluster.operator(kopf.get_default_registry(), namespaces=[NAMESPACE], memo=memo):
-        yield
-
-
-@contextmanager
-def operator_process(cluster, *args):
-    """`scaletrain-operator ARGS` in its own process, as its Deployment runs it, against `cluster`.
-    Its log goes to a file (a pipe nobody reads would block it), `process.log_path`, shown if the test fails."""
-    command = [sys.executable, "-m", "scaletrain_operator.controller.main", *args]
-    env = os.environ | {"KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}  # as in its image
+def operator_process(install: OperatorInstall, *args: str, env: dict[str, str] | None = None) -> Iterator[Any]:
+    """`scaletrain-operator` with the chart's arguments, then `args` (later ones win), authenticated as
+    the chart's ServiceAccount. Its log goes to a file (a pipe nobody reads would block it),
+    `process.log_path`, shown when the block fails."""
+    command = [sys.executable, "-m", "scaletrain_operator.controller.main", *install.args, *args]
+    environment = os.environ | {"KUBECONFIG": str(install.kubeconfig), "PYTHONUNBUFFERED": "1"} | (env or {})
     with tempfile.NamedTemporaryFile("w", suffix=".log") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
         process.log_path = Path(log.name)  # read through its own handle: the child writes through `log`
 
-        def show_log():
+        def show_log() -> None:
             print("operator log (tail):\n" + process.log_path.read_text()[-5000:])
 
         try:
@@ -80,62 +121,133 @@ def operator_process(cluster, *args):
                 raise
 
 
-def create_peering(cluster, name, namespace=None):
-    """kopf's peering object, as the chart creates it: cluster-wide, or in `namespace`."""
-    kind = "KopfPeering" if namespace else "ClusterKopfPeering"
-    plural = "kopfpeerings" if namespace else "clusterkopfpeerings"
-    body = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": name}}
-    return cluster.create(f"kopf.dev/v1/{plural}", body, namespace)
-
-
-def submit(cluster, name, **spec):
-    document = base_job(**spec)
-    document["metadata"] = {"name": name, "namespace": NAMESPACE}
-    return cluster.create("stj", document)
-
-
-def stj(cluster, name):
-    return cluster.get("stj", NAMESPACE, name)
-
-
-def wait_phase(cluster, name, phase, timeout=TIMEOUT):
-    return cluster.wait_until(
-        lambda: (s := stj(cluster, name)) and s.get("status", {}).get("phase") == phase and s, timeout=timeout
-    )
-
-
-def children(cluster, name, kind):
-    return cluster.list(kind, NAMESPACE, label_selector=f"scaletrain.io/job-name={name}")
-
-
-def start_pods(cluster, job_name, phase="Running"):
-    """Play the Job controller and the kubelet: one pod per completion index, in `phase`."""
-    job = cluster.wait_until(lambda: cluster.get("jobs", NAMESPACE, job_name), timeout=TIMEOUT)
-    labels = job["spec"]["template"]["metadata"]["labels"]
-    return [
-        cluster.create_pod(
-            NAMESPACE,
-            f"{job_name}-{index}-x",
-            labels=labels,
-            annotations={COMPLETION_INDEX_ANNOTATION: str(index)},
-            phase=phase,
-            owner=job,
-        )
-        for index in range(job["spec"]["completions"])
-    ]
-
-
-def fail_pod(cluster, pod_name, exit_code):
-    cluster.set_pod_phase(NAMESPACE, pod_name, "Failed", exit_code=exit_code)
-
-
-def events(cluster, name):
-    return [
-        (e["type"], e["reason"], e["message"])
-        for e in cluster.list("events", NAMESPACE)
-        if e["involvedObject"]["name"] == name
-    ]
-
-
-def condition(obj, kind):
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in obj["status"]["conditions"] if c["type"] == kind), None)
+
+
+@dataclass
+class Team:
+    """One namespace of ScaleTrainJobs on the control plane."""
+
+    kube: Kube
+    namespace: str
+
+    def submit(self, name: str, **spec: Any) -> dict[str, Any]:
+        document = base_job(**spec)
+        document["metadata"] = {"name": name, "namespace": self.namespace}
+        return self.kube.create("stj", document)
+
+    def stj(self, name: str) -> dict[str, Any] | None:
+        return self.kube.get("stj", self.namespace, name)
+
+    def patch_stj(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.patch("stj", self.namespace, name, patch)
+
+    def wait_phase(self, name: str, phase: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            job = self.stj(name)
+            return job if job and (job.get("status") or {}).get("phase") == phase else None
+
+        reached.__name__ = f"{self.namespace}/{name} is {phase}"
+        return self.kube.wait_until(reached, timeout)
+
+    def wait_status(self, name: str, check, timeout: float = TIMEOUT) -> dict[str, Any]:
+        """The job's status once `check(status)` holds."""
+        return self.kube.wait_until(
+            lambda: check(status := (self.stj(name) or {}).get("status") or {}) and status, timeout
+        )
+
+    def children(self, name: str, kind: str) -> list[dict[str, Any]]:
+        return self.kube.list(kind, self.namespace, label_selector=f"{naming.LABEL_JOB_NAME}={name}")
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        """The job's Events as (type, reason, message), oldest first. Their timestamps have whole seconds,
+        so the order is their creation order in etcd: a resourceVersion is opaque to clients, but this
+        test server is one etcd, whose revisions only grow."""
+        events = [
+            e
+            for e in self.kube.list("events", self.namespace)
+            if e["involvedObject"]["name"] == name and e["involvedObject"]["kind"] == naming.KIND
+        ]
+        events.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return [(e["type"], e["reason"], e["message"]) for e in events]
+
+    def provide_claim(self, claim: str, size: str = "1Gi") -> None:
+        """A PersistentVolumeClaim bound to a PersistentVolume of its own, as a storage admin would
+        provide one; the kubelet stand-in gives every pod that claims it the same directory."""
+        volume = f"{self.namespace}-{claim}"
+        claim_ref = {"namespace": self.namespace, "name": claim}
+        self.kube.create(
+            "persistentvolumes",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume},
+                "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteMany"], "claimRef": claim_ref,
+                         "hostPath": {"path": f"/tmp/{volume}"}, "persistentVolumeReclaimPolicy": "Retain"},
+            },
+        )  # fmt: skip
+        self.kube.create(
+            "persistentvolumeclaims",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": self.namespace},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}},
+                         "volumeName": volume, "storageClassName": ""},
+            },
+        )  # fmt: skip
+
+        def bound() -> bool:
+            return (self.kube.get("persistentvolumeclaims", self.namespace, claim) or {}).get("status", {}).get(
+                "phase"
+            ) == "Bound"
+
+        bound.__name__ = f"claim {self.namespace}/{claim} is Bound"
+        self.kube.wait_until(bound)
+
+    # ---- the kubelet's moves, for the tests that run without one ----
+
+    def pods(self, job_name: str, timeout: float = TIMEOUT) -> list[dict[str, Any]]:
+        """The pods the Job controller created for `job_name`, one per completion index, by index."""
+        job = self.kube.wait_until(lambda: self.kube.get("jobs", self.namespace, job_name), timeout)
+        completions = job["spec"]["completions"]
+
+        def all_created() -> list[dict[str, Any]] | None:
+            pods = [p for p in self.kube.list("pods", self.namespace, f"job-name={job_name}") if _alive(p)]
+            return sorted(pods, key=_index) if len({_index(p) for p in pods}) == completions else None
+
+        all_created.__name__ = f"the Job controller created the pods of {job_name}"
+        return self.kube.wait_until(all_created, timeout)
+
+    def set_pod_phase(self, pod: dict[str, Any], phase: str, exit_code: int | None = None) -> dict[str, Any]:
+        """Report `pod` in `phase`, as its kubelet would: Running with its container running, or
+        Succeeded/Failed with the container terminated with `exit_code` (0 for Succeeded)."""
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if phase == "Running":
+            state = {"running": {"startedAt": now}}
+        else:
+            code = 0 if phase == "Succeeded" else exit_code
+            reason = "Completed" if code == 0 else "Error"
+            state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}}
+        containers = [
+            {"name": c["name"], "image": c["image"], "imageID": "", "ready": phase == "Running", "restartCount": 0,
+             "state": state}
+            for c in pod["spec"]["containers"]
+        ]  # fmt: skip
+        status = {"phase": phase, "startTime": now, "containerStatuses": containers}
+        return self.kube.set_status("pods", self.namespace, pod["metadata"]["name"], status)
+
+    def start_pods(self, job_name: str, phase: str = "Running") -> list[dict[str, Any]]:
+        return [self.set_pod_phase(pod, phase) for pod in self.pods(job_name)]
+
+    def fail_pod(self, pod: dict[str, Any], exit_code: int) -> dict[str, Any]:
+        return self.set_pod_phase(pod, "Failed", exit_code)
+
+
+def _index(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["annotations"][COMPLETION_INDEX_ANNOTATION])
+
+
+def _alive(pod: dict[str, Any]) -> bool:
+    return pod["metadata"].get("deletionTimestamp") is None

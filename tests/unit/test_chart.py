@@ -12,11 +12,9 @@ import yaml
 
 from scaletrain_operator.controller import rbac
 from scaletrain_operator.controller.main import build_parser
-from support.jobs import REPO
+from support.chart import CHART, RELEASE_NAMESPACE, load_chart, of_kind, render
 from support.kube_schema import schema_errors
 
-CHART = REPO / "charts" / "scaletrain"
-RELEASE, RELEASE_NAMESPACE = "scaletrain", "scaletrain-system"
 # Chart.yaml's kubeVersion floor (the CRD's CEL rules use fieldPath and reason, new in 1.28), and the newest.
 KUBERNETES_VERSIONS = ("1.28", "1.37")
 VALUES = {
@@ -42,22 +40,7 @@ STANDARD_LABELS = (
 
 @pytest.fixture(scope="module")
 def chart():
-    return helm_python.Chart.load(CHART)
-
-
-def render(chart, values):
-    manifests = chart.render(values, name=RELEASE, namespace=RELEASE_NAMESPACE, is_install=True)
-    return [
-        obj
-        for template, text in sorted(manifests.items())
-        if template.endswith(".yaml")
-        for obj in yaml.safe_load_all(text)
-        if obj
-    ]
-
-
-def of_kind(objects, kind):
-    return [obj for obj in objects if obj["kind"] == kind]
+    return load_chart()
 
 
 def operator_container(objects):

@@ -61,7 +61,9 @@ class ModelConfig(SpecModel):
     width: int = Field(128, ge=8, le=65536, description="Embedding width (d_model).")
     vocab_size: int = Field(256, ge=2, le=1 << 24, description="Vocabulary size; 256 for byte-level text.")
     context_length: int = Field(64, ge=2, le=1 << 20, description="Tokens per sample.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Dropout probability of the built-in gpt model, in [0, 1); 0 disables it."
+    )
     options: Options = Field(default_factory=dict, description="Keyword arguments for a custom factory.")
 
     model_config = with_cel_rules(
@@ -105,24 +107,41 @@ class DataConfig(SpecModel):
 
 
 class OptimizerConfig(SpecModel):
-    name: Literal["adamw", "sgd"] = "adamw"
+    """The optimizer: AdamW, or SGD with momentum."""
+
+    name: Literal["adamw", "sgd"] = Field(
+        "adamw", description="adamw (uses beta1, beta2 and eps) or sgd (uses momentum)."
+    )
     lr: float = Field(3e-4, gt=0, le=10, description="Peak learning rate.")
-    weight_decay: float = Field(0.1, ge=0, le=10)
+    weight_decay: float = Field(
+        0.1, ge=0, le=10, description="Weight decay of the weight matrices; biases and norms get none."
+    )
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
     beta2: float = Field(0.95, ge=0, lt=1, description="AdamW beta2.")
-    eps: float = Field(1e-8, gt=0, le=1)
+    eps: float = Field(1e-8, gt=0, le=1, description="AdamW epsilon, added to the denominator for numerical stability.")
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum.")
 
 
 class SchedulerConfig(SpecModel):
     """Linear warmup, then decay to minLrRatio × lr at maxSteps."""
 
-    name: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    name: Literal["cosine", "linear", "constant"] = Field(
+        "cosine", description="Decay after warmup: cosine, linear, or constant (stays at lr)."
+    )
+    warmup_steps: int = Field(
+        0, ge=0, description="Optimizer steps of linear warmup up to lr; 0 starts at lr. At most maxSteps."
+    )
+    min_lr_ratio: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Final learning rate as a fraction of lr, reached at maxSteps (ignored by constant).",
+    )
 
 
 class CheckpointConfig(SpecModel):
+    """Periodic checkpoints, which a restarted or resumed gang continues from; off unless dir is set."""
+
     dir: str | None = Field(
         None,
         min_length=1,
@@ -156,9 +175,18 @@ class TrainingConfig(SpecModel):
     grad_clip_norm: float = Field(1.0, ge=0, description="Clip gradients to this global norm; 0 disables clipping.")
     activation_checkpointing: bool = Field(False, description="Recompute each block's activations in backward.")
     sync_batch_norm: bool = Field(False, description="Convert BatchNorm to SyncBatchNorm (GPU only).")
-    seed: int = Field(1337, ge=0, le=(1 << 32) - 1)
+    seed: int = Field(
+        1337,
+        ge=0,
+        le=(1 << 32) - 1,
+        description="Random seed of model initialization, data order and synthetic data, the same on every rank.",
+    )
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    log_every_steps: int = Field(10, ge=1)
+    log_every_steps: int = Field(
+        10,
+        ge=1,
+        description="Log loss and throughput (metrics.jsonl, status.progress) every N optimizer steps and at the last.",
+    )
     output_dir: str = Field("/tmp/scaletrain", min_length=1, description="metrics.jsonl and other outputs (rank 0).")
     distributed_timeout_seconds: int = Field(
         600,

@@ -2,8 +2,8 @@
 
 Pydantic emits JSON Schema (draft 2020-12, with $refs and anyOf-null for optional fields); the API
 server wants a *structural* OpenAPI v3 schema. `structural_schema` converts one into the other:
-refs inlined, optional fields as plain types, bounds in OpenAPI 3.0 spelling, and `default: {}` on
-nested objects so the API server fills in their field defaults too.
+refs inlined, optional fields as plain types, bounds in OpenAPI 3.0 spelling, and a default on each
+nested object (its fields' defaults) so the API server fills those in too.
 """
 
 from __future__ import annotations
@@ -75,8 +75,15 @@ def structural_schema(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = value
     for name, prop in out.get("properties", {}).items():
         if name not in out.get("required", []) and "default" not in prop and _all_fields_defaulted(prop):
-            prop["default"] = {}
+            prop["default"] = _defaults_of(prop)
     return out
+
+
+def _defaults_of(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object with its fields' defaults filled in. Not `{}`: the API server checks a default against
+    the object's CEL rules as it stands, and a rule such as `self.width % self.heads == 0` fails on `{}`
+    with "no such key"."""
+    return {name: prop["default"] for name, prop in schema["properties"].items() if "default" in prop}
 
 
 def _all_fields_defaulted(schema: dict[str, Any]) -> bool:

@@ -3,8 +3,8 @@
 One dead rank breaks every collective, so the pods of a gang run, succeed and fail together. This is
 the one place that says what a set of pod outcomes means: keep running, succeeded, restart the gang
 from the last checkpoint, or fail the job with a reason, and which pod is the root cause. The
-operator (controller/reconcile.py), `scaletrain run-local` (local/gang.py) and the tests' kubelet
-stand-in all ask `judge`, so they cannot disagree.
+operator (controller/reconcile.py) and `scaletrain run-local` (local/gang.py) both ask `judge`, and
+read pods through `pod_outcome`, so they cannot disagree.
 
 The root cause is the pod that finished first, then the lowest completion index: a dead rank makes
 its peers fail right after it, so the first to fail is the likely culprit.
@@ -12,15 +12,17 @@ its peers fail right after it, so the first to fail is the likely culprit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR
 
+from . import naming
 from .models import ScaleTrainJobSpec
+from .timestamps import parse_timestamp
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"  # the Job controller's reason when activeDeadlineSeconds passed
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -69,6 +71,39 @@ class PodOutcome:
         if self.exit_code is not None:
             detail += f", exit code {self.exit_code}"
         return f"pod {self.name} failed ({detail})"
+
+
+def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
+    """A pod object (metadata and status, as the API server or run-local's executor reports it) as the
+    gang policy sees it: its phase, and its trainer container's exit."""
+    metadata, status = pod["metadata"], pod.get("status") or {}
+    index = (metadata.get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION, "")
+    terminated = next(
+        (
+            (container.get("state") or {}).get("terminated")
+            for container in status.get("containerStatuses") or []
+            if container.get("name") == naming.TRAINER_CONTAINER
+        ),
+        None,
+    )
+    outcome = PodOutcome(
+        name=metadata["name"],
+        index=int(index) if index.isdigit() else naming.MAX_NODES,
+        phase=status.get("phase", "Pending"),
+        reason=status.get("reason", ""),
+        message=status.get("message", ""),
+        stopping=metadata.get("deletionTimestamp") is not None,
+    )
+    if not terminated:
+        return outcome
+    finished = terminated.get("finishedAt")
+    return replace(
+        outcome,
+        exit_code=terminated.get("exitCode"),
+        reason=terminated.get("reason", "Error"),
+        message=terminated.get("message", ""),
+        finished_at=parse_timestamp(finished) if finished else None,
+    )
 
 
 @dataclass(frozen=True)

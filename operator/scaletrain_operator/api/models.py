@@ -63,11 +63,28 @@ LabelValue = Annotated[str, Field(max_length=63)]
 
 
 class Toleration(SpecModel):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    """A core/v1 Toleration: the pod tolerates any taint that matches key, value and effect under operator."""
+
+    key: str | None = Field(
+        None,
+        description="The taint key the toleration applies to; required unless operator is Exists "
+        "(an empty key with Exists matches every taint).",
+    )
+    operator: Literal["Exists", "Equal"] = Field(
+        "Equal",
+        description="How the taint's value is matched: Equal (the default) matches value, Exists matches any value.",
+    )
+    value: str | None = Field(
+        None, description="The taint value to match with operator Equal; must be empty with Exists."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint effect to match: NoSchedule, PreferNoSchedule or NoExecute; unset matches all."
+    )
+    toleration_seconds: int | None = Field(
+        None,
+        description="With effect NoExecute only: seconds the pod stays on a node after the taint appears before "
+        "it is evicted; unset tolerates the taint forever.",
+    )
 
     def problems(self) -> Iterator[Problem]:
         if self.key is None and self.operator == "Equal":
@@ -79,8 +96,19 @@ class Toleration(SpecModel):
 
 
 class EnvVar(SpecModel):
-    name: str = Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-    value: str | None = None
+    """An environment variable of the trainer container (core/v1 EnvVar)."""
+
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Variable name, unique in env; the rank layout's variables (WORLD_SIZE, NODE_RANK, PET_*, "
+        "...) are set by ScaleTrain and refused here.",
+    )
+    value: str | None = Field(
+        None,
+        description="Variable value; $(VAR_NAME) references to earlier variables are expanded. "
+        "Set either value or valueFrom; default: empty.",
+    )
     value_from: KubeObject | None = Field(None, description="An EnvVarSource, e.g. secretKeyRef.")
 
     def problems(self) -> Iterator[Problem]:
@@ -92,36 +120,76 @@ class Volume(BaseModel):
     """A pod volume: a name plus one volume source (persistentVolumeClaim, configMap, ...)."""
 
     model_config = ConfigDict(extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
-    name: str = Field(pattern=naming.DNS_1123_LABEL, max_length=63)
+    name: str = Field(
+        pattern=naming.DNS_1123_LABEL,
+        max_length=63,
+        description="Volume name (a DNS-1123 label), unique among the pod's volumes; volumeMounts refer to it.",
+    )
 
 
 class VolumeMount(SpecModel):
-    name: str = Field(min_length=1)
-    mount_path: str = Field(pattern=r"^/")
-    read_only: bool | None = None
-    sub_path: str | None = None
+    """A mount of a volume into the trainer container (core/v1 VolumeMount)."""
+
+    name: str = Field(min_length=1, description="The volume to mount: a name from volumes or from podTemplate.")
+    mount_path: str = Field(
+        pattern=r"^/", description="Absolute path in the trainer container to mount the volume at; not /dev/shm."
+    )
+    read_only: bool | None = Field(None, description="Mount the volume read-only; default false (read-write).")
+    sub_path: str | None = Field(
+        None, description="Path within the volume to mount instead of its root; default: the volume's root."
+    )
 
 
 class ResourceRequirements(SpecModel):
     """cpu/memory (and other non-GPU) requests and limits for each pod; GPUs come from gpusPerNode."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Minimum compute resources the trainer container needs, e.g. cpu: 4, memory: 16Gi "
+        "(core/v1 ResourceRequirements); the scheduler places each pod by these.",
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Maximum compute resources the trainer container may use, e.g. memory: 32Gi "
+        "(core/v1 ResourceRequirements); the GPU limit comes from gpusPerNode.",
+    )
 
 
 class PodSecurity(SpecModel):
     run_as_non_root: bool = Field(
         True, description="Refuse to start images that run as root; set false for images without a non-root user."
     )
-    run_as_user: int | None = Field(None, ge=0)
-    run_as_group: int | None = Field(None, ge=0)
-    fs_group: int | None = Field(None, ge=0)
+    run_as_user: int | None = Field(
+        None, ge=0, description="UID to run the containers' entrypoint as; default: the user in the image metadata."
+    )
+    run_as_group: int | None = Field(
+        None, ge=0, description="GID to run the containers' entrypoint as; default: the container runtime's."
+    )
+    fs_group: int | None = Field(
+        None,
+        ge=0,
+        description="A supplemental group of all containers; volumes that support it are made owned by "
+        "and writable to this GID.",
+    )
+
+
+# CEL: samples in one micro-step of the whole gang (microBatchSize × nodes × processes per node).
+_SAMPLES_PER_MICRO_STEP = (
+    "self.training.microBatchSize * self.nodes * "
+    "(has(self.procsPerNode) ? self.procsPerNode : (self.gpusPerNode > 0 ? self.gpusPerNode : 1))"
+)
 
 
 class ScaleTrainJobSpec(SpecModel):
+    """What to train and how: the trainer image, the gang's size and placement, training and lifecycle."""
+
     # Image and command
     image: str = Field(min_length=1, description="Trainer image; the default command runs the built-in trainer.")
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None,
+        description="Pull policy of the trainer image: Always, IfNotPresent or Never; default: Always for "
+        ":latest or untagged images, else IfNotPresent.",
+    )
     command: list[str] | None = Field(
         None,
         description="Container command; default: the trainer's launcher, which checks the training config "
@@ -137,22 +205,60 @@ class ScaleTrainJobSpec(SpecModel):
         None, ge=1, le=256, description="Processes per pod; default gpusPerNode, or 1 on CPU."
     )
     gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs per pod; 0 runs on CPU with gloo.")
-    gpu_resource: str = Field("nvidia.com/gpu", pattern=r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+$")
+    gpu_resource: str = Field(
+        "nvidia.com/gpu",
+        pattern=r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+$",
+        description="The extended resource that gpusPerNode requests as each pod's limit, e.g. amd.com/gpu; GPU "
+        "pods also tolerate a NoSchedule taint with this key.",
+    )
     # Networking
     backend: Literal["auto", "nccl", "gloo"] = Field("auto", description="auto: nccl with GPUs, gloo without.")
     # Placement and pod settings
-    node_selector: dict[str, LabelValue] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
-    affinity: KubeObject | None = None
-    priority_class_name: str | None = None
-    scheduler_name: str | None = None
-    service_account_name: str | None = None
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        description="Labels a node must have for the pods of the gang to run on it (core/v1 PodSpec nodeSelector).",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Tolerations added to every pod of the gang (core/v1 Toleration); with GPUs, one for "
+        "gpuResource's NoSchedule taint is added unless given here.",
+    )
+    affinity: KubeObject | None = Field(
+        None,
+        description="Scheduling constraints for every pod of the gang: node affinity, pod affinity and "
+        "anti-affinity (core/v1 Affinity).",
+    )
+    priority_class_name: str | None = Field(
+        None,
+        description="PriorityClass of the pods, which sets their scheduling priority and preemption; default: "
+        "the cluster's global default PriorityClass, else priority 0.",
+    )
+    scheduler_name: str | None = Field(
+        None, description="Scheduler that places the pods, e.g. a gang scheduler; default: default-scheduler."
+    )
+    service_account_name: str | None = Field(
+        None, description="ServiceAccount the pods run as; default: the namespace's default ServiceAccount."
+    )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     env: list[EnvVar] = Field(default_factory=list, max_length=512, description="Extra env; overrides NCCL_* defaults.")
-    volumes: list[Volume] = Field(default_factory=list, max_length=64)
-    volume_mounts: list[VolumeMount] = Field(default_factory=list, max_length=64)
+    volumes: list[Volume] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Volumes added to every pod of the gang (core/v1 Volume), for volumeMounts to mount.",
+    )
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Volumes mounted into the trainer container (core/v1 VolumeMount); /dev/shm is provided, "
+        "sized by shmSize.",
+    )
     shm_size: Quantity = Field("2Gi", description="Size of the memory-backed /dev/shm (counts against pod memory).")
-    security_context: PodSecurity = Field(default_factory=PodSecurity)
+    security_context: PodSecurity = Field(
+        default_factory=PodSecurity,
+        description="Security attributes of every pod (core/v1 PodSecurityContext); ScaleTrain adds seccompProfile "
+        "RuntimeDefault and forbids privilege escalation in the trainer.",
+    )
     pod_template: KubeObject | None = Field(
         None, description="A PodTemplateSpec merged under the rendered pod (sidecars, init containers, ...)."
     )
@@ -160,15 +266,30 @@ class ScaleTrainJobSpec(SpecModel):
     training: TrainingConfig
     # Lifecycle
     max_restarts: int = Field(3, ge=0, le=naming.MAX_RESTARTS, description="Gang restarts on failure.")
-    suspend: bool = False
+    suspend: bool = Field(
+        False,
+        description="true stops the gang (its pods are deleted, phase Suspended) without failing the job; "
+        "false runs it again from the last checkpoint (with queueName, once Kueue admits it).",
+    )
     queue_name: str | None = Field(None, min_length=1, max_length=63, description="Kueue LocalQueue.")
-    active_deadline_seconds: int | None = Field(None, ge=1)
-    ttl_seconds_after_finished: int | None = Field(None, ge=0)
+    active_deadline_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="Seconds each gang generation may run before the job fails with reason DeadlineExceeded "
+        "(a gang restart starts the clock again); unset: no limit.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None,
+        ge=0,
+        description="Seconds after the job finished (Succeeded or Failed) until the operator deletes it, with its "
+        "Service, Jobs and pods; unset keeps it.",
+    )
 
     model_config = with_cel_rules(
         cel_rule(
-            "self.training.globalBatchSize % (self.training.microBatchSize * self.nodes * "
-            "(has(self.procsPerNode) ? self.procsPerNode : (self.gpusPerNode > 0 ? self.gpusPerNode : 1))) == 0",
+            # A zero divisor is already refused by the fields' minimums; the rule then stays quiet
+            # instead of adding "modulus by zero".
+            f"{_SAMPLES_PER_MICRO_STEP} == 0 || self.training.globalBatchSize % ({_SAMPLES_PER_MICRO_STEP}) == 0",
             "training.globalBatchSize must be divisible by training.microBatchSize × nodes × procsPerNode",
             ".training.globalBatchSize",
         ),
@@ -282,42 +403,82 @@ Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Susp
 class Condition(SpecModel):
     """metav1.Condition."""
 
-    type: ConditionType
-    status: Literal["True", "False", "Unknown"]
-    observed_generation: int | None = Field(None, ge=0)
-    last_transition_time: datetime
-    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
-    message: str = Field("", max_length=32768)
+    type: ConditionType = Field(
+        description="Type of condition: Created (the gang was started), Running, Restarting and Suspended (True while "
+        "in that phase), Succeeded or Failed (final)."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition: True, False or Unknown.")
+    observed_generation: int | None = Field(
+        None,
+        ge=0,
+        description="The metadata.generation the condition was set from; older than the job's generation means "
+        "out of date.",
+    )
+    last_transition_time: datetime = Field(
+        description="When the condition last changed from one status to another (RFC 3339)."
+    )
+    reason: str = Field(
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        max_length=1024,
+        description="Why the condition last changed, as a CamelCase identifier, e.g. DeadlineExceeded.",
+    )
+    message: str = Field("", max_length=32768, description="Human-readable details of the transition; may be empty.")
 
 
 class NodeCounts(SpecModel):
-    active: int = Field(0, ge=0)
-    succeeded: int = Field(0, ge=0)
-    failed: int = Field(0, ge=0)
+    """The pods of the current gang generation, by pod phase."""
+
+    active: int = Field(0, ge=0, description="Pods pending or running.")
+    succeeded: int = Field(0, ge=0, description="Pods that finished successfully.")
+    failed: int = Field(0, ge=0, description="Pods that failed.")
 
 
 class Progress(SpecModel):
-    step: int = Field(0, ge=0)
-    max_steps: int | None = Field(None, ge=1)
-    loss: float | None = None
-    samples_per_second: float | None = Field(None, ge=0)
-    eta_seconds: float | None = Field(None, ge=0)
-    updated_at: datetime | None = None
+    """Training progress as rank 0 reports it, copied in by the operator while the job is Running."""
+
+    step: int = Field(0, ge=0, description="Optimizer steps completed.")
+    max_steps: int | None = Field(None, ge=1, description="Optimizer steps the job trains for (training.maxSteps).")
+    loss: float | None = Field(None, description="Training loss of the last logged step.")
+    samples_per_second: float | None = Field(
+        None, ge=0, description="Training throughput over the last logging interval, in samples per second."
+    )
+    eta_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="Estimated seconds until maxSteps, at the average step time since the trainer (re)started.",
+    )
+    updated_at: datetime | None = Field(None, description="When rank 0 last logged progress (RFC 3339).")
 
 
 class ScaleTrainJobStatus(SpecModel):
-    phase: Phase | None = None
+    """The job's observed state, written by the operator: phase, conditions, gang restarts and progress."""
+
+    phase: Phase | None = Field(
+        None,
+        description="Where the job is: Pending, Running, Restarting, Suspended, Succeeded or Failed "
+        "(the last two are final).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="The latest observations of the job's state (metav1.Condition), one per type.",
     )
     restarts: int = Field(0, ge=0, description="Gang restarts after failures (spec-change restarts not counted).")
     current_job: str | None = Field(None, description="The batch/v1 Job of the current gang generation.")
     nodes: NodeCounts = Field(default_factory=NodeCounts)
-    start_time: datetime | None = None
-    completion_time: datetime | None = None
-    observed_generation: int | None = None
-    message: str | None = None
+    start_time: datetime | None = Field(
+        None, description="When a pod of the job was first seen running (RFC 3339); kept across gang restarts."
+    )
+    completion_time: datetime | None = Field(
+        None,
+        description="When the job finished, Succeeded or Failed (RFC 3339); ttlSecondsAfterFinished counts from it.",
+    )
+    observed_generation: int | None = Field(
+        None, description="The metadata.generation of the spec the operator last acted on."
+    )
+    message: str | None = Field(
+        None, description='Details of the current phase, e.g. "2 of 2 nodes active" or why the job failed.'
+    )
     progress: Progress | None = None
 
 

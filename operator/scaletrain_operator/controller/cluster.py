@@ -111,6 +111,12 @@ class Cluster:
         ]
         return Observed(service=service, jobs=jobs, pods=pods)
 
+    def rank_0_pod_ip(self, namespace: str, child_job: str) -> str:
+        """The IP of the pod of completion index 0 of `child_job` ("" while it has none)."""
+        selector = f"batch.kubernetes.io/job-name={child_job},batch.kubernetes.io/job-completion-index=0"
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=self.timeout).items
+        return next((pod.status.pod_ip for pod in pods if pod.status and pod.status.pod_ip), "")
+
     def apply(self, stj: ObjectRef, decision: Decision) -> None:
         for obj in decision.create:
             self.create_child(stj.namespace, obj)

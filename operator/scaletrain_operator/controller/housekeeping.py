@@ -73,8 +73,15 @@ class Housekeeping:
         current_job = job.status.current_job if job.status else None
         if not current_job:
             return
-        url = self.config.progress_url.format(
+        template = self.config.progress_url
+        pod_ip = ""
+        if "{pod_ip}" in template:  # an operator outside the pods' DNS (settings.py)
+            pod_ip = self.cluster.rank_0_pod_ip(job.metadata.namespace, current_job)
+            if not pod_ip:
+                return
+        url = template.format(
             pod=f"{current_job}-0",
+            pod_ip=pod_ip,
             service=naming.service_name(job.name),
             namespace=job.metadata.namespace,
             port=job.spec.training.metrics_port,

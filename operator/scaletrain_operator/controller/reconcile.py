@@ -19,18 +19,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from scaletrain_trainer.validation import Problem
 
 from ..api import naming
-from ..api.gang_policy import Action, GangLimits, PodOutcome, Verdict, judge
+from ..api.gang_policy import Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import NodeCounts, ScaleTrainJob
 from ..api.render import generation_free, render_job, render_service
+from ..api.timestamps import timestamp
 from .decision import ChildJobPatch, Decision, Event
-from .status import StatusBuilder, condition, parse_timestamp, timestamp
+from .status import StatusBuilder, condition
 
 SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
 SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
@@ -69,38 +70,6 @@ def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
     recorded = job.status.current_job if job.status else None
     from_status = naming.generation_of(recorded) if recorded else 0
     return max([from_status, *observed.jobs])
-
-
-def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
-    """A pod as the gang policy sees it: its phase, and its trainer container's exit."""
-    metadata, status = pod["metadata"], pod.get("status") or {}
-    index = (metadata.get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION, "")
-    terminated = next(
-        (
-            (container.get("state") or {}).get("terminated")
-            for container in status.get("containerStatuses") or []
-            if container.get("name") == naming.TRAINER_CONTAINER
-        ),
-        None,
-    )
-    outcome = PodOutcome(
-        name=metadata["name"],
-        index=int(index) if index.isdigit() else naming.MAX_NODES,
-        phase=status.get("phase", "Pending"),
-        reason=status.get("reason", ""),
-        message=status.get("message", ""),
-        stopping=metadata.get("deletionTimestamp") is not None,
-    )
-    if not terminated:
-        return outcome
-    finished = terminated.get("finishedAt")
-    return replace(
-        outcome,
-        exit_code=terminated.get("exitCode"),
-        reason=terminated.get("reason", "Error"),
-        message=terminated.get("message", ""),
-        finished_at=parse_timestamp(finished) if finished else None,
-    )
 
 
 def node_counts(pods: Sequence[Mapping[str, Any]]) -> NodeCounts:

@@ -12,7 +12,8 @@ ENV_PREFIX = "SCALETRAIN_OPERATOR_"
 @dataclass(frozen=True)
 class OperatorConfig:
     namespaces: list[str] = field(default_factory=list)  # empty: every namespace
-    # Rank 0's progress endpoint; {pod}, {service}, {namespace} and {port} are filled in.
+    # Rank 0's progress endpoint; {pod}, {service}, {namespace} and {port} are filled in, and {pod_ip}
+    # (rank 0's IP from its pod status) for an operator that runs outside the cluster's DNS.
     progress_url: str = "http://{pod}.{service}.{namespace}.svc:{port}/progress"
     progress_interval_seconds: float = 15.0  # how often Running jobs are polled (and TTLs checked)
     progress_timeout_seconds: float = 2.0

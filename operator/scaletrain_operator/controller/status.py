@@ -7,18 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from ..api.models import Condition, Phase, ScaleTrainJob, ScaleTrainJobStatus
+from ..api.timestamps import parse_timestamp, timestamp  # noqa: F401  (parse_timestamp: for housekeeping)
 
 FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
 EXCLUSIVE_PHASES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended")  # true exactly while in that phase
-
-
-def timestamp(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-def parse_timestamp(text: str) -> datetime:
-    """An RFC 3339 time as the API server writes it (Python 3.10's fromisoformat does not take "Z")."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def condition(kind: str, status: bool, reason: str, message: str, now: datetime, generation: int | None) -> dict:

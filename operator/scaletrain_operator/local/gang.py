@@ -1,17 +1,18 @@
 """`scaletrain run-local FILE`: run a ScaleTrainJob on this machine, the way the cluster runs it.
 
-Each node is the job's rendered pod (pods.py): one torchrun per node with the pod's env, gloo on
-CPU, nccl with a slice of this machine's GPUs per node. The gang policy (api/gang_policy.py) judges
-the pods exactly as the operator does: a failed node stops the others and the gang restarts from
-the last checkpoint, up to maxRestarts; exit code 78 (an invalid training config) and a passed
-activeDeadlineSeconds (per gang, as each generation is a new Job) are final. Every process is stopped
-on the way out, also on Ctrl-C, SIGTERM or SIGHUP, and a second interrupt cannot cut the stopping
-short. Volumes are directories under the workdir.
+Each node is one of the job's rendered pods, run by the pod executor (executor.py) as a kubelet
+would: one torchrun per node with the pod's env, gloo on CPU, nccl with a slice of this machine's
+GPUs per node. As root each pod has a network namespace of its own; otherwise the pods share this
+machine's loopback (SCALETRAIN_POD_NETWORK=auto, namespaces or loopback chooses; the run says which).
+The gang policy (api/gang_policy.py) judges the pods exactly as the operator does: a failed node
+stops the others and the gang restarts from the last checkpoint, up to maxRestarts; exit code 78 (an
+invalid training config) and a passed activeDeadlineSeconds (per gang, as each generation is a new
+Job) are final. Every process is stopped on the way out, also on Ctrl-C, SIGTERM or SIGHUP, and a
+second interrupt cannot cut the stopping short. Volumes are directories under the workdir.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,30 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain_trainer.config import CONFIG_ENV, TrainingConfig
 from scaletrain_trainer.validation import Problem, ProblemsError
 
-from ..api.gang_policy import DEADLINE_EXCEEDED, Action, GangLimits, Verdict, judge
+from ..api import naming
+from ..api.gang_policy import DEADLINE_EXCEEDED, Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import ScaleTrainJob
 from ..api.progress import read_progress
 from ..api.render import render_job
-from .pods import (
-    LOCALHOST,
-    LocalPod,
-    free_port,
-    indexed_pods,
-    localize,
-    resolve_env,
-    stop_pods,
-    trainer_container,
-    volume_paths,
-)
+from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
+from .job_controller import indexed_pods
+from .pod_network import AUTO, NetworkError, PodNetwork, free_port, open_network
 from .report import RunResult, metrics_records, summary
 from .view import ProgressView
 
 POLL_SECONDS = 0.25
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
-WORKDIR_PARTS = ("logs", "volumes")  # what run-local writes under the workdir (and --fresh removes)
+WORKDIR_PARTS = ("logs", "volumes", "pods")  # what run-local writes under the workdir (and --fresh removes)
+POD_NETWORK_ENV = "SCALETRAIN_POD_NETWORK"  # auto (the default), namespaces or loopback
 
 
 class Interrupted(Exception):
@@ -84,40 +78,53 @@ def check_fits_this_machine(job: ScaleTrainJob, gpus_here: int) -> None:
         raise ProblemsError([Problem(("spec", "nodes"), message + ": lower nodes or gpusPerNode")])
 
 
+def pod_network() -> PodNetwork:
+    preference = os.environ.get(POD_NETWORK_ENV, AUTO)
+    try:
+        return open_network(preference)
+    except NetworkError as error:
+        raise NetworkError(f"{POD_NETWORK_ENV}={preference}: {error}") from None
+
+
+def with_metrics_port(job: ScaleTrainJob, port: int) -> ScaleTrainJob:
+    training = job.spec.training.model_copy(update={"metrics_port": port})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"training": training})})
+
+
 class Gang:
     """One generation of the job's pods, started together and stopped together."""
 
-    def __init__(self, job: ScaleTrainJob, generation: int, workdir: Path, gpus: list[str]):
-        pods = indexed_pods(render_job(job, generation))
-        mounts = volume_paths(trainer_container(pods[0]), workdir / "volumes")
-        for directory in mounts.values():
-            directory.mkdir(parents=True, exist_ok=True)
-        master_port, self.metrics_port = free_port(), free_port()
-        per_node = job.spec.gpus_per_node
-        self.pods = []
-        for index, pod in enumerate(pods):
-            env = localize(
-                resolve_env(pod, trainer_container(pod)),
-                master_port=master_port,
-                mounts=mounts,
-                metrics_port=self.metrics_port,
-            )
-            if per_node:  # this node's slice of the GPUs run-local may use
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[index * per_node : (index + 1) * per_node])
-            self.pods.append(LocalPod.from_pod(pod, env, workdir / "logs"))
-        self.config = TrainingConfig.model_validate(json.loads(self.pods[0].env[CONFIG_ENV]))
+    def __init__(self, job: ScaleTrainJob, generation: int, executor: PodExecutor, gpus: list[str]):
+        self.executor, self.gpus, self.per_node = executor, gpus, job.spec.gpus_per_node
+        self.specs = indexed_pods(render_job(job, generation))
+        self.metrics_port = job.spec.training.metrics_port
+        training, rank_0 = job.spec.training, self.specs[0]
+        self.metrics_path = executor.host_path(rank_0, naming.TRAINER_CONTAINER, f"{training.output_dir}/metrics.jsonl")
+        checkpoints = training.checkpoint.dir
+        self.checkpoint_dir = executor.host_path(rank_0, naming.TRAINER_CONTAINER, checkpoints) if checkpoints else None
+        self.pods: list[RunningPod] = []
 
     @property
     def progress_url(self) -> str:
-        return f"http://{LOCALHOST}:{self.metrics_port}/progress"
+        host, port = self.pods[0].address(self.metrics_port)
+        return f"http://{host}:{port}/progress"
 
     def start(self) -> None:
-        for pod in self.pods:
-            pod.start()
+        for index, spec in enumerate(self.specs):
+            # A device plugin's part: this node's slice of the GPUs run-local may use.
+            slice_ = self.gpus[index * self.per_node : (index + 1) * self.per_node]
+            devices = {"CUDA_VISIBLE_DEVICES": ",".join(slice_)} if slice_ else {}
+            self.pods.append(self.executor.start(spec, PodExtras(device_env=devices)))
+        for pod in self.pods:  # a command that cannot start never will: no point in restarting the gang
+            for container in pod.containers:
+                if container.reason == "StartError":
+                    raise OSError(f"pod {pod.name}, container {container.name}: {container.message}")
 
     def judge(self, limits: GangLimits, restarts: int, deadline_passed: bool) -> Verdict:
         """The gang policy on these pods; run-local's deadline timer speaks for the Job controller."""
-        outcomes = [pod.outcome() for pod in self.pods]
+        for pod in self.pods:
+            pod.poll()
+        outcomes = [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
         return judge(outcomes, limits, restarts, job_failure=DEADLINE_EXCEEDED if deadline_passed else None)
 
     def stop(self) -> None:
@@ -136,7 +143,12 @@ def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False) -> int:
         if fresh:
             for part in WORKDIR_PARTS:
                 shutil.rmtree(workdir / part, ignore_errors=True)
-        return _run(job, workdir, gpus)
+        executor = PodExecutor(workdir, pod_network())
+        try:
+            return _run(job, executor, gpus)
+        finally:
+            with signals_deferred():  # the pod network goes too, whatever comes meanwhile
+                executor.close()
     except Interrupted as interruption:
         print(f"{job.name}: interrupted ({interruption}); every process of the job is stopped")
         return interruption.exit_code
@@ -145,31 +157,35 @@ def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False) -> int:
             signal.signal(signum, handler)
 
 
-def _run(job: ScaleTrainJob, workdir: Path, gpus: list[str]) -> int:
+def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     spec, limits = job.spec, GangLimits.of(job.spec)
+    if executor.network.shares_host_ports:  # another run's rank 0 may hold the job's metrics port
+        job = with_metrics_port(job, free_port())
     started, restarts = time.monotonic(), 0
     with ProgressView(job) as view:
         view.say(
             f"{job.name}: {spec.nodes} node(s) × {spec.resolved_procs_per_node} process(es), "
-            f"backend {spec.resolved_backend}; logs and volumes in {workdir}"
+            f"backend {spec.resolved_backend}; logs and volumes in {executor.root}"
         )
-        gang = Gang(job, restarts, workdir, gpus)
-        metrics_path = Path(gang.config.output_dir) / "metrics.jsonl"
-        offset = metrics_path.stat().st_size if metrics_path.exists() else 0  # earlier runs' records
+        view.say(f"pod network: {executor.network_mode} ({executor.network_reason})")
+        gang = Gang(job, restarts, executor, gpus)
+        first_metrics = gang.metrics_path
+        offset = first_metrics.stat().st_size if first_metrics.exists() else 0  # earlier runs' records
         while (verdict := _run_gang(gang, view, limits, restarts)).action is Action.RESTART:
             restarts += 1
             view.say(verdict.message)
-            gang = Gang(job, restarts, workdir, gpus)
+            gang = Gang(job, restarts, executor, gpus)
     result = RunResult(
         job,
         verdict,
         gang.pods,
         restarts,
         time.monotonic() - started,
-        metrics_records(metrics_path, offset),
-        metrics_path,
-        gang.config.checkpoint.dir,
-        workdir,
+        # On an emptyDir each gang writes a file of its own.
+        metrics_records(gang.metrics_path, offset if gang.metrics_path == first_metrics else 0),
+        gang.metrics_path,
+        gang.checkpoint_dir,
+        executor.root,
     )
     print(summary(result))
     return verdict.exit_code

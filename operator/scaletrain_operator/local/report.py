@@ -11,19 +11,19 @@ from typing import Any
 
 from ..api.gang_policy import Action, Verdict
 from ..api.models import ScaleTrainJob
-from .pods import LocalPod
+from .executor import RunningPod
 
 
 @dataclass(frozen=True)
 class RunResult:
     job: ScaleTrainJob
     verdict: Verdict  # the gang policy's last word
-    pods: list[LocalPod]  # of the last generation
+    pods: list[RunningPod]  # of the last generation
     restarts: int
     seconds: float
     records: list[dict[str, Any]]  # this run's metrics.jsonl records
     metrics_path: Path
-    checkpoint_dir: str | None
+    checkpoint_dir: Path | None
     workdir: Path
 
 

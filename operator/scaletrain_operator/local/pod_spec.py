@@ -1,0 +1,209 @@
+"""What a kubelet makes of a pod spec before it starts a container, as pure functions: the env
+(downward API and `$(VAR)` expansion), the command line, the volumes as directories, the working
+directory, and the environment the image and the runtime add. No processes, no I/O.
+
+A process has no private mount namespace here, so a container path lies somewhere on this machine:
+under a volume mount it is in the volume's directory, elsewhere it is this machine's own path (the
+"image" is this machine: its Python, its packages, its files). Two exceptions keep pods apart: the
+working directory and the container's `/tmp` and home are under the container's own root directory.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaletrain_trainer.config import CONFIG_ENV
+from scaletrain_trainer.validation import PathPart, Problem, ProblemsError
+
+from .expansion import expand
+
+Container = Mapping[str, Any]
+Pod = Mapping[str, Any]
+
+DEFAULT_GRACE_SECONDS = 30  # terminationGracePeriodSeconds when the pod does not say
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# An image's PATH (Debian's, as in the python and pytorch images); this interpreter's directory goes first.
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+VOLUME_KINDS = ("emptyDir", "persistentVolumeClaim", "hostPath")
+SHM_PATH = "/dev/shm"  # a memory-backed emptyDir mounted here is this machine's own /dev/shm
+
+
+@dataclass(frozen=True)
+class VolumeDirs:
+    """Where volumes live: the pod's own directory (emptyDirs) and the claims' (shared by pods)."""
+
+    pod: Path
+    claims: Path
+
+
+@dataclass(frozen=True)
+class PodFields:
+    """What the downward API reads beyond the pod object: what the node assigned."""
+
+    pod_ip: str
+    host_ip: str
+    node_name: str
+
+
+def pod_hostname(pod: Pod) -> str:
+    """spec.hostname, else the pod's name (truncated to a DNS label), as the kubelet sets it."""
+    return pod["spec"].get("hostname") or pod["metadata"]["name"][:63].rstrip("-.")
+
+
+def containers_of(pod: Pod, kind: str = "containers") -> list[tuple[tuple[PathPart, ...], Container]]:
+    """The pod's `kind` ("containers" or "initContainers"), each with its field path for errors."""
+    return [(("spec", kind, index), container) for index, container in enumerate(pod["spec"].get(kind) or [])]
+
+
+def resolve_env(pod: Pod, env_spec: Sequence[Mapping[str, Any]], fields: PodFields, where: tuple) -> dict[str, str]:
+    """A container's env (`env_spec`, the container's `env` list) as the kubelet resolves it: in
+    order, each literal value with `$(VAR)` references to the variables before it expanded, each
+    `fieldRef` read from the pod. Secrets and ConfigMaps do not exist here: a clear error names the
+    variable."""
+    values: dict[str, str] = {}
+    for index, var in enumerate(env_spec):
+        at = (*where, "env", index)
+        source = var.get("valueFrom") or {}
+        if source and "fieldRef" not in source:
+            kind = next(iter(source))
+            message = f"{var['name']} comes from a {kind}, which does not exist outside a cluster; give it a value"
+            raise ProblemsError([Problem((*at, "valueFrom", kind), message)])
+        if source:
+            values[var["name"]] = pod_field(pod, source["fieldRef"]["fieldPath"], fields, (*at, "valueFrom"))
+        else:  # a field reference is taken as it is; only literal values are expanded
+            values[var["name"]] = expand(str(var.get("value", "")), values)
+    return values
+
+
+def pod_field(pod: Pod, path: str, fields: PodFields, where: tuple = ()) -> str:
+    """The downward API's value of `path` (a fieldRef.fieldPath)."""
+    metadata, spec = pod["metadata"], pod["spec"]
+    for mapping in ("labels", "annotations"):
+        prefix = f"metadata.{mapping}['"
+        if path.startswith(prefix) and path.endswith("']"):
+            return (metadata.get(mapping) or {}).get(path[len(prefix) : -2], "")
+    simple = {
+        "metadata.name": metadata["name"],
+        "metadata.namespace": metadata.get("namespace") or "default",
+        "metadata.uid": metadata.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName") or fields.node_name,
+        "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
+        "status.podIP": fields.pod_ip,
+        "status.hostIP": fields.host_ip,
+    }
+    if path not in simple:
+        known = ", ".join([*simple, "metadata.labels['KEY']", "metadata.annotations['KEY']"])
+        raise ProblemsError([Problem((*where, "fieldRef", "fieldPath"), f"{path!r} is not one of {known}")])
+    return simple[path]
+
+
+def command_line(container: Container, env: Mapping[str, str], where: tuple) -> list[str]:
+    """The container's command and args with `$(VAR)` expanded from its env. Without a command the
+    image's entrypoint would run, and this machine has none to offer."""
+    command = [expand(part, env) for part in container.get("command") or []]
+    if not command:
+        message = "give the container a command: there is no image entrypoint to fall back on outside a cluster"
+        raise ProblemsError([Problem((*where, "command"), message)])
+    return command + [expand(part, env) for part in container.get("args") or []]
+
+
+def mount_dirs(
+    pod: Pod, container: Container, dirs: VolumeDirs, where: tuple, prepared: Mapping[str, Path] | None = None
+) -> dict[str, Path]:
+    """Each of the container's mount paths, mapped to its directory on this machine (see
+    volume_source; `prepared` has the directories a caller made for other volumes, by name)."""
+    volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
+    mounts = {}
+    for index, mount in enumerate(container.get("volumeMounts") or []):
+        at = (*where, "volumeMounts", index)
+        volume = volumes.get(mount["name"])
+        if volume is None:
+            raise ProblemsError([Problem((*at, "name"), f"no volume named {mount['name']!r} in spec.volumes")])
+        if "subPathExpr" in mount:
+            raise ProblemsError([Problem((*at, "subPathExpr"), "not supported by the local pod executor; use subPath")])
+        mount_path = mount["mountPath"].rstrip("/") or "/"
+        source = (prepared or {}).get(volume["name"]) or volume_source(pod, volume, mount_path, dirs)
+        if source is None:
+            kind = next((key for key in volume if key != "name"), "(none)")
+            message = f"volume {volume['name']!r} is a {kind}; the local pod executor has {', '.join(VOLUME_KINDS)}"
+            raise ProblemsError([Problem((*at, "name"), message)])
+        mounts[mount_path] = source / mount.get("subPath", "")
+    return mounts
+
+
+def volume_source(pod: Pod, volume: Mapping[str, Any], mount_path: str, dirs: VolumeDirs) -> Path | None:
+    """A volume's directory: an emptyDir in the pod's directory (a memory-backed one mounted at
+    /dev/shm is this machine's /dev/shm, which `shm_open` uses whatever a mount says), a
+    persistentVolumeClaim in `claims/NAMESPACE/CLAIM` (one directory for every pod that claims it), a
+    hostPath the path itself; None for other kinds."""
+    if "emptyDir" in volume:
+        memory = (volume["emptyDir"] or {}).get("medium") == "Memory"
+        return Path(SHM_PATH) if memory and mount_path == SHM_PATH else dirs.pod / "volumes" / volume["name"]
+    if "persistentVolumeClaim" in volume:
+        namespace = pod["metadata"].get("namespace") or "default"
+        return dirs.claims / namespace / volume["persistentVolumeClaim"]["claimName"]
+    if "hostPath" in volume:
+        return Path(volume["hostPath"]["path"])
+    return None
+
+
+def under_mount(path: str, mounts: Mapping[str, Path]) -> Path | None:
+    """Where the container path `path` lies on this machine when it is under a mount, else None."""
+    for mount_path, local in sorted(mounts.items(), key=lambda item: -len(item[0])):
+        if mount_path == "/" or path == mount_path or path.startswith(mount_path + "/"):
+            return local / path[len(mount_path) :].lstrip("/")
+    return None
+
+
+def working_dir(container: Container, mounts: Mapping[str, Path], rootfs: Path) -> Path:
+    """The container's working directory on this machine. A relative workingDir is relative to the
+    container's filesystem root; one under a volume mount is in that volume. Any other one (and the
+    default, the image's `/`) is under the container's own root directory `rootfs`, not this
+    machine's path of that name: a shared directory would give every pod one cwd, and creating it
+    would write outside the executor's directory."""
+    path = posixpath.normpath(posixpath.join("/", container.get("workingDir") or "/"))
+    return under_mount(path, mounts) or rootfs / path.lstrip("/")
+
+
+def relocate(value: Any, mounts: Mapping[str, Path]) -> Any:
+    """`value` (a training config) with every path under a mount path moved to its directory."""
+    if isinstance(value, dict):
+        return {key: relocate(item, mounts) for key, item in value.items()}
+    if isinstance(value, list):
+        return [relocate(item, mounts) for item in value]
+    if isinstance(value, str) and value.startswith("/"):
+        local = under_mount(value, mounts)
+        return value if local is None else str(local)
+    return value
+
+
+def relocate_config_env(env_spec: Sequence[Mapping[str, Any]], mounts: Mapping[str, Path]) -> list[dict[str, Any]]:
+    """The env list with the training config's paths under a mount moved to their directories: the
+    trainer reads its checkpoint and output paths from there, and no mount puts them in place."""
+    relocated = []
+    for var in env_spec:
+        if var["name"] == CONFIG_ENV and "value" in var:
+            var = {**var, "value": json.dumps(relocate(json.loads(var["value"]), mounts))}
+        relocated.append(dict(var))
+    return relocated
+
+
+def image_env(interpreter_dir: Path, hostname: str, rootfs: Path) -> dict[str, str]:
+    """What an image and the runtime define before the pod's env (which may override it): PATH with
+    the image's Python first (here: this interpreter's), HOSTNAME, and a HOME and TMPDIR of the
+    container's own."""
+    return {
+        "PATH": f"{interpreter_dir}:{IMAGE_PATH}",
+        "HOSTNAME": hostname,
+        "HOME": str(rootfs / "root"),
+        "TMPDIR": str(rootfs / "tmp"),
+    }
+
+
+def grace_seconds(pod: Pod) -> float:
+    return float(pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))

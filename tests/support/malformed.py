@@ -1,0 +1,275 @@
+"""The malformed-spec table: each case a patch over base_job(), the field path and message that
+`scaletrain validate` reports, and the layer of a real cluster that rejects it (the CRD's OpenAPI
+schema, its CEL rules, or only the operator). tests/unit/test_validate.py checks the validator against
+it, and tests/integration/test_crd_server.py the real API server."""
+
+from __future__ import annotations
+
+from support.jobs import DELETE
+
+SCHEMA, CEL, OPERATOR = "schema", "cel", "operator"
+
+# (id, patch over base_job(), expected path, expected message fragment, layer that rejects it; None: no layer
+# of the cluster, as the object is not a ScaleTrainJob at all)
+MALFORMED = [
+    ("image-missing", {"spec": {"image": DELETE}}, "spec.image", "required field is missing", SCHEMA),
+    ("image-empty", {"spec": {"image": ""}}, "spec.image", "at least 1 character", SCHEMA),
+    ("nodes-zero", {"spec": {"nodes": 0}}, "spec.nodes", "greater than or equal to 1", SCHEMA),
+    ("nodes-too-many", {"spec": {"nodes": 5000}}, "spec.nodes", "less than or equal to 4096", SCHEMA),
+    ("nodes-not-int", {"spec": {"nodes": "two"}}, "spec.nodes", "valid integer", SCHEMA),
+    ("gpus-negative", {"spec": {"gpusPerNode": -1}}, "spec.gpusPerNode", "greater than or equal to 0", SCHEMA),
+    ("procs-zero", {"spec": {"procsPerNode": 0}}, "spec.procsPerNode", "greater than or equal to 1", SCHEMA),
+    ("backend-unknown", {"spec": {"backend": "mpi"}}, "spec.backend", "'auto', 'nccl' or 'gloo'", SCHEMA),
+    ("image-pull-policy", {"spec": {"imagePullPolicy": "Sometimes"}}, "spec.imagePullPolicy", "'Always'", SCHEMA),
+    ("unknown-spec-field", {"spec": {"nodez": 2}}, "spec.nodez", "did you mean nodes?", SCHEMA),
+    (
+        "unknown-training-field",
+        {"spec": {"training": {"globalBatchsize": 16}}},
+        "spec.training.globalBatchsize",
+        "did you mean globalBatchSize?",
+        SCHEMA,
+    ),
+    (
+        "unknown-optimizer-field",
+        {"spec": {"training": {"optimizer": {"learningRate": 0.1}}}},
+        "spec.training.optimizer.learningRate",
+        "unknown field",
+        SCHEMA,
+    ),
+    ("training-missing", {"spec": {"training": DELETE}}, "spec.training", "required field is missing", SCHEMA),
+    (
+        "global-batch-missing",
+        {"spec": {"training": {"globalBatchSize": DELETE}}},
+        "spec.training.globalBatchSize",
+        "required field is missing",
+        SCHEMA,
+    ),
+    ("precision-unknown", {"spec": {"training": {"precision": "fp8"}}}, "spec.training.precision", "'bf16'", SCHEMA),
+    ("strategy-unknown", {"spec": {"training": {"strategy": "zero3"}}}, "spec.training.strategy", "'fsdp'", SCHEMA),
+    (
+        "data-source-bad",
+        {"spec": {"training": {"data": {"source": "my.module"}}}},
+        "spec.training.data.source",
+        "should match pattern",
+        SCHEMA,
+    ),
+    (
+        "model-name-bad",
+        {"spec": {"training": {"model": {"name": "my model"}}}},
+        "spec.training.model.name",
+        "should match pattern",
+        SCHEMA,
+    ),
+    (
+        "lr-zero",
+        {"spec": {"training": {"optimizer": {"lr": 0}}}},
+        "spec.training.optimizer.lr",
+        "greater than 0",
+        SCHEMA,
+    ),
+    (
+        "checkpoint-keep-zero",
+        {"spec": {"training": {"checkpoint": {"keep": 0}}}},
+        "spec.training.checkpoint.keep",
+        "greater than or equal to 1",
+        SCHEMA,
+    ),
+    (
+        "metrics-port-privileged",
+        {"spec": {"training": {"metricsPort": 80}}},
+        "spec.training.metricsPort",
+        "greater than or equal to 1024",
+        SCHEMA,
+    ),
+    ("shm-size-bad", {"spec": {"shmSize": "lots"}}, "spec.shmSize", "not a Kubernetes quantity", SCHEMA),
+    (
+        "memory-request-bad",
+        {"spec": {"resources": {"requests": {"memory": "1 GB"}}}},
+        "spec.resources.requests.memory",
+        "not a Kubernetes quantity",
+        SCHEMA,
+    ),
+    (
+        "env-name-bad",
+        {"spec": {"env": [{"name": "1 BAD", "value": "x"}]}},
+        "spec.env[0].name",
+        "should match pattern",
+        SCHEMA,
+    ),
+    (
+        "toleration-operator",
+        {"spec": {"tolerations": [{"key": "a", "operator": "Maybe"}]}},
+        "spec.tolerations[0].operator",
+        "'Exists' or 'Equal'",
+        SCHEMA,
+    ),
+    (
+        "toleration-exists-with-value",
+        {"spec": {"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]}},
+        "spec.tolerations[0].value",
+        "must be empty when operator is Exists",
+        OPERATOR,
+    ),
+    (
+        "toleration-without-key",
+        {"spec": {"tolerations": [{"effect": "NoSchedule"}]}},
+        "spec.tolerations[0].key",
+        "required unless operator is Exists",
+        OPERATOR,
+    ),
+    (
+        "volume-also-in-pod-template",
+        {
+            "spec": {
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "podTemplate": {"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]}},
+            }
+        },
+        "spec.volumes[0].name",
+        "also defined in podTemplate",
+        OPERATOR,
+    ),
+    ("max-restarts-too-many", {"spec": {"maxRestarts": 1000}}, "spec.maxRestarts", "less than or equal to 100", SCHEMA),
+    (
+        "deadline-zero",
+        {"spec": {"activeDeadlineSeconds": 0}},
+        "spec.activeDeadlineSeconds",
+        "greater than or equal to 1",
+        SCHEMA,
+    ),
+    ("queue-empty", {"spec": {"queueName": ""}}, "spec.queueName", "at least 1 character", SCHEMA),
+    (
+        "node-selector-not-string",
+        {"spec": {"nodeSelector": {"pool": 5}}},
+        "spec.nodeSelector.pool",
+        "valid string",
+        SCHEMA,
+    ),
+    (
+        "batch-not-divisible",
+        {"spec": {"nodes": 4, "procsPerNode": 1, "training": {"globalBatchSize": 100, "microBatchSize": 8}}},
+        "spec.training.globalBatchSize",
+        "100 is not divisible by microBatchSize × world size (8 × 4 = 32)",
+        CEL,
+    ),
+    (
+        "batch-not-divisible-gpus",
+        {"spec": {"nodes": 2, "gpusPerNode": 8, "training": {"globalBatchSize": 64, "microBatchSize": 8}}},
+        "spec.training.globalBatchSize",
+        "(8 × 16 = 128)",
+        CEL,
+    ),
+    (
+        "micro-exceeds-global",
+        {"spec": {"nodes": 1, "training": {"globalBatchSize": 4, "microBatchSize": 8}}},
+        "spec.training.microBatchSize",
+        "exceeds globalBatchSize",
+        CEL,
+    ),
+    ("nccl-on-cpu", {"spec": {"backend": "nccl"}}, "spec.backend", "nccl needs GPUs", CEL),
+    (
+        "procs-exceed-gpus",
+        {"spec": {"nodes": 1, "gpusPerNode": 8, "procsPerNode": 16, "training": {"globalBatchSize": 64}}},
+        "spec.procsPerNode",
+        "each process drives one GPU",
+        CEL,
+    ),
+    (
+        "sync-bn-on-cpu",
+        {"spec": {"training": {"syncBatchNorm": True}}},
+        "spec.training.syncBatchNorm",
+        "SyncBatchNorm needs GPUs",
+        CEL,
+    ),
+    (
+        "width-not-divisible",
+        {"spec": {"training": {"model": {"width": 100, "heads": 3}}}},
+        "spec.training.model.width",
+        "not divisible by heads",
+        CEL,
+    ),
+    (
+        "text-without-path",
+        {"spec": {"training": {"data": {"source": "text"}}}},
+        "spec.training.data.path",
+        "required for source text",
+        CEL,
+    ),
+    (
+        "warmup-exceeds-steps",
+        {"spec": {"training": {"maxSteps": 10, "scheduler": {"warmupSteps": 50}}}},
+        "spec.training.scheduler.warmupSteps",
+        "exceeds maxSteps",
+        CEL,
+    ),
+    ("name-too-long", {"metadata": {"name": "x" * 54}}, "metadata.name", "at most 53 characters", CEL),
+    ("name-uppercase", {"metadata": {"name": "MyJob"}}, "metadata.name", "should match pattern", CEL),
+    (
+        "env-rank-reserved",
+        {"spec": {"env": [{"name": "WORLD_SIZE", "value": "8"}]}},
+        "spec.env[0].name",
+        "set by ScaleTrain",
+        OPERATOR,
+    ),
+    (
+        "env-duplicate",
+        {"spec": {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}},
+        "spec.env[1].name",
+        "set twice",
+        OPERATOR,
+    ),
+    (
+        "env-value-and-value-from",
+        {"spec": {"env": [{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {}}}]}},
+        "spec.env[0].valueFrom",
+        "either value or valueFrom",
+        OPERATOR,
+    ),
+    (
+        "gpu-in-resources",
+        {"spec": {"resources": {"limits": {"nvidia.com/gpu": 8}}}},
+        "spec.resources.limits.nvidia.com/gpu",
+        "set gpusPerNode instead",
+        OPERATOR,
+    ),
+    (
+        "mount-unknown-volume",
+        {"spec": {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
+        "spec.volumeMounts[0].name",
+        "no volume named data",
+        OPERATOR,
+    ),
+    (
+        "mount-dev-shm",
+        {
+            "spec": {
+                "volumes": [{"name": "s", "emptyDir": {}}],
+                "volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}],
+            }
+        },
+        "spec.volumeMounts[0].mountPath",
+        "size it with shmSize",
+        OPERATOR,
+    ),
+    (
+        "volume-without-source",
+        {"spec": {"volumes": [{"name": "data"}]}},
+        "spec.volumes[0]",
+        "exactly one volume source",
+        OPERATOR,
+    ),
+    (
+        "volume-name-reserved",
+        {"spec": {"volumes": [{"name": "scaletrain-shm", "emptyDir": {}}]}},
+        "spec.volumes[0].name",
+        "reserved for /dev/shm",
+        OPERATOR,
+    ),
+    (
+        "wrong-kind",
+        {"kind": "PyTorchJob"},
+        "kind",
+        "expected apiVersion scaletrain.io/v1alpha1 and kind ScaleTrainJob",
+        None,
+    ),
+]
