@@ -171,9 +171,18 @@ def measure(control_plane: ControlPlane, jobs: int, timeout: float, workdir: Pat
         wait_for(lambda: all_settled(team, jobs), "every job Pending with its pods", timeout, interval=0.5)
         requests = requests_once_quiet(audit, install.user, mark, timeout)
         busy_rss = rss_bytes(operator.pid)
+    delete_all(team, timeout)
     for created in (namespace, f"{namespace}-operator"):
         control_plane.delete_namespace(created)
     return report(names, created_at, ready_at, requests, idle_rss, busy_rss)
+
+
+def delete_all(team: Team, timeout: float) -> None:
+    """The jobs go before their namespace: another operator watching every namespace (a test's, on a
+    shared control plane) would otherwise see their gangs lose their pods to the namespace's deletion."""
+    for stj in team.kube.list("stj", team.namespace):
+        team.kube.delete("stj", team.namespace, stj["metadata"]["name"])
+    wait_for(lambda: team.kube.list("stj", team.namespace) == [], "the jobs to be deleted", timeout)
 
 
 def report(names, created_at, ready_at, requests: list[Request], idle_rss: int, busy_rss: int) -> dict[str, Any]:

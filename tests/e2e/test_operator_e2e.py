@@ -14,7 +14,7 @@ import yaml
 from support.jobs import EXAMPLES, patched
 from support.kube import Kube
 from support.kubelet import FakeNode, Kubelet
-from support.operator_harness import Team, condition, install_operator, operator_process
+from support.operator_harness import Team, condition, install_watching, operator_process
 from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
 
 TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
@@ -32,8 +32,7 @@ def cluster(control_plane, tmp_path_factory):
     """One watched namespace with its operator, and two fake nodes whose pods run here."""
     workdir = tmp_path_factory.mktemp("e2e")
     namespace = control_plane.create_namespace(f"e2e-{free_port()}")
-    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
-    install = install_operator(control_plane, values, f"{namespace}-operator", workdir)
+    install = install_watching(control_plane, namespace, workdir)
     # Rank 0's /progress by its pod IP: the operator runs on this machine, outside the pods' DNS.
     env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
     args = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
@@ -110,8 +109,9 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
     killed_at = max(steps(directory))
 
     status = wait_phase(cluster, "e2e-fault", "Succeeded")
-    assert status["restarts"] == 1 and status["currentJob"] == "e2e-fault-g1"
-    restarting = next(message for _, reason, message in cluster.events("e2e-fault") if reason == "Restarting")
+    events = cluster.events("e2e-fault")
+    assert status["restarts"] == 1 and status["currentJob"] == "e2e-fault-g1", events
+    restarting = next(message for _, reason, message in events if reason == "Restarting")
     # The first pod to fail: node 1 (SIGKILLed: exit code 137), unless node 0 noticed the broken
     # collective within the same second.
     assert "pod e2e-fault-g0-" in restarting and "gang restart 1/2 from the last checkpoint" in restarting

@@ -14,7 +14,7 @@ import yaml
 from support.jobs import EXAMPLES, patched
 from support.kube import Kube
 from support.kubelet import FakeNode, Kubelet, gpu_node
-from support.operator_harness import Team, install_operator, operator_process
+from support.operator_harness import Team, install_watching, operator_process
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 BIG = {"cpu": "96", "memory": "2Ti"}  # room for the example's requests (64 CPUs, 1000Gi)
@@ -27,8 +27,7 @@ STAND_IN = ["sleep", "600"]
 def gpu_cluster(control_plane, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("gpu")
     namespace = control_plane.create_namespace(f"gpu-{secrets.token_hex(3)}")
-    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
-    install = install_operator(control_plane, values, f"{namespace}-operator", workdir)
+    install = install_watching(control_plane, namespace, workdir)
     team = Team(Kube(control_plane.api_client()), namespace)
     example = yaml.safe_load(next(p for p in EXAMPLES if p.name == "gpu-h100-fsdp.yaml").read_text())
     team.kube.create(

@@ -18,7 +18,7 @@ from support.audit import counts
 from support.jobs import REPO, base_job, patched
 from support.kube import Kube
 from support.malformed import MALFORMED, OPERATOR
-from support.operator_harness import Team, condition, install_operator, operator_process
+from support.operator_harness import Team, condition, install_watching, operator_process
 from support.trainer_runs import free_port
 
 METRICS_PORT = free_port()
@@ -28,8 +28,7 @@ METRICS_PORT = free_port()
 def installed(control_plane, tmp_path_factory):
     """The chart installed for one watched namespace, and its operator running, for the whole module."""
     namespace = control_plane.create_namespace(f"team-{free_port()}")
-    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
-    install = install_operator(control_plane, values, f"{namespace}-operator", tmp_path_factory.mktemp("operator"))
+    install = install_watching(control_plane, namespace, tmp_path_factory.mktemp("operator"))
     args = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", str(METRICS_PORT))
     env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://127.0.0.1:{port}/progress"}
     with operator_process(install, *args, env=env):

@@ -10,7 +10,7 @@ import pytest
 
 from support.audit import counts
 from support.kube import Kube
-from support.operator_harness import Team, install_operator, operator_process
+from support.operator_harness import Team, install_operator, install_watching, operator_process
 from support.trainer_runs import free_port
 
 QUIET = ("--liveness-port", "0", "--metrics-port", "0")
@@ -18,8 +18,7 @@ QUIET = ("--liveness-port", "0", "--metrics-port", "0")
 
 @pytest.fixture
 def install(control_plane, namespace, tmp_path):
-    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
-    return install_operator(control_plane, values, f"{namespace}-operator", tmp_path)
+    return install_watching(control_plane, namespace, tmp_path)
 
 
 @pytest.fixture

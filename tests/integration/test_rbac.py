@@ -14,7 +14,7 @@ import pytest
 from scaletrain_operator.controller import rbac
 from support.chart import of_kind
 from support.kube import Kube
-from support.operator_harness import Team, install_operator, operator_process
+from support.operator_harness import Team, install_operator, install_watching, operator_process
 
 QUIET = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
 
@@ -64,8 +64,7 @@ def test_a_missing_rule_fails_its_step_visibly(control_plane, namespace, tmp_pat
             if rule["resources"] == ["jobs"]:
                 rule["verbs"] = [verb for verb in rule["verbs"] if verb != "create"]
 
-    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}}
-    install = install_operator(control_plane, values, f"{namespace}-operator", tmp_path, edit=drop_create_jobs)
+    install = install_watching(control_plane, namespace, tmp_path, edit=drop_create_jobs)
     team = Team(Kube(control_plane.api_client()), namespace)
     mark = control_plane.audit.mark()
     with operator_process(install, *QUIET) as operator:

@@ -124,7 +124,7 @@ class Kubelet:
         self.executor.close(grace_seconds=EXIT_GRACE_SECONDS)
         self._unregister()
         if exc_info[0] is None and self.errors:
-            raise RuntimeError(f"the kubelet failed: {self.errors!r}")
+            raise RuntimeError("the kubelet failed: " + "; ".join(describe(error) for error in self.errors))
 
     def running(self, namespace: str, name: str) -> RunningPod | None:
         """The pod as it runs here (its containers' processes and exits), for assertions."""
@@ -324,6 +324,12 @@ class Kubelet:
                 self.errors.append(error)
 
 
+def describe(error: BaseException) -> str:
+    if isinstance(error, ApiException):  # whose repr is a bare "ApiException()"
+        return f"ApiException {error.status} {error.reason}: {(error.body or '')[:500]}"
+    return repr(error)
+
+
 class PodWorker:
     """One pod's life on the node, driven by one thread: start, status, deletion."""
 
@@ -368,8 +374,15 @@ class PodWorker:
         try:
             extras = PodExtras(volumes=self.kubelet.prepared_volumes(self.latest))
             self.running = self.kubelet.executor.start(self.latest, extras)
-        except ProblemsError as error:
-            waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}
+        except (ProblemsError, ApiException) as error:
+            # ApiException: a volume's token or ConfigMap could not be had, e.g. while the namespace is
+            # being deleted. The kubelet reports the pod's containers as not created, as here.
+            message = (
+                str(error)
+                if isinstance(error, ProblemsError)
+                else f"volume set-up failed: {error.status} {error.reason}"
+            )
+            waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": message}}
             containers = self.latest["spec"]["containers"]
             statuses = [
                 {

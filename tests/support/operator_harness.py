@@ -92,6 +92,15 @@ def install_operator(
     return OperatorInstall(objects, kubeconfig)
 
 
+def install_watching(
+    control_plane: ControlPlane, namespace: str, workdir: Path, values: dict[str, Any] | None = None, edit=None
+) -> OperatorInstall:
+    """The chart installed to watch `namespace` alone, with a peering of its own, released into
+    `<namespace>-operator`; `values` add to (or replace) those."""
+    values = {"watchNamespaces": [namespace], "peering": {"name": f"{namespace}-peering"}} | (values or {})
+    return install_operator(control_plane, values, f"{namespace}-operator", workdir, edit)
+
+
 @contextmanager
 def operator_process(install: OperatorInstall, *args: str, env: dict[str, str] | None = None) -> Iterator[Any]:
     """`scaletrain-operator` with the chart's arguments, then `args` (later ones win), authenticated as

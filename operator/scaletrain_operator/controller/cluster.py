@@ -1,11 +1,19 @@
-"""The operator's API calls, in one place: read a ScaleTrainJob and its children, apply a Decision.
+"""The operator's API calls, in one place: read a ScaleTrainJob and its children (from the cache, or
+fresh where that matters), apply a Decision.
 
 Every call here is idempotent against repeats (create tolerates AlreadyExists, delete tolerates
-NotFound), so a reconcile that runs twice, or after an operator restart, converges.
+NotFound), so a reconcile that runs twice, or after an operator restart, converges. What a write
+answers goes into the cache (write-through, cache.py). The ScaleTrainJob's status is written with the
+resourceVersion it was decided from as a precondition: a decision made from a stale copy is refused
+(Conflict) instead of overwriting a newer status, e.g. its restart count.
+
+Requests are plain JSON over the client's connection pool: the cache keeps the API server's JSON as
+is, and the generated model classes would only parse every answer into objects and back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,25 +23,54 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..api import naming
-from .decision import Decision, Event
+from .cache import Cache, version_of
+from .decision import ChildJobPatch, Decision, Event
 from .peering import KOPF_GROUP, KOPF_VERSION
 from .reconcile import Observed
 
 log = logging.getLogger(__name__)
 
+JSON, MERGE_PATCH = "application/json", "application/merge-patch+json"
+BACKGROUND = {"propagationPolicy": "Background"}  # a Job's pods go after it, by the garbage collector
+
+
+@dataclass(frozen=True)
+class Resource:
+    prefix: str  # "/api/v1" for the core group, else "/apis/GROUP/VERSION"
+    plural: str
+
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        parts = [self.prefix, *(("namespaces", namespace) if namespace else ()), self.plural, name, subresource]
+        return "/".join(part for part in parts if part)
+
+
+SCALETRAINJOBS = Resource(f"/apis/{naming.GROUP}/{naming.VERSION}", naming.PLURAL)
+SERVICES = Resource("/api/v1", "services")
+JOBS = Resource("/apis/batch/v1", "jobs")
+PODS = Resource("/api/v1", "pods")
+EVENTS = Resource("/api/v1", "events")
+KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "kopfpeerings")
+CLUSTER_KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "clusterkopfpeerings")
+
+
+class Conflict(Exception):
+    """A write's precondition failed: the object changed since the operator read it."""
+
 
 @dataclass(frozen=True)
 class ObjectRef:
-    """The ScaleTrainJob a decision is about: where its status and Events go."""
+    """The ScaleTrainJob a decision is about: where its status and Events go, and the version it was
+    decided from."""
 
     namespace: str
     name: str
     uid: str | None = None
+    resource_version: str | None = None
 
     @classmethod
     def of(cls, stj: dict[str, Any]) -> ObjectRef:
         metadata = stj["metadata"]
-        return cls(metadata["namespace"], metadata["name"], metadata.get("uid"))
+        return cls(metadata["namespace"], metadata["name"], metadata.get("uid"), metadata.get("resourceVersion"))
 
 
 def connect() -> client.ApiClient:
@@ -47,75 +84,56 @@ def connect() -> client.ApiClient:
 
 
 class Cluster:
-    def __init__(self, api: client.ApiClient, timeout_seconds: float = 30.0):
+    def __init__(self, api: client.ApiClient, timeout_seconds: float = 30.0, cache: Cache | None = None):
         self.api = api
         self.timeout = timeout_seconds  # every call has one: a stuck API server must not hang the operator
-        self.core = client.CoreV1Api(self.api)
-        self.batch = client.BatchV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.cache = cache or Cache()
 
-    def _plain(self, obj: Any) -> dict[str, Any]:
-        return self.api.sanitize_for_serialization(obj)
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = JSON,
+    ) -> Any:
+        headers = {"Accept": JSON, "Content-Type": content_type}
+        prepared = self.api.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        response = self.api.call_api(*prepared, _request_timeout=self.timeout)
+        response.read()
+        if response.status >= 400:  # call_api returns errors; the generated API classes raise them
+            raise ApiException(http_resp=response)
+        return json.loads(response.data) if response.data else None
 
-    def get_stj(self, namespace: str, name: str) -> dict[str, Any] | None:
+    # ---- fresh reads: where the cache may have missed something (handlers.needs_fresh_look says when) ----
+
+    def read_scaletrainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ScaleTrainJob as the API server has it now (None when it is gone), into the cache too."""
+        store = self.cache.scaletrainjobs
         try:
-            return self.custom.get_namespaced_custom_object(
-                naming.GROUP, naming.VERSION, namespace, naming.PLURAL, name, _request_timeout=self.timeout
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
-    def list_stjs(self, namespaces: list[str]) -> list[dict[str, Any]]:
-        """All ScaleTrainJobs in `namespaces` (every namespace when empty)."""
-        if not namespaces:
-            return self.custom.list_cluster_custom_object(
-                naming.GROUP, naming.VERSION, naming.PLURAL, _request_timeout=self.timeout
-            )["items"]
-        return [
-            item
-            for namespace in namespaces
-            for item in self.custom.list_namespaced_custom_object(
-                naming.GROUP, naming.VERSION, namespace, naming.PLURAL, _request_timeout=self.timeout
-            )["items"]
-        ]
-
-    def observe(self, namespace: str, name: str, generation_hint: int | None = None) -> Observed:
-        """The Service, the Jobs (by generation) and the current generation's pods of one ScaleTrainJob."""
-        selector = f"{naming.LABEL_JOB_NAME}={name}"
-        try:
-            service = self._plain(
-                self.core.read_namespaced_service(naming.service_name(name), namespace, _request_timeout=self.timeout)
-            )
+            stj = self._request("GET", SCALETRAINJOBS.path(namespace, name))
         except ApiException as error:
             if error.status != 404:
                 raise
-            service = None
-        jobs = {}
-        for item in self.batch.list_namespaced_job(
-            namespace, label_selector=selector, _request_timeout=self.timeout
-        ).items:
-            job = self._plain(item)
-            generation = (job["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION)
-            if generation is not None and job["metadata"].get("deletionTimestamp") is None:
-                jobs[int(generation)] = job
-        current = max(jobs, default=generation_hint or 0)
-        pods = [
-            self._plain(p)
-            for p in self.core.list_namespaced_pod(
-                namespace,
-                label_selector=f"{selector},{naming.LABEL_GENERATION}={current}",
-                _request_timeout=self.timeout,
-            ).items
-        ]
-        return Observed(service=service, jobs=jobs, pods=pods)
+            if (held := store.get(namespace, name)) is not None:
+                store.delete(held)
+            return None
+        store.put(stj)
+        return store.get(namespace, name)
 
-    def rank_0_pod_ip(self, namespace: str, child_job: str) -> str:
-        """The IP of the pod of completion index 0 of `child_job` ("" while it has none)."""
-        selector = f"batch.kubernetes.io/job-name={child_job},batch.kubernetes.io/job-completion-index=0"
-        pods = self.core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=self.timeout).items
-        return next((pod.status.pod_ip for pod in pods if pod.status and pod.status.pod_ip), "")
+    def read_children(self, namespace: str, name: str, generation_hint: int | None = None) -> Observed:
+        """A ScaleTrainJob's Service, Jobs and pods as listed now: the cache's copy of them is replaced by
+        the lists (keeping only what was written after them), then read."""
+        selector = [("labelSelector", f"{naming.LABEL_JOB_NAME}={name}")]
+        cache = self.cache
+        for resource, store in ((SERVICES, cache.services), (JOBS, cache.jobs), (PODS, cache.pods)):
+            listed = self._request("GET", resource.path(namespace), query=selector)
+            store.replace_owned((namespace, name), listed["items"], version_of(listed))
+        return cache.observed(namespace, name, generation_hint)
+
+    # ---- writes ----
 
     def apply(self, stj: ObjectRef, decision: Decision) -> None:
         for obj in decision.create:
@@ -123,22 +141,19 @@ class Cluster:
         for name in decision.delete_child_jobs:
             self.delete_child_job(stj.namespace, name)
         if decision.patch_child_job is not None:
-            patch = decision.patch_child_job
-            self.batch.patch_namespaced_job(
-                patch.job, stj.namespace, {"spec": patch.spec}, _request_timeout=self.timeout
-            )
+            self.patch_child_job(stj.namespace, decision.patch_child_job)
         for event in decision.events:
             self.post_event(stj, event)
         if decision.status is not None:
-            self.patch_stj_status(stj.namespace, stj.name, decision.status)
+            self.patch_status(stj, decision.status)
         if decision.delete_stj:
             log.info("deleting %s/%s: ttlSecondsAfterFinished passed", stj.namespace, stj.name)
-            self.delete_stj(stj.namespace, stj.name)
+            self.delete_stj(stj)
 
     def create_child(self, namespace: str, obj: dict[str, Any]) -> None:
-        create = {"Service": self.core.create_namespaced_service, "Job": self.batch.create_namespaced_job}[obj["kind"]]
+        resource, store = {"Service": (SERVICES, self.cache.services), "Job": (JOBS, self.cache.jobs)}[obj["kind"]]
         try:
-            create(namespace, obj, _request_timeout=self.timeout)
+            store.put(self._request("POST", resource.path(namespace), obj))
             log.info("created %s %s/%s", obj["kind"], namespace, obj["metadata"]["name"])
         except ApiException as error:
             if error.status != 409:  # AlreadyExists: an earlier reconcile made it
@@ -147,52 +162,58 @@ class Cluster:
     def delete_child_job(self, namespace: str, name: str) -> None:
         """The gang's pods go with the Job (background propagation)."""
         try:
-            self.batch.delete_namespaced_job(
-                name, namespace, propagation_policy="Background", _request_timeout=self.timeout
-            )
+            answer = self._request("DELETE", JOBS.path(namespace, name), BACKGROUND)
             log.info("deleted Job %s/%s", namespace, name)
         except ApiException as error:
             if error.status != 404:
                 raise
+            answer = None
+        held = self.cache.jobs.get(namespace, name)
+        gone = answer if answer and answer.get("kind") == "Job" else held
+        if gone is not None:
+            self.cache.jobs.delete(gone)
 
-    def patch_stj_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            naming.GROUP,
-            naming.VERSION,
-            namespace,
-            naming.PLURAL,
-            name,
-            {"status": status},
-            _request_timeout=self.timeout,
-        )
+    def patch_child_job(self, namespace: str, patch: ChildJobPatch) -> None:
+        path = JOBS.path(namespace, patch.job)
+        self.cache.jobs.put(self._request("PATCH", path, {"spec": patch.spec}, content_type=MERGE_PATCH))
 
-    def delete_stj(self, namespace: str, name: str) -> None:
-        """Delete a ScaleTrainJob; its children follow through their ownerReferences."""
+    def patch_status(self, stj: ObjectRef, status: dict[str, Any]) -> None:
+        """A merge patch of the status, refused (Conflict) if the ScaleTrainJob is no longer at the version
+        the patch was decided from."""
+        body: dict[str, Any] = {"status": status}
+        if stj.resource_version is not None:
+            body["metadata"] = {"resourceVersion": stj.resource_version}
+        path = SCALETRAINJOBS.path(stj.namespace, stj.name, "status")
         try:
-            self.custom.delete_namespaced_custom_object(
-                naming.GROUP,
-                naming.VERSION,
-                namespace,
-                naming.PLURAL,
-                name,
-                propagation_policy="Background",
-                _request_timeout=self.timeout,
-            )
+            self.cache.scaletrainjobs.put(self._request("PATCH", path, body, content_type=MERGE_PATCH))
         except ApiException as error:
+            if error.status == 409:
+                raise Conflict(f"{stj.namespace}/{stj.name} changed since version {stj.resource_version}") from None
+            raise
+
+    def delete_stj(self, stj: ObjectRef) -> None:
+        """Delete a ScaleTrainJob, if it is still at the version decided from; its children follow through
+        their ownerReferences."""
+        body = BACKGROUND | (
+            {"preconditions": {"resourceVersion": stj.resource_version}} if stj.resource_version else {}
+        )
+        try:
+            self._request("DELETE", SCALETRAINJOBS.path(stj.namespace, stj.name), body)
+        except ApiException as error:
+            if error.status == 409:
+                raise Conflict(f"{stj.namespace}/{stj.name} changed since version {stj.resource_version}") from None
             if error.status != 404:
                 raise
+        if (held := self.cache.scaletrainjobs.get(stj.namespace, stj.name)) is not None:
+            self.cache.scaletrainjobs.delete(held)
 
     def peering_status(self, name: str, namespaces: list[str]) -> dict[str, Any] | None:
         """The peers recorded in kopf's peering object `name`: the ClusterKopfPeering of a cluster-wide
         operator, else the KopfPeering of its first namespace (every namespace has the same peers)."""
         if namespaces:
-            items = self.custom.list_namespaced_custom_object(
-                KOPF_GROUP, KOPF_VERSION, namespaces[0], "kopfpeerings", _request_timeout=self.timeout
-            )["items"]
+            items = self._request("GET", KOPF_PEERINGS.path(namespaces[0]))["items"]
         else:
-            items = self.custom.list_cluster_custom_object(
-                KOPF_GROUP, KOPF_VERSION, "clusterkopfpeerings", _request_timeout=self.timeout
-            )["items"]
+            items = self._request("GET", CLUSTER_KOPF_PEERINGS.path(None))["items"]
         return next((item.get("status") or {} for item in items if item["metadata"]["name"] == name), None)
 
     def post_event(self, stj: ObjectRef, event: Event) -> None:
@@ -218,6 +239,6 @@ class Cluster:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(stj.namespace, body, _request_timeout=self.timeout)
+            self._request("POST", EVENTS.path(stj.namespace), body)
         except ApiException as error:  # Events are best effort
             log.warning("cannot post Event %s for %s/%s: %s", event.reason, stj.namespace, stj.name, error.reason)

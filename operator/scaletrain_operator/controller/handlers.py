@@ -1,6 +1,12 @@
-"""kopf handlers: thin, level-based. Any change to a ScaleTrainJob, its Jobs or its pods triggers one
-reconcile of that ScaleTrainJob, which reads everything fresh, decides (reconcile.py, pure) and
-applies the decision (cluster.py).
+"""kopf handlers: thin, level-based. Every watch event of a ScaleTrainJob, its Service, its Jobs or its
+pods goes into the operator's cache (cache.py); one that brings news queues a reconcile of that
+ScaleTrainJob (workqueue.py: its own worker threads, one reconcile at a time per job), which decides
+from the cache (reconcile.py, pure) and applies the decision (cluster.py).
+
+The cache serves the common reconcile, so creating and running a job costs its writes and no reads.
+A reconcile reads the job and its children fresh from the API server instead (`needs_fresh_look`)
+when its decision cannot be undone or contradicts what the operator itself recorded, and after kopf
+relisted and found news the cache may have missed (startup, a standby taking over, a restarted watch).
 
 Configuration comes through kopf's memo: `kopf.run(memo=kopf.Memo(config=OperatorConfig(...)))`
 (main.py), optionally with a `cluster` (tests pass one); the startup handler adds the rest. Nothing
@@ -13,9 +19,10 @@ the CRD's structural schema would prune a `status.kopf` field.
 
 from __future__ import annotations
 
-import threading
+import functools
+import logging
 import time
-from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,10 +33,22 @@ from scaletrain_trainer.validation import ProblemsError
 from ..api import naming
 from ..api.models import parse_job
 from . import metrics
-from .cluster import Cluster, ObjectRef, connect
+from .cache import Cache, Key, Store
+from .cluster import Cluster, Conflict, ObjectRef, connect
+from .decision import Decision
 from .housekeeping import Housekeeping
-from .reconcile import decide, decide_invalid
+from .reconcile import Observed, decide, decide_invalid
 from .settings import OperatorConfig
+from .status import FINISHED
+from .workqueue import Outcome, WorkQueue
+
+log = logging.getLogger(__name__)
+
+MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGER}
+MANAGED_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGER}"
+CHILDREN = (("", "v1", "services"), ("batch", "v1", "jobs"), ("", "v1", "pods"))
+RECONCILE_WORKERS = 4  # reconciles run in parallel (of different jobs); each is a few API writes at most
+CHILD_FOLD_SECONDS = 0.5  # a burst of a job's child events within this becomes one reconcile (workqueue.py)
 
 
 @kopf.on.startup()
@@ -43,9 +62,13 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.scanning.disabled = True
     settings.watching.server_timeout = config.watch_timeout_seconds
     settings.networking.request_timeout = config.request_timeout_seconds
+    for resource in CHILDREN:  # filtered by the API server: only the operator's own children arrive (and are cached)
+        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     if "cluster" not in memo:
         memo.cluster = Cluster(connect(), timeout_seconds=config.request_timeout_seconds)
-    memo.locks = defaultdict(threading.Lock)  # one reconcile at a time per ScaleTrainJob
+    queue = WorkQueue(functools.partial(reconcile, memo.cluster), RECONCILE_WORKERS, recheck_delay=CHILD_FOLD_SECONDS)
+    memo.queue = queue
+    queue.start()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
     memo.housekeeping = Housekeeping(config, memo.cluster)
@@ -53,47 +76,125 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 @kopf.on.cleanup()
-def stop_housekeeping(memo: kopf.Memo, **_: Any) -> None:
+def stop(memo: kopf.Memo, **_: Any) -> None:
     memo.housekeeping.stop()
+    memo.queue.stop()
 
 
 @kopf.on.event(naming.GROUP, naming.VERSION, naming.PLURAL)
-def on_scaletrainjob(namespace: str, name: str, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    if type != "DELETED":
-        reconcile(memo, namespace, name)
+def on_scaletrainjob(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    take_in(memo, memo.cluster.cache.scaletrainjobs, event)
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={naming.LABEL_MANAGED_BY: naming.MANAGER})
-def on_child_job(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
-    reconcile(memo, namespace, labels[naming.LABEL_JOB_NAME])
+@kopf.on.event("", "v1", "services", labels=MANAGED)
+def on_service(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    take_in(memo, memo.cluster.cache.services, event)
 
 
-@kopf.on.event("", "v1", "pods", labels={naming.LABEL_MANAGED_BY: naming.MANAGER})
-def on_pod(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
-    reconcile(memo, namespace, labels[naming.LABEL_JOB_NAME])
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+def on_child_job(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    take_in(memo, memo.cluster.cache.jobs, event)
 
 
-def reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
-    """Bring one ScaleTrainJob's children and status in line with its spec (serialized per job)."""
-    started = time.perf_counter()
-    with memo.locks[(namespace, name)]:
-        try:
-            _reconcile(memo.cluster, namespace, name)
-        finally:
-            metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+def on_pod(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    take_in(memo, memo.cluster.cache.pods, event)
 
 
-def _reconcile(cluster: Cluster, namespace: str, name: str) -> None:
-    raw = cluster.get_stj(namespace, name)
-    if raw is None or raw["metadata"].get("deletionTimestamp"):
+def take_in(memo: kopf.Memo, store: Store, event: dict[str, Any]) -> None:
+    """Keep the cache current, and queue a reconcile of the ScaleTrainJob the object belongs to (a child's
+    after a fold window). An event that brings no news (the echo of the operator's own write, a relisted
+    object it holds) reconciles only a job that has not settled (workqueue.py)."""
+    obj, kind, cache = event["object"], event["type"], memo.cluster.cache
+    news = store.delete(obj) if kind == "DELETED" else store.put(obj)
+    job = store.owner_of(obj)
+    if job is None:
         return
-    now = datetime.now(timezone.utc)
+    if kind == "DELETED" and store is cache.scaletrainjobs:
+        cache.forget(job)
+        memo.queue.forget(job)
+        return
+    if kind is None and news:  # kopf listed (again) and found a change: it may have missed events
+        cache.distrust(job)
+    memo.queue.add(job, news, delay=0.0 if store is cache.scaletrainjobs else CHILD_FOLD_SECONDS)
+
+
+def reconcile(cluster: Cluster, job: Key) -> Outcome:
+    """Bring one ScaleTrainJob's children and status in line with its spec (the work queue runs one at a
+    time per job)."""
+    started = time.perf_counter()
+    try:
+        return _reconcile(cluster, *job)
+    except Conflict as stale:  # decided from an old copy; the newer one's event reconciles it again
+        log.info("not applied: %s", stale)
+        return Outcome.WAITING
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+
+
+def _reconcile(cluster: Cluster, namespace: str, name: str) -> Outcome:
+    cache, job, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
+    raw = cache.scaletrainjobs.get(namespace, name)
+    if (absent := left_alone(cache, job, raw)) is not None:
+        return absent
+    # A finished job's decision does not depend on its children, so an untrusted cache serves it too.
+    if cache.trusted(job) or phase_of(raw) in FINISHED:
+        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now)
+        if not needs_fresh_look(raw, decision):
+            return carry_out(cluster, raw, decision)
+    # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads).
+    raw = cluster.read_scaletrainjob(namespace, name)
+    if (absent := left_alone(cache, job, raw)) is not None:
+        return absent
+    decision = decide_from(raw, functools.partial(cluster.read_children, namespace, name), now)
+    cache.trust(job)
+    return carry_out(cluster, raw, decision)
+
+
+def left_alone(cache: Cache, job: Key, raw: dict[str, Any] | None) -> Outcome | None:
+    """How a reconcile ends for a job that is not there to reconcile (None: it is there). Gone: deleted,
+    or a child's event came before the job's own, which reconciles it then. Being deleted: its children
+    go with it."""
+    if raw is None:
+        cache.forget(job)
+        return Outcome.GONE
+    return Outcome.SETTLED if raw["metadata"].get("deletionTimestamp") else None
+
+
+def phase_of(stj: dict[str, Any]) -> str | None:
+    return (stj.get("status") or {}).get("phase")
+
+
+def decide_from(raw: dict[str, Any], observe: Callable[[int | None], Observed], now: datetime) -> Decision:
+    """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
+    (not at all for an invalid spec)."""
     try:
         job = parse_job(raw)
     except ProblemsError as error:
-        decision = decide_invalid(error.problems, raw.get("status") or {}, raw["metadata"].get("generation"), now)
-    else:
-        hint = naming.generation_of(job.status.current_job) if job.status and job.status.current_job else None
-        decision = decide(job, cluster.observe(namespace, name, hint), now)
+        return decide_invalid(error.problems, raw.get("status") or {}, raw["metadata"].get("generation"), now)
+    hint = naming.generation_of(job.status.current_job) if job.status and job.status.current_job else None
+    return decide(job, observe(hint), now)
+
+
+def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
+    """Whether `decision`, made from the cache, must be made again from fresh reads before it is carried
+    out. So it is when it cannot be undone: it deletes a Job (a gang restart, counted against
+    maxRestarts) or finishes the job (a finished job is never touched again). And when it contradicts
+    what the operator itself recorded: it creates a child of a job that was started (the child should
+    exist; creating a Job deleted a moment ago would start a stray gang), or it changes the phase the
+    operator reported (e.g. back to Pending from Running, for pods the cache lacks). The first decision
+    about a new job, and every one that only updates counts or patches a Job in place, are carried out
+    from the cache; a status written from a stale copy is refused by its precondition (cluster.py)."""
+    before = phase_of(stj)
+    after = (decision.status or {}).get("phase", before)
+    irreversible = bool(decision.delete_child_jobs) or (after in FINISHED and after != before)
+    contradicting = before is not None and (bool(decision.create) or after != before)
+    return irreversible or contradicting
+
+
+def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Outcome:
+    if decision == Decision():
+        return Outcome.SETTLED
     cluster.apply(ObjectRef.of(raw), decision)
     metrics.count(decision)
+    return Outcome.ACTED

@@ -1,6 +1,10 @@
 """Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status, and
 the TTL of finished ones. A plain thread rather than a kopf timer, which would put a finalizer on
-every job. A standby replica stays passive here too (peering.py)."""
+every job. A standby replica stays passive here too (peering.py).
+
+The jobs come from the operator's cache (cache.py), not from a list per pass. A TTL deletion is
+conditional on the version it was decided from, so a stale copy (say, before the user raised the TTL)
+deletes nothing; the next pass decides again from the newer one."""
 
 from __future__ import annotations
 
@@ -14,10 +18,10 @@ from scaletrain_trainer.validation import ProblemsError
 from ..api import naming
 from ..api.models import ScaleTrainJob, parse_job
 from ..api.progress import read_progress
+from ..api.timestamps import parse_timestamp
 from . import peering
-from .cluster import Cluster, ObjectRef
+from .cluster import Cluster, Conflict, ObjectRef
 from .settings import OperatorConfig
-from .status import parse_timestamp
 from .ttl import decide_ttl
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,7 @@ class Housekeeping:
         while not self._stop.wait(self.config.progress_interval_seconds):
             try:
                 if self.active_replica():
-                    for raw in self.cluster.list_stjs(self.config.namespaces):
+                    for raw in self.cluster.cache.scaletrainjobs.all():
                         self.housekeep(raw)
             except Exception:  # best effort: never let this break the operator
                 log.exception("housekeeping pass failed")
@@ -66,7 +70,10 @@ class Housekeeping:
         decision = decide_ttl(
             status.get("phase"), finished_at, spec.get("ttlSecondsAfterFinished"), datetime.now(timezone.utc)
         )
-        self.cluster.apply(ObjectRef.of(raw), decision)
+        try:
+            self.cluster.apply(ObjectRef.of(raw), decision)
+        except Conflict as stale:
+            log.info("TTL not applied: %s", stale)
 
     def copy_progress(self, job: ScaleTrainJob) -> None:
         """Rank 0's /progress into status.progress; nothing when it cannot be read."""
@@ -76,7 +83,7 @@ class Housekeeping:
         template = self.config.progress_url
         pod_ip = ""
         if "{pod_ip}" in template:  # an operator outside the pods' DNS (settings.py)
-            pod_ip = self.cluster.rank_0_pod_ip(job.metadata.namespace, current_job)
+            pod_ip = self.cluster.cache.rank_0_pod_ip(job.metadata.namespace, job.name, current_job)
             if not pod_ip:
                 return
         url = template.format(
@@ -88,4 +95,4 @@ class Housekeeping:
         )
         progress = read_progress(url, self.config.progress_timeout_seconds)
         if progress is not None:
-            self.cluster.patch_stj_status(job.metadata.namespace, job.name, {"progress": progress})
+            self.cluster.patch_status(ObjectRef(job.metadata.namespace, job.name), {"progress": progress})

@@ -40,17 +40,24 @@ OPERATOR = (
         naming.GROUP,
         naming.PLURAL,
         ("get", "list", "watch", "delete"),
-        "watch jobs (kopf), read each fresh before reconciling, delete after ttlSecondsAfterFinished",
+        "watch jobs into the operator's cache (kopf); read one fresh before a decision that cannot be undone or"
+        " after a relist found news; delete after ttlSecondsAfterFinished",
     ),
     Permission(naming.GROUP, f"{naming.PLURAL}/status", ("patch",), "phase, conditions, restarts and progress"),
-    Permission("", "services", ("get", "create"), "each job's headless Service; never changed or deleted"),
+    Permission(
+        "",
+        "services",
+        ("list", "watch", "create"),
+        "each job's headless Service, watched into the cache (and listed fresh where a reconcile must);"
+        " never changed or deleted",
+    ),
     Permission(
         "batch",
         "jobs",
         ("list", "watch", "create", "patch", "delete"),
-        "one Indexed Job per gang generation: suspend/resume by patch, gang restart by delete",
+        "one Indexed Job per gang generation, watched into the cache: suspend/resume by patch, gang restart by delete",
     ),
-    Permission("", "pods", ("list", "watch"), "rank exits and phases (read only)"),
+    Permission("", "pods", ("list", "watch"), "rank exits and phases, watched into the cache (read only)"),
     Permission("", "events", ("create",), "Events on each ScaleTrainJob"),
 )
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api.models import Condition, Phase, ScaleTrainJob, ScaleTrainJobStatus
-from ..api.timestamps import parse_timestamp, timestamp  # noqa: F401  (parse_timestamp: for housekeeping)
+from ..api.timestamps import timestamp
 
 FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
 EXCLUSIVE_PHASES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended")  # true exactly while in that phase

@@ -1,0 +1,142 @@
+"""Reconcile requests per ScaleTrainJob, queued and folded as controller-runtime's workqueue does it.
+
+kopf calls a handler for every watch event, in a thread of its own small pool. The handlers only add
+the job to this queue and return, so that event intake never waits for API writes; a few worker
+threads of the queue's own run the reconciles. One reconcile of a job runs at a time, and all that
+arrives for it while it waits or runs folds into one more run.
+
+A trigger may wait `delay` seconds first: the handlers give a child's event a short fold window, in
+which a burst of them (the Job controller creating a gang's pods one after another, a gang going
+away) becomes one reconcile and one status write instead of one per pod.
+
+A reconcile says how it went (`Outcome`). After one that acted, the job is looked at again after
+`recheck_delay` (what it wrote may call for more, as its echo would), up to MAX_PASSES in a row. After one that found
+nothing to do, the job is settled: a trigger that brings no news (the watch echoing what the cache
+already holds) is dropped, because a reconcile would decide the same nothing again.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+
+log = logging.getLogger(__name__)
+
+MAX_PASSES = 3  # reconciles in a row that each act; more means a decision that never settles
+IDLE_WAKEUP_SECONDS = 1.0  # how often an idle worker checks whether the queue was stopped
+
+
+class Outcome(enum.Enum):
+    SETTLED = "nothing left to do"
+    GONE = "the job is gone: forget it"
+    ACTED = "acted: look again"
+    WAITING = "wait for the next event"  # e.g. a newer version of the job is on its way
+
+
+class WorkQueue:
+    def __init__(self, reconcile: Callable[[Hashable], Outcome], workers: int = 4, recheck_delay: float = 0.0):
+        self._reconcile, self._recheck_delay = reconcile, recheck_delay
+        self._workers = [
+            threading.Thread(target=self._work, name=f"reconcile-{n}", daemon=True) for n in range(workers)
+        ]
+        self._changed = threading.Condition()
+        self._stopped = False
+        self._ready: deque[Hashable] = deque()  # due, in the order they came due
+        self._due: dict[Hashable, float] = {}  # queued keys and when they may run
+        self._timeline: list[tuple[float, int, Hashable]] = []  # a heap; entries whose time is no longer due are stale
+        self._order = itertools.count()
+        self._running: set[Hashable] = set()
+        self._again: dict[Hashable, float] = {}  # triggered while running: when the next run may start
+        self._passes: dict[Hashable, int] = {}
+        self._settled: set[Hashable] = set()
+
+    def start(self) -> None:
+        for worker in self._workers:
+            worker.start()
+
+    def stop(self) -> None:
+        """The workers finish the reconciles they are running, then end."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+
+    def add(self, key: Hashable, news: bool = True, delay: float = 0.0) -> None:
+        """Reconcile `key` in `delay` seconds (sooner if already due sooner), or once more after the
+        reconcile running for it. `news`: whether the trigger changed what the reconcile reads; one that
+        did not is only a recheck, waits at least `recheck_delay`, and is dropped for a settled job."""
+        with self._changed:
+            if not news and key in self._settled:
+                return
+            self._settled.discard(key)
+            due = time.monotonic() + (delay if news else max(delay, self._recheck_delay))
+            if key in self._running:
+                self._again[key] = min(due, self._again.get(key, due))
+            elif key not in self._ready:
+                self._schedule(key, due)
+
+    def forget(self, key: Hashable) -> None:
+        """`key` is gone (its ScaleTrainJob was deleted)."""
+        with self._changed:
+            self._settled.discard(key)
+
+    def _schedule(self, key: Hashable, due: float) -> None:
+        if key in self._due and self._due[key] <= due:
+            return
+        self._due[key] = due
+        heapq.heappush(self._timeline, (due, next(self._order), key))
+        self._changed.notify()
+
+    def _work(self) -> None:
+        while (key := self._next()) is not None:
+            outcome = self._reconcile_logged(key)
+            self._done(key, outcome)
+
+    def _next(self) -> Hashable | None:
+        """The next key that is due (now marked running), or None once stopped."""
+        with self._changed:
+            while not self._stopped:
+                now = time.monotonic()
+                while self._timeline and self._timeline[0][0] <= now:
+                    due, _, key = heapq.heappop(self._timeline)
+                    if self._due.get(key) == due:
+                        del self._due[key]
+                        self._ready.append(key)
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._running.add(key)
+                    return key
+                wait = self._timeline[0][0] - now if self._timeline else IDLE_WAKEUP_SECONDS
+                self._changed.wait(min(wait, IDLE_WAKEUP_SECONDS))
+            return None
+
+    def _done(self, key: Hashable, outcome: Outcome) -> None:
+        with self._changed:
+            self._running.discard(key)
+            previous = self._passes.pop(key, 0)
+            passes = previous + 1 if outcome is Outcome.ACTED else 0
+            due = self._again.pop(key, None)
+            if outcome is Outcome.ACTED and passes < MAX_PASSES:
+                recheck = time.monotonic() + self._recheck_delay
+                due = recheck if due is None else min(due, recheck)
+            if due is not None:
+                if passes:
+                    self._passes[key] = passes
+                self._schedule(key, due)
+            elif outcome is Outcome.SETTLED:
+                self._settled.add(key)
+            elif outcome is Outcome.GONE:
+                self._settled.discard(key)
+
+    def _reconcile_logged(self, key: Hashable) -> Outcome:
+        """An error is logged and left to the next event, as kopf does with a failing event handler."""
+        try:
+            return self._reconcile(key)
+        except Exception:
+            log.exception("reconciling %s failed; the next event retries", key)
+            return Outcome.WAITING

@@ -1,0 +1,145 @@
+"""The operator's API requests on the real control plane, counted in the API server's audit log: it reads
+from its watch cache (controller/cache.py) and makes a fresh read only where handlers.py says one is
+needed, so creating jobs costs their writes alone."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from scaletrain_operator.controller.cluster import Cluster, Conflict, ObjectRef
+from support.audit import counts
+from support.kube import Kube
+from support.operator_harness import Team, install_crds, install_watching, operator_process
+
+QUIET = ("--liveness-port", "0", "--metrics-port", "0")
+JOBS = 10
+# handlers._reconcile's fresh read of one job: GET it, LIST its Service, Jobs and pods by label.
+FRESH_READ = {
+    ("get", "scaletrainjobs.scaletrain.io"),
+    ("list", "services"),
+    ("list", "jobs.batch"),
+    ("list", "pods"),
+}
+READS = frozenset({"get", "list", "watch"})
+WATCHED = {"scaletrainjobs.scaletrain.io", "services", "jobs.batch", "pods"}
+
+
+@pytest.fixture
+def install(control_plane, namespace, tmp_path):
+    return install_watching(control_plane, namespace, tmp_path, {"replicaCount": 1, "peering": {"enabled": False}})
+
+
+@pytest.fixture
+def team(control_plane, namespace):
+    """The test's jobs are deleted when it ends, before their namespace: a cluster-wide operator of a later
+    test would otherwise see gangs lose their pods to the namespace's deletion, and restart them."""
+    team = Team(Kube(control_plane.api_client()), namespace)
+    yield team
+    delete_all_jobs(team)
+
+
+def delete_all_jobs(team: Team) -> None:
+    for stj in team.kube.list("stj", team.namespace):
+        team.kube.delete("stj", team.namespace, stj["metadata"]["name"])
+    team.kube.wait_until(lambda: team.kube.list("stj", team.namespace) == [])
+
+
+def made_since(control_plane, install, mark, settle_seconds=0.0):
+    """The operator's requests since `mark`, by (verb, resource)."""
+    return counts(control_plane.audit.requests(install.user, after=mark, settle_seconds=settle_seconds))
+
+
+def wait_until_watching(control_plane, install, since) -> None:
+    """Until the operator has listed every kind it watches (kopf lists each once, then watches it)."""
+
+    def listed_all() -> bool:
+        requests = control_plane.audit.requests(install.user, after=since, settle_seconds=0)
+        return WATCHED <= {r.resource for r in requests if r.verb == "list" and r.code == 200}  # kopf retries a 429
+
+    Kube.wait_until(listed_all)
+
+
+def settled(team: Team, names: list[str]) -> bool:
+    """Every job Pending with both its pods counted: the operator has seen the whole of each gang."""
+    statuses = [(team.stj(name) or {}).get("status") or {} for name in names]
+    return all(s.get("phase") == "Pending" and (s.get("nodes") or {}).get("active") == 2 for s in statuses)
+
+
+def test_creating_jobs_at_once_costs_their_writes_and_no_reads(install, team, control_plane):
+    names = [f"burst-{index}" for index in range(JOBS)]
+    started = control_plane.audit.mark()
+    with operator_process(install, *QUIET):
+        wait_until_watching(control_plane, install, started)
+        mark = control_plane.audit.mark()
+        with ThreadPoolExecutor(JOBS) as pool:
+            list(pool.map(team.submit, names))
+        team.kube.wait_until(lambda: settled(team, names))
+        made = made_since(control_plane, install, mark, settle_seconds=2.0)
+
+    assert {kind: n for kind, n in made.items() if kind[0] in READS} == {}, "reads the cache should have served"
+    assert made[("create", "services")] == made[("create", "jobs.batch")] == made[("create", "events")] == JOBS
+    status_patches = made[("patch", "scaletrainjobs.scaletrain.io/status")]
+    assert JOBS <= status_patches <= 3 * JOBS  # Pending, then the pods counted (at most one by one)
+    assert sum(made.values()) / JOBS <= 6
+
+
+def test_a_gangs_lifecycle_reads_fresh_only_where_a_decision_cannot_be_undone(install, team, control_plane):
+    """Pending → Running → a rank fails, the gang restarts → Running → Succeeded: one fresh read for each
+    phase change after the first (a phase the operator reported, or a restart, is confirmed first)."""
+    started = control_plane.audit.mark()
+    with operator_process(install, *QUIET):
+        wait_until_watching(control_plane, install, started)
+        mark = control_plane.audit.mark()
+        team.submit("lifecycle", maxRestarts=1)
+        pods = team.start_pods("lifecycle-g0")
+        team.wait_phase("lifecycle", "Running")
+        team.fail_pod(pods[1], exit_code=137)
+        team.wait_status("lifecycle", lambda s: s.get("currentJob") == "lifecycle-g1")
+        team.start_pods("lifecycle-g1")
+        team.wait_phase("lifecycle", "Running")
+        team.start_pods("lifecycle-g1", phase="Succeeded")
+        team.wait_phase("lifecycle", "Succeeded")
+        made = made_since(control_plane, install, mark, settle_seconds=2.0)
+
+    reads = {kind: n for kind, n in made.items() if kind[0] in READS}
+    assert set(reads) == FRESH_READ
+    phase_changes = 4  # Running, Restarting, Running, Succeeded
+    assert set(reads.values()) == {phase_changes}, reads
+    assert made[("delete", "jobs.batch")] == 1 and made[("create", "jobs.batch")] == 2
+
+
+def test_an_operator_restart_reads_each_job_fresh_once_and_writes_nothing(install, team, control_plane):
+    names = [f"steady-{index}" for index in range(3)]
+    with operator_process(install, *QUIET):
+        for name in names:
+            team.submit(name)
+            team.start_pods(f"{name}-g0")
+        for name in names:
+            team.wait_status(name, lambda s: s.get("phase") == "Running" and s["nodes"]["active"] == 2)
+    mark = control_plane.audit.mark()
+    with operator_process(install, *QUIET):
+        get_stj = ("get", "scaletrainjobs.scaletrain.io")
+        team.kube.wait_until(lambda: made_since(control_plane, install, mark)[get_stj] == len(names))
+        made = made_since(control_plane, install, mark, settle_seconds=2.0)
+
+    assert [kind for kind in made if kind[0] not in READS] == [], "a restart changes nothing"
+    kopf_lists = 1  # kopf lists each kind once before watching it
+    assert made[("get", "scaletrainjobs.scaletrain.io")] == len(names)
+    assert made[("list", "scaletrainjobs.scaletrain.io")] == kopf_lists
+    for resource in ("services", "jobs.batch", "pods"):
+        assert made[("list", resource)] == kopf_lists + len(names), resource
+
+
+def test_a_status_decided_from_a_stale_copy_is_refused(team, control_plane):
+    """What makes a status written from the cache safe: the patch carries the version it was decided from,
+    and the API server refuses it once the job has changed (here: a newer restart count)."""
+    install_crds(control_plane)
+    cluster = Cluster(control_plane.api_client())
+    stale = ObjectRef.of(team.submit("raced"))
+    cluster.patch_status(stale, {"restarts": 1})
+    with pytest.raises(Conflict):
+        cluster.patch_status(stale, {"restarts": 0})
+    assert team.stj("raced")["status"]["restarts"] == 1
+    assert cluster.cache.scaletrainjobs.get(team.namespace, "raced")["status"]["restarts"] == 1  # written through

@@ -1,0 +1,310 @@
+"""The operator's cache (controller/cache.py) and when a reconcile may trust it (controller/handlers.py):
+newer versions win, deletions stay deleted, a fresh list replaces a job's children, and a decision that
+cannot be undone is made again from fresh reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaletrain_operator.api import naming
+from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.render import render_job, render_service
+from scaletrain_operator.controller import cache as cache_module
+from scaletrain_operator.controller.cache import Cache, Store, children_view
+from scaletrain_operator.controller.decision import Decision, Event
+from scaletrain_operator.controller.handlers import _reconcile, needs_fresh_look
+from scaletrain_operator.controller.reconcile import with_spec_hash
+from scaletrain_operator.controller.workqueue import Outcome
+from support.jobs import base_job
+
+NAMESPACE = "team-a"
+
+
+def _obj(name, version, job="demo", generation=None, **fields):
+    labels = {naming.LABEL_JOB_NAME: job}
+    if generation is not None:
+        labels[naming.LABEL_GENERATION] = str(generation)
+    metadata = {"name": name, "namespace": NAMESPACE, "resourceVersion": str(version), "labels": labels}
+    return {"metadata": metadata | fields.pop("metadata", {}), **fields}
+
+
+# ---- newer versions win ----
+
+
+def test_a_newer_version_replaces_the_copy_held_and_an_older_or_equal_one_is_no_news():
+    store = Store()
+    assert store.put(_obj("demo-g0", 5, spec={"suspend": False}))
+    assert not store.put(_obj("demo-g0", 5, spec={"suspend": True}))  # the echo of what is held
+    assert not store.put(_obj("demo-g0", 4, spec={"suspend": True}))  # an event overtaken by a write's answer
+    assert store.get(NAMESPACE, "demo-g0")["spec"] == {"suspend": False}
+    assert store.put(_obj("demo-g0", 6, spec={"suspend": True}))
+    assert store.get(NAMESPACE, "demo-g0")["spec"] == {"suspend": True}
+
+
+def test_a_version_that_is_not_a_number_always_wins():
+    store = Store()
+    store.put(_obj("demo-g0", 7))
+    assert store.put(_obj("demo-g0", "opaque"))
+
+
+def test_objects_are_indexed_by_the_job_they_belong_to():
+    store = Store()
+    store.put(_obj("demo-g0", 1))
+    store.put(_obj("other-g0", 2, job="other"))
+    store.put(_obj("unlabelled", 3, metadata={"labels": {}}))
+    assert [o["metadata"]["name"] for o in store.owned_by(NAMESPACE, "demo")] == ["demo-g0"]
+    store.put(_obj("demo-g0", 4, job="other"))  # relabelled: it moves
+    assert store.owned_by(NAMESPACE, "demo") == []
+    assert {o["metadata"]["name"] for o in store.owned_by(NAMESPACE, "other")} == {"demo-g0", "other-g0"}
+
+
+def test_managed_fields_are_dropped_and_pods_keep_only_metadata_and_status():
+    cache = Cache()
+    managed = {"managedFields": [{"manager": "kube-controller-manager"}]}
+    cache.jobs.put(_obj("demo-g0", 1, metadata=managed, spec={"completions": 2}))
+    cache.pods.put(_obj("demo-g0-0", 2, metadata=managed, spec={"containers": []}, status={"phase": "Running"}))
+    assert "managedFields" not in cache.jobs.get(NAMESPACE, "demo-g0")["metadata"]
+    assert cache.jobs.get(NAMESPACE, "demo-g0")["spec"] == {"completions": 2}
+    pod = cache.pods.get(NAMESPACE, "demo-g0-0")
+    assert set(pod) == {"metadata", "status"} and "managedFields" not in pod["metadata"]
+
+
+# ---- deletions stay deleted ----
+
+
+def test_a_deleted_object_is_not_brought_back_by_a_late_answer_but_a_new_one_of_its_name_is_kept():
+    store = Store()
+    store.put(_obj("demo-g0", 5))
+    assert store.delete(_obj("demo-g0", 8))  # the DELETED event
+    assert store.get(NAMESPACE, "demo-g0") is None and store.owned_by(NAMESPACE, "demo") == []
+    assert not store.put(_obj("demo-g0", 7))  # the late answer to an earlier patch
+    assert store.get(NAMESPACE, "demo-g0") is None
+    assert store.put(_obj("demo-g0", 9))  # created again
+    assert store.get(NAMESPACE, "demo-g0") is not None
+
+
+def test_deleting_an_older_version_keeps_a_newer_object_of_the_same_name():
+    store = Store()
+    store.put(_obj("demo", 9))
+    assert not store.delete(_obj("demo", 3))
+    assert store.get(NAMESPACE, "demo") is not None
+
+
+def test_a_deletion_of_what_was_never_held_is_no_news():
+    assert not Store().delete(_obj("demo-g0", 3))
+
+
+def test_tombstones_expire(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: clock[0])
+    store = Store()
+    store.put(_obj("old", 5))
+    store.delete(_obj("old", 6))
+    clock[0] += cache_module.TOMBSTONE_SECONDS + 1
+    store.put(_obj("recent", 7))
+    store.delete(_obj("recent", 8))  # each deletion prunes the expired tombstones
+    assert store.put(_obj("old", 2))  # no tombstone holds it back any more
+    assert not store.put(_obj("recent", 2))
+
+
+# ---- a fresh list replaces a job's children ----
+
+
+def test_a_fresh_list_drops_what_it_lacks_unless_written_after_it():
+    store = Store()
+    store.put(_obj("demo-g0", 5))  # deleted while nobody watched: the list lacks it
+    store.put(_obj("demo-g2", 12))  # created (written through) after the list was taken
+    store.put(_obj("other-g0", 3, job="other"))  # another job's: untouched
+    store.replace_owned((NAMESPACE, "demo"), [_obj("demo-g1", 9)], list_version=10)
+    assert {o["metadata"]["name"] for o in store.owned_by(NAMESPACE, "demo")} == {"demo-g1", "demo-g2"}
+    assert store.get(NAMESPACE, "other-g0") is not None
+    assert not store.put(_obj("demo-g0", 5))  # and it stays deleted
+
+
+# ---- the children as the decide layer sees them ----
+
+
+def test_children_view_takes_the_service_the_jobs_not_being_deleted_and_the_newest_generations_pods():
+    being_deleted = {"deletionTimestamp": "2026-11-30T12:00:00Z"}
+    view = children_view(
+        "demo",
+        services=[_obj("demo", 1)],
+        jobs=[_obj("demo-g0", 2, generation=0), _obj("demo-g1", 3, generation=1), _obj("demo-g2", 4, generation=2,
+              metadata=being_deleted)],
+        pods=[_obj("demo-g0-0", 5, generation=0), _obj("demo-g1-0", 6, generation=1)],
+        generation_hint=None,
+    )  # fmt: skip
+    assert view.service["metadata"]["name"] == "demo"
+    assert sorted(view.jobs) == [0, 1]
+    assert [p["metadata"]["name"] for p in view.pods] == ["demo-g1-0"]
+
+
+def test_without_jobs_the_pods_are_those_of_the_generation_the_status_names():
+    pods = [_obj("demo-g0-0", 5, generation=0), _obj("demo-g3-0", 6, generation=3)]
+    view = children_view("demo", services=[], jobs=[], pods=pods, generation_hint=3)
+    assert view.service is None and view.jobs == {}
+    assert [p["metadata"]["name"] for p in view.pods] == ["demo-g3-0"]
+
+
+def test_rank_0_pod_ip_is_that_of_completion_index_0_of_the_named_generation():
+    cache = Cache()
+    index = naming.COMPLETION_INDEX_ANNOTATION
+
+    def pod(name, version, generation, rank, ip):
+        labels = {naming.LABEL_JOB_NAME: "demo", naming.LABEL_GENERATION: str(generation), index: str(rank)}
+        return _obj(name, version, metadata={"labels": labels}, status={"podIP": ip} if ip else {})
+
+    cache.pods.put(pod("demo-g0-0-a", 1, 0, 0, "10.0.0.1"))
+    cache.pods.put(pod("demo-g1-1-b", 2, 1, 1, "10.0.1.2"))
+    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g1") == ""  # rank 0 of g1 not there yet
+    cache.pods.put(pod("demo-g1-0-c", 3, 1, 0, None))
+    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g1") == ""  # nor has it an IP yet
+    cache.pods.put(pod("demo-g1-0-c", 4, 1, 0, "10.0.1.1"))
+    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g1") == "10.0.1.1"
+    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g0") == "10.0.0.1"
+
+
+def test_trust_is_lost_by_a_relist_and_won_back_by_a_fresh_read():
+    cache = Cache()
+    assert cache.trusted((NAMESPACE, "demo"))
+    cache.distrust((NAMESPACE, "demo"))
+    assert not cache.trusted((NAMESPACE, "demo"))
+    cache.trust((NAMESPACE, "demo"))
+    assert cache.trusted((NAMESPACE, "demo"))
+
+
+# ---- which decisions from the cache are made again from fresh reads ----
+
+
+def _stj(phase=None):
+    return {"metadata": {"name": "demo"}, "status": {"phase": phase} if phase else {}}
+
+
+@pytest.mark.parametrize(
+    "phase, decision, fresh",
+    [
+        (None, Decision(create=({"kind": "Job"},), status={"phase": "Pending"}), False),  # a new job's first steps
+        ("Pending", Decision(status={"phase": "Pending", "nodes": {"active": 2}}), False),  # counts only
+        ("Running", Decision(status={"phase": "Running", "message": "1 of 2 nodes active"}), False),
+        ("Running", Decision(delete_child_jobs=("demo-g0",), create=({"kind": "Job"},)), True),  # a gang restart
+        ("Running", Decision(status={"phase": "Succeeded"}), True),  # finishing cannot be undone
+        (None, Decision(status={"phase": "Failed"}, events=(Event("Warning", "InvalidSpec", "x"),)), True),
+        ("Running", Decision(create=({"kind": "Job"},)), True),  # a started job lacking its Job: stale?
+        ("Running", Decision(create=({"kind": "Service"},)), True),
+        ("Running", Decision(status={"phase": "Pending"}), True),  # back from Running: pods the cache lacks?
+        ("Pending", Decision(status={"phase": "Running"}), True),
+    ],
+)
+def test_what_cannot_be_undone_or_contradicts_the_status_is_decided_again_from_fresh_reads(phase, decision, fresh):
+    assert needs_fresh_look(_stj(phase), decision) is fresh
+
+
+LIST_VERSION = 100  # the server's lists below are newer than anything the tests cached
+
+
+class RecordingCluster:
+    """What _reconcile asks of a Cluster, with the API server's answers given: records the fresh reads and
+    the decisions applied."""
+
+    def __init__(self, stj, children):
+        self.cache, self.server = Cache(), (stj, children)
+        self.reads: list[str] = []
+        self.applied: list[Decision] = []
+
+    def read_scaletrainjob(self, namespace, name):
+        self.reads.append("get stj")
+        self.cache.scaletrainjobs.put(self.server[0])
+        return self.cache.scaletrainjobs.get(namespace, name)
+
+    def read_children(self, namespace, name, generation_hint=None):
+        self.reads.append("list children")
+        for store, listed in zip((self.cache.services, self.cache.jobs, self.cache.pods), self.server[1], strict=True):
+            store.replace_owned((namespace, name), listed, list_version=LIST_VERSION)
+        return self.cache.observed(namespace, name, generation_hint)
+
+    def apply(self, ref, decision):
+        self.applied.append(decision)
+
+
+def _stored(version, **status):
+    document = base_job()
+    document["metadata"] |= {"resourceVersion": str(version), "generation": 1}
+    return document | ({"status": status} if status else {})
+
+
+def _child_job(stj, generation, version):
+    job = with_spec_hash(render_job(parse_job(stj), generation))
+    job["metadata"] |= {"namespace": NAMESPACE, "resourceVersion": str(version)}
+    return job
+
+
+def _children_of(stj):
+    """A Service, the Job of generation 0 and its two pods, Running."""
+    service = render_service(parse_job(stj))
+    service["metadata"] |= {"namespace": NAMESPACE, "resourceVersion": "2"}
+    pods = [_obj(f"demo-g0-{index}", 4 + index, generation=0, status={"phase": "Running"}) for index in range(2)]
+    return [service], [_child_job(stj, 0, 3)], pods
+
+
+def _fill(cluster, stj, children):
+    cluster.cache.scaletrainjobs.put(stj)
+    for store, listed in zip((cluster.cache.services, cluster.cache.jobs, cluster.cache.pods), children, strict=True):
+        for obj in listed:
+            store.put(obj)
+
+
+RUNNING = {"phase": "Running", "currentJob": "demo-g0", "startTime": "2026-11-30T11:00:00Z", "observedGeneration": 1}
+
+
+def test_a_reconcile_of_a_trusted_job_reads_nothing():
+    stj = _stored(10, **RUNNING)
+    cluster = RecordingCluster(stj, _children_of(stj))
+    _fill(cluster, stj, _children_of(stj))
+    assert _reconcile(cluster, NAMESPACE, "demo") in (Outcome.SETTLED, Outcome.ACTED)
+    assert cluster.reads == []
+
+
+def test_a_gang_restart_decided_from_the_cache_is_decided_again_from_fresh_reads():
+    """The cache still shows a failed pod of g0, but the server already has g1 and counted the restart (the
+    replica that was active until now did it): the fresh decision restarts nothing."""
+    cached = _stored(10, **RUNNING)
+    services, jobs, pods = _children_of(cached)
+    failed = _obj("demo-g0-1", 9, generation=0, status={"phase": "Failed"})
+    on_server = _stored(12, **RUNNING | {"currentJob": "demo-g1", "restarts": 1})
+    cluster = RecordingCluster(on_server, (services, [_child_job(cached, 1, 11)], []))
+    _fill(cluster, cached, (services, jobs, [pods[0], failed]))
+    _reconcile(cluster, NAMESPACE, "demo")
+    assert cluster.reads == ["get stj", "list children"]
+    assert all(not decision.delete_child_jobs and not decision.create for decision in cluster.applied)
+    assert cluster.cache.jobs.get(NAMESPACE, "demo-g0") is None  # the fresh list replaced the stale copy
+
+
+def test_an_untrusted_job_is_read_fresh_once_then_trusted():
+    stj = _stored(10, **RUNNING)
+    cluster = RecordingCluster(stj, _children_of(stj))
+    cluster.cache.scaletrainjobs.put(stj)  # relisted: its children's events may have been missed
+    cluster.cache.distrust((NAMESPACE, "demo"))
+    _reconcile(cluster, NAMESPACE, "demo")
+    assert cluster.reads == ["get stj", "list children"] and cluster.cache.trusted((NAMESPACE, "demo"))
+    assert all(decision.create == () for decision in cluster.applied)  # the children were there all along
+    _reconcile(cluster, NAMESPACE, "demo")
+    assert cluster.reads == ["get stj", "list children"]
+
+
+def test_a_finished_job_needs_no_fresh_read_even_untrusted():
+    stj = _stored(10, **RUNNING | {"phase": "Succeeded", "completionTime": "2026-11-30T11:30:00Z"})
+    cluster = RecordingCluster(stj, ([], [], []))
+    cluster.cache.scaletrainjobs.put(stj)
+    cluster.cache.distrust((NAMESPACE, "demo"))
+    assert _reconcile(cluster, NAMESPACE, "demo") is Outcome.SETTLED
+    assert cluster.reads == [] and cluster.applied == []
+
+
+def test_a_job_being_deleted_or_gone_is_left_alone():
+    cluster = RecordingCluster(None, None)
+    cluster.cache.distrust((NAMESPACE, "demo"))  # a child's relisted event came first
+    assert _reconcile(cluster, NAMESPACE, "demo") is Outcome.GONE
+    assert cluster.cache.trusted((NAMESPACE, "demo"))  # nothing kept about a job the cache does not hold
+    cluster.cache.scaletrainjobs.put(_stored(10) | {"metadata": _stored(10)["metadata"] | {"deletionTimestamp": "x"}})
+    assert _reconcile(cluster, NAMESPACE, "demo") is Outcome.SETTLED
+    assert cluster.reads == [] and cluster.applied == []
