@@ -110,7 +110,7 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
 
     status = wait_phase(cluster, "e2e-fault", "Succeeded")
     events = cluster.events("e2e-fault")
-    assert status["restarts"] == 1 and status["currentJob"] == "e2e-fault-g1", events
+    assert status["restarts"] == 1 and status["currentJob"] == "e2e-fault-g1", "\n".join(map(str, events))
     restarting = next(message for _, reason, message in events if reason == "Restarting")
     # The first pod to fail: node 1 (SIGKILLed: exit code 137), unless node 0 noticed the broken
     # collective within the same second.

@@ -227,6 +227,7 @@ class RunningPod:
         self.phase: PodPhase = "Pending"
         self.started_at = now()
         self._transitions: dict[str, tuple[bool, datetime]] = {}  # condition type → (status, since)
+        self._network_attached = True
 
     @property
     def name(self) -> str:
@@ -315,8 +316,15 @@ class RunningPod:
         }
 
     def processes(self, table: list[ProcessInfo]) -> list[int]:
-        """The pod's live processes in a scan of /proc: by marker, and by network namespace."""
-        return [process.pid for process in table if process.of_pod(self.marker, self.sandbox.netns_inode)]
+        """The pod's live processes in a scan of /proc: by marker, and by network namespace while the
+        pod has one (the kernel reuses a deleted namespace's inode number for the next namespace made,
+        which may be another pod's)."""
+        netns_inode = self.sandbox.netns_inode if self._network_attached else None
+        return [process.pid for process in table if process.of_pod(self.marker, netns_inode)]
+
+    def _detach_network(self) -> None:
+        self._network_attached = False
+        self.network.detach(self.sandbox)
 
     def _terminate_main_processes(self) -> None:
         """SIGTERM to each running container's main process, as the container runtime sends it."""
@@ -328,7 +336,7 @@ class RunningPod:
         """The pod has ended: nothing of it may keep running, and its network goes."""
         self.phase = phase
         signal_processes(self.processes(scan_processes()), signal.SIGKILL)
-        self.network.detach(self.sandbox)
+        self._detach_network()
 
     def _after_stop(self) -> None:
         """Once a stopped pod's processes are gone: its containers' exits, and its final phase."""
@@ -337,7 +345,7 @@ class RunningPod:
         if self.phase not in TERMINAL_PHASES:
             succeeded = all(c.terminated and c.exit_code == 0 for c in self.containers)
             self._finish("Succeeded" if succeeded else "Failed")
-        self.network.detach(self.sandbox)
+        self._detach_network()
 
     def _condition(self, kind: str, status: bool) -> dict[str, Any]:
         previous = self._transitions.get(kind)
