@@ -5,6 +5,7 @@ operator reacts."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import threading
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from support.audit import counts
+from support.hostile_http import HostileServer
 from support.jobs import REPO, base_job, patched
 from support.kube import Kube
 from support.malformed import MALFORMED, OPERATOR
@@ -212,6 +214,41 @@ def test_progress_of_rank_zero_reaches_the_status(team):
         assert progress == RANK0_PROGRESS
     finally:
         server.shutdown()
+
+
+def test_hostile_progress_endpoints_delay_no_other_jobs_ttl(team):
+    """Jobs whose rank 0 answers /progress with garbage, slowly, at length or not at all come first in
+    every pass; a finished job after them still expires on time, and the operator keeps working."""
+    shapes = ("list", "not-http", "deep", "trickle", "huge", "silent")
+    with contextlib.ExitStack() as stack:
+        for shape in shapes:
+            server = stack.enter_context(HostileServer(shape))
+            team.submit(f"aaa-{shape}", training={"metricsPort": server.port})
+            team.start_pods(f"aaa-{shape}-g0")
+        for shape in shapes:
+            team.wait_phase(f"aaa-{shape}", "Running")
+        started = time.monotonic()
+        team.submit("zzz-victim", ttlSecondsAfterFinished=0)
+        team.start_pods("zzz-victim-g0", phase="Succeeded")
+        team.kube.wait_until(lambda: team.stj("zzz-victim") is None, timeout=30)
+        assert time.monotonic() - started < 15  # a pass at 0.3 s intervals, each read at most 2 s
+        assert all("progress" not in team.stj(f"aaa-{shape}")["status"] for shape in shapes)
+
+
+def test_a_non_finite_loss_is_reported_as_such_never_as_nan(team):
+    with HostileServer("nan") as server:
+        team.submit("diverged", training={"metricsPort": server.port})
+        team.start_pods("diverged-g0")
+        status = team.wait_status("diverged", lambda s: (s.get("progress") or {}).get("lossFinite") is False)
+        time.sleep(1.0)  # several more passes: one Event, not one per pass
+    assert status["progress"] == {
+        "step": 9,
+        "maxSteps": 30,
+        "lossFinite": False,
+        "updatedAt": "2026-12-01T00:00:00+00:00",
+    }
+    warnings = [message for kind, reason, message in team.events("diverged") if reason == "LossNotFinite"]
+    assert warnings == ["rank 0 reports a non-finite loss at step 9: the run diverged"]
 
 
 def test_ttl_deletes_a_finished_job_with_its_children(team):

@@ -235,6 +235,18 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
     assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 2.5
 
 
+def test_a_diverged_loss_is_served_as_strict_json_null_and_flagged(tmp_path):
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    try:
+        reporter.log({"step": 10, "loss": float("nan"), "samplesPerSecond": float("inf")}, eta_seconds=9.0)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10).read().decode()
+        progress = json.loads(body, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+        assert progress["loss"] is None and progress["lossFinite"] is False and progress["samplesPerSecond"] is None
+    finally:
+        reporter.close()
+
+
 def test_a_busy_port_does_not_stop_training(tmp_path):
     port = free_port()
     first = MetricsReporter(str(tmp_path / "a"), port, max_steps=10, enabled=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 from datetime import datetime, timezone
@@ -70,13 +71,23 @@ class MetricsReporter:
         return "\n".join(lines) + "\n"
 
 
+def finite_json(progress: dict[str, Any]) -> dict[str, Any]:
+    """`progress` as strict JSON: a non-finite number (a diverged loss) is null, which every JSON parser
+    reads (NaN is Python's extension), and `lossFinite: false` says the loss was not merely missing."""
+    served = {key: None if isinstance(value, float) and not math.isfinite(value) else value
+              for key, value in progress.items()}  # fmt: skip
+    if served.get("loss") is None and isinstance(progress.get("loss"), float):
+        served["lossFinite"] = False
+    return served
+
+
 def _start_server(port: int, reporter: MetricsReporter) -> ThreadingHTTPServer | None:
     """Serve /progress (JSON) and /metrics (Prometheus). Best effort: a busy port must not stop training."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             if self.path == "/progress":
-                body, content_type = json.dumps(reporter.progress()).encode(), "application/json"
+                body, content_type = json.dumps(finite_json(reporter.progress())).encode(), "application/json"
             elif self.path == "/metrics":
                 body, content_type = reporter.prometheus_text().encode(), "text/plain; version=0.0.4"
             else:

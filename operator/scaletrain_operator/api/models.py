@@ -438,7 +438,10 @@ class Progress(SpecModel):
 
     step: int = Field(0, ge=0, description="Optimizer steps completed.")
     max_steps: int | None = Field(None, ge=1, description="Optimizer steps the job trains for (training.maxSteps).")
-    loss: float | None = Field(None, description="Training loss of the last logged step.")
+    loss: float | None = Field(None, description="Training loss of the last logged step (absent when not finite).")
+    loss_finite: bool | None = Field(
+        None, description="False when the last logged loss was NaN or infinite: the run diverged. Absent otherwise."
+    )
     samples_per_second: float | None = Field(
         None, ge=0, description="Training throughput over the last logging interval, in samples per second."
     )

@@ -1,24 +1,125 @@
-"""Reading rank 0's /progress endpoint: the operator copies it into status.progress, run-local draws it."""
+"""Reading rank 0's /progress endpoint: the operator copies it into status.progress, run-local draws it.
+
+The endpoint is served by a pod, which runs the tenant's code: one read must not stall or break the
+operator's pass over every job. So a read has one deadline for connecting and the whole answer, a
+size cap, and takes only a JSON object whose fields have the expected types and ranges. A non-finite
+number never gets through: Go's JSON decoder, and so the API server, refuses NaN in a status patch.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-import urllib.request
+import math
+import socket
+import time
+import urllib.parse
+from http.client import HTTPException, HTTPResponse
 from typing import Any
+
+from .timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
-# The fields of status.progress, as the trainer's /progress names them.
+# The fields of status.progress, as the trainer's /progress names them, and their JSON types.
 PROGRESS_KEYS = ("step", "maxSteps", "loss", "samplesPerSecond", "etaSeconds", "updatedAt")
+INTEGER_KEYS = frozenset({"step", "maxSteps"})
+MINIMUM = {"step": 0, "maxSteps": 1, "samplesPerSecond": 0, "etaSeconds": 0}  # status.progress's schema
+MAX_ANSWER_BYTES = 64 * 1024  # headers and body; a real progress answer is ~300 bytes
+MAX_TEXT = 64  # updatedAt: a timestamp
+CHUNK_BYTES = 4096
+
+
+class Unreadable(Exception):
+    """The endpoint answered, or failed to, in a way that is not progress."""
 
 
 def read_progress(url: str, timeout_seconds: float) -> dict[str, Any] | None:
-    """The progress at `url`, or None when it cannot be read (not up yet, gone, or garbled)."""
+    """The progress at `url`, or None when it cannot be read within `timeout_seconds` in all (not up
+    yet, gone, slow, oversized or garbled)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_seconds) as response:
-            raw = json.load(response)
-    except (OSError, ValueError) as error:
+        body = fetch(url, timeout_seconds)
+        return parse_progress(body)
+    except (OSError, HTTPException, Unreadable, ValueError, RecursionError) as error:
         log.debug("no progress from %s: %s", url, error)
         return None
-    return {key: raw[key] for key in PROGRESS_KEYS if raw.get(key) is not None}
+
+
+def fetch(url: str, timeout_seconds: float) -> bytes:
+    """The body of a GET of `url`. The whole answer, headers and body, must arrive within
+    `timeout_seconds` and fit in MAX_ANSWER_BYTES: each receive waits only for what is left of the
+    deadline, so an answer trickled a byte at a time ends at the deadline too. HTTP/1.0 with
+    `Connection: close`, so the server ends the answer by closing."""
+    deadline = time.monotonic() + timeout_seconds
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise Unreadable(f"not an http URL: {url!r}")
+    request = (
+        f"GET {parts.path or '/'} HTTP/1.0\r\nHost: {parts.netloc}\r\n"
+        "Accept: application/json\r\nConnection: close\r\n\r\n"
+    )
+    received = bytearray()
+    with socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout_seconds) as connection:
+        connection.sendall(request.encode("ascii"))
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Unreadable(f"no whole answer within {timeout_seconds} s")
+            connection.settimeout(left)
+            chunk = connection.recv(CHUNK_BYTES)
+            if not chunk:
+                break
+            received += chunk
+            if len(received) > MAX_ANSWER_BYTES:
+                raise Unreadable(f"an answer over {MAX_ANSWER_BYTES} bytes")
+    response = HTTPResponse(Received(bytes(received)))  # parses the status line, headers and body
+    response.begin()
+    if response.status != 200:
+        raise Unreadable(f"HTTP {response.status}")
+    return response.read()
+
+
+class Received:
+    """An answer already received, as http.client's parser reads a socket."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def makefile(self, *_: Any, **__: Any) -> io.BytesIO:
+        return io.BytesIO(self.data)
+
+
+def parse_progress(body: bytes) -> dict[str, Any]:
+    """status.progress from a /progress body: a JSON object, of which only the known fields are kept,
+    each only when it is of its type and range (status.progress's schema, so that the status patch is
+    never refused). A loss that is not finite, or that the trainer says is not (`lossFinite: false`, its
+    loss then null), is left out and reported as `lossFinite: false`."""
+    raw = json.loads(body)
+    if not isinstance(raw, dict):
+        raise Unreadable(f"a JSON {type(raw).__name__}, not an object")
+    progress = {key: raw[key] for key in PROGRESS_KEYS if key in raw and fits(key, raw[key])}
+    loss = raw.get("loss")
+    diverged = raw.get("lossFinite") is False or (isinstance(loss, float) and not math.isfinite(loss))
+    if diverged:
+        progress.pop("loss", None)
+        progress["lossFinite"] = False
+    return progress
+
+
+def fits(key: str, value: Any) -> bool:
+    if key == "updatedAt":
+        return isinstance(value, str) and len(value) <= MAX_TEXT and is_timestamp(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if key in INTEGER_KEYS:
+        return isinstance(value, int) and MINIMUM[key] <= value < 2**63
+    return math.isfinite(value) and value >= MINIMUM.get(key, -math.inf)
+
+
+def is_timestamp(text: str) -> bool:
+    try:
+        moment = parse_timestamp(text)
+    except ValueError:
+        return False
+    return moment.tzinfo is not None  # RFC 3339 requires the offset

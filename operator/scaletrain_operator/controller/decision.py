@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-EventReason = Literal["Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed", "InvalidSpec"]
+EventReason = Literal[
+    "Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed", "InvalidSpec", "LossNotFinite"
+]
 
 
 @dataclass(frozen=True)

@@ -10,21 +10,26 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
 from scaletrain_trainer.validation import ProblemsError
 
 from ..api import naming
-from ..api.models import ScaleTrainJob, parse_job
+from ..api.models import parse_job
 from ..api.progress import read_progress
 from ..api.timestamps import parse_timestamp
-from . import peering
+from . import metrics, peering
 from .cluster import Cluster, Conflict, ObjectRef
+from .decision import Event
 from .settings import OperatorConfig
 from .ttl import decide_ttl
 
 log = logging.getLogger(__name__)
+
+PROGRESS_READERS = 8  # reads at once; each is bounded by progress_timeout_seconds
 
 
 class Housekeeping:
@@ -43,10 +48,23 @@ class Housekeeping:
         while not self._stop.wait(self.config.progress_interval_seconds):
             try:
                 if self.active_replica():
-                    for raw in self.cluster.cache.scaletrainjobs.all():
-                        self.housekeep(raw)
+                    self.run_pass()
             except Exception:  # best effort: never let this break the operator
                 log.exception("housekeeping pass failed")
+
+    def run_pass(self) -> None:
+        """The TTLs first, then the progress reads, all at once: a job's endpoint is its tenant's code,
+        and however it answers (slowly, at length, or garbled), it costs at most one read's deadline and
+        delays no other job, nor any TTL."""
+        jobs = self.cluster.cache.scaletrainjobs.all()
+        running = [raw for raw in jobs if phase_of(raw) == "Running"]
+        for raw in jobs:
+            if phase_of(raw) != "Running":
+                isolated("ttl", raw, self.expire)
+        if running:
+            with ThreadPoolExecutor(min(len(running), PROGRESS_READERS), thread_name_prefix="progress") as readers:
+                for raw in running:
+                    readers.submit(isolated, "progress", raw, self.copy_progress)
 
     def active_replica(self) -> bool:
         """Standalone, or the active one of the peered replicas (kopf pauses the others' watches)."""
@@ -57,15 +75,9 @@ class Housekeeping:
         now = datetime.now(timezone.utc)
         return status is not None and peering.is_active(status, config.peering_identity, config.peering_priority, now)
 
-    def housekeep(self, raw: dict[str, Any]) -> None:
+    def expire(self, raw: dict[str, Any]) -> None:
+        """Delete a finished job (also one whose spec failed validation) once its TTL has passed."""
         metadata, status, spec = raw["metadata"], raw.get("status") or {}, raw.get("spec") or {}
-        if status.get("phase") == "Running":
-            try:
-                self.copy_progress(parse_job(raw))
-            except ProblemsError:  # an edited spec that reconciling is about to mark invalid
-                pass
-            return
-        # The TTL applies to every finished job, also to one whose spec failed validation.
         finished_at = parse_timestamp(status.get("completionTime") or metadata["creationTimestamp"])
         decision = decide_ttl(
             status.get("phase"), finished_at, spec.get("ttlSecondsAfterFinished"), datetime.now(timezone.utc)
@@ -75,8 +87,13 @@ class Housekeeping:
         except Conflict as stale:
             log.info("TTL not applied: %s", stale)
 
-    def copy_progress(self, job: ScaleTrainJob) -> None:
-        """Rank 0's /progress into status.progress; nothing when it cannot be read."""
+    def copy_progress(self, raw: dict[str, Any]) -> None:
+        """Rank 0's /progress into status.progress; nothing when it cannot be read. A loss that turned
+        non-finite is removed from the status, and a Warning Event says so once."""
+        try:
+            job = parse_job(raw)
+        except ProblemsError:  # an edited spec that reconciling is about to mark invalid
+            return
         current_job = job.status.current_job if job.status else None
         if not current_job:
             return
@@ -94,5 +111,28 @@ class Housekeeping:
             port=job.spec.training.metrics_port,
         )
         progress = read_progress(url, self.config.progress_timeout_seconds)
-        if progress is not None:
-            self.cluster.patch_status(ObjectRef(job.metadata.namespace, job.name), {"progress": progress})
+        if progress is None:
+            return
+        where = ObjectRef(job.metadata.namespace, job.name, job.metadata.uid)
+        diverged = progress.get("lossFinite") is False
+        # A merge patch: null removes the loss the status still shows, or the flag of a recovered loss.
+        patch = progress | ({"loss": None} if diverged else {"lossFinite": None})
+        self.cluster.patch_status(where, {"progress": patch})
+        was_diverged = job.status.progress is not None and job.status.progress.loss_finite is False
+        if diverged and not was_diverged:
+            message = f"rank 0 reports a non-finite loss at step {progress.get('step', '?')}: the run diverged"
+            self.cluster.post_event(where, Event("Warning", "LossNotFinite", message))
+
+
+def phase_of(raw: dict[str, Any]) -> str | None:
+    return (raw.get("status") or {}).get("phase")
+
+
+def isolated(step: str, raw: dict[str, Any], housekeep: Callable[[dict[str, Any]], None]) -> None:
+    """One job's housekeeping step: whatever goes wrong is logged and counted, and stops no other job."""
+    try:
+        housekeep(raw)
+    except Exception:
+        metrics.HOUSEKEEPING_FAILURES.labels(step).inc()
+        metadata = raw.get("metadata") or {}
+        log.exception("housekeeping (%s) of %s/%s failed", step, metadata.get("namespace"), metadata.get("name"))

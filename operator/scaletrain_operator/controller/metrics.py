@@ -8,6 +8,11 @@ from .decision import Decision
 
 JOBS = Counter("scaletrain_jobs_total", "ScaleTrainJobs by outcome: created, succeeded, failed.", ["outcome"])
 RESTARTS = Counter("scaletrain_gang_restarts_total", "Gang restarts (after failures and spec changes).")
+HOUSEKEEPING_FAILURES = Counter(
+    "scaletrain_housekeeping_failures_total",
+    "Jobs whose housekeeping step failed (logged; the other jobs go on), by step: ttl or progress.",
+    ["step"],
+)
 RECONCILE_SECONDS = Histogram("scaletrain_reconcile_seconds", "Time to reconcile one ScaleTrainJob.")
 
 OUTCOME_OF_EVENT = {"Created": "created", "Succeeded": "succeeded", "Failed": "failed", "InvalidSpec": "failed"}

@@ -1,0 +1,117 @@
+"""A /progress endpoint as a hostile or broken pod might serve it, one shape per server:
+
+    with HostileServer("trickle") as server:
+        read_progress(f"http://127.0.0.1:{server.port}/progress", timeout_seconds=2)
+
+Each shape is an answer that once stalled or broke the operator's housekeeping pass (SHAPES). The
+server speaks raw TCP, so it can send what no HTTP library would, and counts the bytes it managed to
+send (`sent`): a reader that stops early keeps that small.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+HEADERS = "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+
+
+def _answer(body: bytes, extra: str = "") -> bytes:
+    return (HEADERS + f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+Send = Callable[[bytes], None]
+
+
+def _json(body: str) -> Callable[[Send, threading.Event], None]:
+    return lambda send, stop: send(_answer(body.encode()))
+
+
+def _short(send: Send, stop: threading.Event) -> None:
+    """Promises 1000 bytes, sends 10, and closes."""
+    send((HEADERS + "Content-Length: 1000\r\n\r\n").encode() + b'{"step": 1')
+
+
+def _trickle(send: Send, stop: threading.Event) -> None:
+    """A valid beginning, then one byte every 50 ms, for as long as the reader waits."""
+    send((HEADERS + "Content-Length: 100000\r\n\r\n").encode())
+    while not stop.wait(0.05):
+        send(b" ")
+
+
+def _huge(send: Send, stop: threading.Event) -> None:
+    """A 400 MB body, for as long as the reader takes it."""
+    send((HEADERS + f"Content-Length: {400 * 2**20}\r\n\r\n").encode() + b'{"step": 1, "x": "')
+    chunk = b"x" * 65536
+    for _ in range(400 * 2**20 // len(chunk)):
+        if stop.is_set():
+            return
+        send(chunk)
+
+
+def _silent(send: Send, stop: threading.Event) -> None:
+    """Accepts, then says nothing."""
+    stop.wait(30)
+
+
+SHAPES: dict[str, Callable[[Send, threading.Event], None]] = {
+    "list": _json("[]"),
+    "string": _json('"progress"'),
+    "short": _short,
+    "not-http": lambda send, stop: send(b"SSH-2.0-OpenSSH_9.6\r\n"),
+    "http-error": lambda send, stop: send(b"HTTP/1.0 500 Oops\r\nContent-Length: 2\r\n\r\n{}"),
+    "trickle": _trickle,
+    "huge": _huge,
+    "silent": _silent,
+    "deep": _json("[" * 100_000 + "]" * 100_000),
+    "nan": _json('{"step": 9, "maxSteps": 30, "loss": NaN, "updatedAt": "2026-12-01T00:00:00+00:00"}'),
+    "wrong-types": _json(
+        '{"step": -1, "maxSteps": "30", "loss": "1.5", "samplesPerSecond": -3, "etaSeconds": 1e999,'
+        ' "updatedAt": "yesterday", "extra": {"a": 1}}'
+    ),
+}
+
+
+class HostileServer:
+    def __init__(self, shape: str):
+        self.shape = SHAPES[shape]
+        self.sent = 0  # bytes the reader took
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"hostile-{shape}", daemon=True)
+
+    def __enter__(self) -> HostileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+    def _serve(self) -> None:
+        self._listener.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        def send(data: bytes) -> None:
+            connection.sendall(data)
+            with self._lock:
+                self.sent += len(data)
+
+        with connection:
+            try:
+                connection.recv(4096)  # the request
+                self.shape(send, self._stop)
+                time.sleep(0.05)  # let the reader see the whole answer before the close
+            except OSError:  # the reader hung up
+                pass
