@@ -251,6 +251,58 @@ def test_a_non_finite_loss_is_reported_as_such_never_as_nan(team):
     assert warnings == ["rank 0 reports a non-finite loss at step 9: the run diverged"]
 
 
+def test_a_child_the_api_server_refuses_fails_the_job_with_the_servers_message(team):
+    # Passes the CRD and the operator's checks today; the API server refuses the Job (requests > limits).
+    team.submit("refused", resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})
+    status = team.wait_phase("refused", "Failed")["status"]
+    failed = condition({"status": status}, "Failed")
+    assert failed["reason"] == "ChildRejected" and "the API server refused Job refused-g0" in failed["message"]
+    assert "must be less than or equal to cpu limit" in failed["message"]
+    assert [reason for kind, reason, _ in team.events("refused") if kind == "Warning"] == ["ChildRejected"]
+
+
+def test_a_child_name_held_by_someone_else_is_a_name_conflict_never_adopted(team):
+    theirs = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken"},
+              "spec": {"clusterIP": "None", "selector": {"app": "theirs"}}}  # fmt: skip
+    team.kube.create("services", theirs, team.namespace)
+    team.submit("taken")
+    status = team.wait_phase("taken", "Failed")["status"]
+    failed = condition({"status": status}, "Failed")
+    assert failed["reason"] == "NameConflict" and "Service taken already exists" in failed["message"]
+    service = team.kube.get("services", team.namespace, "taken")
+    assert "ownerReferences" not in service["metadata"] and service["spec"]["selector"] == {"app": "theirs"}
+    assert team.children("taken", "jobs") == []
+
+
+def test_a_job_deleted_and_created_again_waits_for_its_predecessors_children(team):
+    """Not a name conflict: the children of the deleted job of the same name are about to be collected."""
+    first = team.submit("again")
+    team.wait_phase("again", "Pending")
+    team.kube.delete("stj", team.namespace, "again")
+    second = team.submit("again")
+    team.wait_phase("again", "Pending")
+    owners = lambda kind: [ref["uid"] for c in team.children("again", kind) for ref in c["metadata"]["ownerReferences"]]  # noqa: E731
+    team.kube.wait_until(lambda: owners("services") == [second["metadata"]["uid"]] == owners("jobs"))
+    assert first["metadata"]["uid"] != second["metadata"]["uid"]
+    assert "NameConflict" not in [reason for _, reason, _ in team.events("again")]
+
+
+def test_a_foreign_pod_with_a_jobs_labels_does_not_fail_its_gang(team):
+    team.submit("victim")
+    team.wait_phase("victim", "Pending")
+    # ScaleTrain's labels only: with the Job controller's own, the Job would adopt the orphan (as it does).
+    labels = {
+        k: v for k, v in team.pods("victim-g0")[0]["metadata"]["labels"].items() if "batch.kubernetes.io" not in k
+    }
+    intruder = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder", "labels": labels},
+                "spec": {"containers": [{"name": "x", "image": "busybox"}]}}  # fmt: skip
+    team.fail_pod(team.kube.create("pods", intruder, team.namespace), exit_code=1)
+    time.sleep(2.0)  # several reconciles' worth
+    status = team.stj("victim")["status"]
+    assert status["phase"] == "Pending" and status.get("restarts", 0) == 0 and status["currentJob"] == "victim-g0"
+    assert team.kube.get("jobs", team.namespace, "victim-g0") is not None
+
+
 def test_ttl_deletes_a_finished_job_with_its_children(team):
     team.submit("short-lived", ttlSecondsAfterFinished=0)
     team.start_pods("short-lived-g0", phase="Succeeded")  # the Job controller then completes the Job

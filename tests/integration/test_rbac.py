@@ -55,8 +55,9 @@ def test_the_rbac_table_allows_exactly_the_calls_the_operator_makes(clusterwide,
 
 
 def test_a_missing_rule_fails_its_step_visibly(control_plane, namespace, tmp_path):
-    """Without `create jobs`, the ScaleTrainJob gets its Service but no Job, and the operator's log names
-    the forbidden call: a chart whose table lost a rule fails at that step, not silently."""
+    """Without `create jobs`, the ScaleTrainJob gets its Service but no Job, and the operator's log and a
+    Warning Event on the job name the forbidden call: a chart whose table lost a rule fails at that step,
+    not silently."""
 
     def drop_create_jobs(objects):
         (role,) = of_kind(objects, "Role")
@@ -74,5 +75,10 @@ def test_a_missing_rule_fails_its_step_visibly(control_plane, namespace, tmp_pat
             lambda: [r for r in control_plane.audit.requests(install.user, after=mark) if r.code == 403]
         )
         team.kube.wait_until(lambda: "jobs.batch is forbidden" in operator.log_path.read_text())
+        # Retried with backoff (RBAC may be fixed): after the first failures, the job's Events say why.
+        retrying = team.kube.wait_until(
+            lambda: [message for _, reason, message in team.events("unlucky") if reason == "ApiRetrying"]
+        )
+    assert "failed 3 times in a row" in retrying[0] and "jobs.batch is forbidden" in retrying[0]
     assert {(r.verb, r.resource) for r in forbidden} == {("create", "jobs.batch")}
     assert team.children("unlucky", "jobs") == []

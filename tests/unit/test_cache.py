@@ -128,6 +128,7 @@ def test_children_view_takes_the_service_the_jobs_not_being_deleted_and_the_newe
     being_deleted = {"deletionTimestamp": "2026-11-30T12:00:00Z"}
     view = children_view(
         "demo",
+        uid=None,
         services=[_obj("demo", 1)],
         jobs=[_obj("demo-g0", 2, generation=0), _obj("demo-g1", 3, generation=1), _obj("demo-g2", 4, generation=2,
               metadata=being_deleted)],
@@ -139,9 +140,32 @@ def test_children_view_takes_the_service_the_jobs_not_being_deleted_and_the_newe
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g1-0"]
 
 
+def _owned(obj, uid):
+    obj["metadata"]["ownerReferences"] = [{"kind": "ScaleTrainJob or Job", "uid": uid, "controller": True}]
+    return obj
+
+
+def test_only_children_owned_by_the_job_count_and_pods_only_through_its_jobs():
+    """Labels can be copied by anyone; a uid only the API server gives."""
+    ours, foreign = (
+        _owned(_obj("demo-g0", 2, generation=0, metadata={"uid": "job-0"}), "stj"),
+        _obj("demo-g1", 3, generation=1),
+    )
+    pods = [
+        _owned(_obj("demo-g0-0", 5, generation=0), "job-0"),
+        _obj("intruder", 6, generation=0, status={"phase": "Failed"}),  # the job's labels, no owner
+        _owned(_obj("impostor", 7, generation=0, status={"phase": "Failed"}), "stj"),  # owned, but not by a Job
+    ]
+    view = children_view("demo", uid="stj", services=[_obj("demo", 1)], jobs=[ours, foreign], pods=pods,
+                         generation_hint=None)  # fmt: skip
+    assert view.service is None  # a Service of the right name and labels that is not ours
+    assert list(view.jobs) == [0]
+    assert [p["metadata"]["name"] for p in view.pods] == ["demo-g0-0"]
+
+
 def test_without_jobs_the_pods_are_those_of_the_generation_the_status_names():
     pods = [_obj("demo-g0-0", 5, generation=0), _obj("demo-g3-0", 6, generation=3)]
-    view = children_view("demo", services=[], jobs=[], pods=pods, generation_hint=3)
+    view = children_view("demo", uid=None, services=[], jobs=[], pods=pods, generation_hint=3)
     assert view.service is None and view.jobs == {}
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g3-0"]
 
@@ -234,7 +258,7 @@ def _stored(version, **status):
 
 def _child_job(stj, generation, version):
     job = with_spec_hash(render_job(parse_job(stj), generation))
-    job["metadata"] |= {"namespace": NAMESPACE, "resourceVersion": str(version)}
+    job["metadata"] |= {"namespace": NAMESPACE, "resourceVersion": str(version), "uid": f"job-{generation}"}
     return job
 
 
@@ -242,7 +266,7 @@ def _children_of(stj):
     """A Service, the Job of generation 0 and its two pods, Running."""
     service = render_service(parse_job(stj))
     service["metadata"] |= {"namespace": NAMESPACE, "resourceVersion": "2"}
-    pods = [_obj(f"demo-g0-{index}", 4 + index, generation=0, status={"phase": "Running"}) for index in range(2)]
+    pods = [_owned(_obj(f"demo-g0-{i}", 4 + i, generation=0, status={"phase": "Running"}), "job-0") for i in range(2)]
     return [service], [_child_job(stj, 0, 3)], pods
 
 
@@ -269,7 +293,7 @@ def test_a_gang_restart_decided_from_the_cache_is_decided_again_from_fresh_reads
     replica that was active until now did it): the fresh decision restarts nothing."""
     cached = _stored(10, **RUNNING)
     services, jobs, pods = _children_of(cached)
-    failed = _obj("demo-g0-1", 9, generation=0, status={"phase": "Failed"})
+    failed = _owned(_obj("demo-g0-1", 9, generation=0, status={"phase": "Failed"}), "job-0")
     on_server = _stored(12, **RUNNING | {"currentJob": "demo-g1", "restarts": 1})
     cluster = RecordingCluster(on_server, (services, [_child_job(cached, 1, 11)], []))
     _fill(cluster, cached, (services, jobs, [pods[0], failed]))

@@ -63,6 +63,7 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "step",
         "maxSteps",
         "loss",
+        "lossFinite",
         "samplesPerSecond",
         "etaSeconds",
         "updatedAt",

@@ -1,13 +1,15 @@
 """The reconcile work queue (controller/workqueue.py): one reconcile per job at a time, triggers folded,
-echoes of a settled job dropped, a job that acted looked at again, errors left to the next event."""
+echoes of a settled job dropped, a job that acted looked at again, a failing one retried with backoff."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
 import pytest
 
+from scaletrain_operator.controller import workqueue
 from scaletrain_operator.controller.workqueue import MAX_PASSES, Outcome, WorkQueue
 
 TIMEOUT = 5.0
@@ -157,15 +159,33 @@ def test_the_recheck_after_acting_waits_its_delay(make_queue):
     assert time.monotonic() - acted >= 0.25
 
 
-def test_an_error_is_logged_and_left_to_the_next_trigger(make_queue, caplog):
-    reconciler = Reconciler(RuntimeError("the API server is down"))
-    queue = make_queue(reconciler)
+def test_a_failing_reconcile_is_retried_after_a_doubling_backoff_and_reported(make_queue, monkeypatch, caplog):
+    monkeypatch.setattr(workqueue, "RETRY_BASE_SECONDS", 0.05)
+    down = RuntimeError("the API server is down")
+    reconciler = Reconciler(down, down, down, Outcome.SETTLED)
+    times, reported = [], []
+    reconciler_with_times = lambda key: times.append(time.monotonic()) or reconciler(key)  # noqa: E731
+    queue = make_queue(reconciler_with_times, on_error=lambda key, failures, error: reported.append((failures, error)))
     queue.add("a")
-    wait_until(lambda: "the API server is down" in caplog.text)
+    wait_until(lambda: len(reconciler.calls) == 4)  # no trigger needed: the queue retries by itself
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[2] >= 0.2, gaps
+    assert reported == [(1, down), (2, down), (3, down)] and "the API server is down" in caplog.text
     settle()
-    assert reconciler.calls == ["a"]
-    queue.add("a", news=False)  # not settled: retried
-    wait_until(lambda: reconciler.calls == ["a", "a"])
+    assert len(reconciler.calls) == 4  # settled: no more retries
+
+
+def test_the_failure_count_starts_again_after_a_reconcile_that_went_through(make_queue, monkeypatch):
+    monkeypatch.setattr(workqueue, "RETRY_BASE_SECONDS", 0.05)
+    down = RuntimeError("down")
+    reported = []
+    reconciler = Reconciler(down, Outcome.WAITING, down)
+    queue = make_queue(reconciler, on_error=lambda key, failures, error: reported.append(failures))
+    queue.add("a")
+    wait_until(lambda: len(reconciler.calls) == 2)
+    queue.add("a")
+    wait_until(lambda: len(reconciler.calls) == 4)
+    assert reported == [1, 1]
 
 
 def test_stop_ends_the_workers():

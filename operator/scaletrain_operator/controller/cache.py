@@ -55,6 +55,11 @@ def job_of_child(obj: dict[str, Any]) -> Key | None:
     return (key_of(obj)[0], job) if job else None
 
 
+def owned_by(obj: dict[str, Any], uid: str | None) -> bool:
+    """Whether `obj`'s ownerReferences name the object of `uid`."""
+    return uid is not None and any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ())
+
+
 def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """What the operator reads of an object: all of it but managedFields, the bulk of its metadata."""
     metadata = {key: value for key, value in obj["metadata"].items() if key != "managedFields"}
@@ -170,8 +175,10 @@ class Cache:
         self._lock = threading.Lock()
 
     def observed(self, namespace: str, name: str, generation_hint: int | None = None) -> Observed:
+        stj = self.scaletrainjobs.get(namespace, name)
         return children_view(
             name,
+            stj["metadata"].get("uid") if stj else None,
             self.services.owned_by(namespace, name),
             self.jobs.owned_by(namespace, name),
             self.pods.owned_by(namespace, name),
@@ -213,13 +220,22 @@ class Cache:
 
 def children_view(
     name: str,
+    uid: str | None,
     services: list[dict[str, Any]],
     jobs: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     generation_hint: int | None,
 ) -> Observed:
     """A ScaleTrainJob's children as the decide layer sees them: its Service, its Jobs by gang generation
-    (those not being deleted), and the pods of the newest generation."""
+    (those not being deleted), and the pods of the newest generation. Found by label, kept only when
+    owned: a Service or Job whose ownerReferences name the ScaleTrainJob (`uid`), a pod owned by one of
+    those Jobs. Anyone can put the labels on an object; only the API server sets a uid, so a foreign
+    pod carrying a job's labels cannot fail its gang."""
+    if uid is not None:
+        services = [s for s in services if owned_by(s, uid)]
+        jobs = [j for j in jobs if owned_by(j, uid)]
+        job_uids = {j["metadata"].get("uid") for j in jobs}
+        pods = [p for p in pods if any(owned_by(p, job_uid) for job_uid in job_uids)]
     service = next((s for s in services if s["metadata"]["name"] == naming.service_name(name)), None)
     by_generation = {}
     for job in jobs:

@@ -23,8 +23,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..api import naming
-from .cache import Cache, version_of
-from .decision import ChildJobPatch, Decision, Event
+from .cache import Cache, owned_by, version_of
+from .decision import ChildJobPatch, Decision, Event, FailureReason
 from .peering import KOPF_GROUP, KOPF_VERSION
 from .reconcile import Observed
 
@@ -55,6 +55,54 @@ CLUSTER_KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "clusterk
 
 class Conflict(Exception):
     """A write's precondition failed: the object changed since the operator read it."""
+
+
+class ChildRejected(Exception):
+    """The API server refused a child for good (`refused`), or its name is held by an object the
+    ScaleTrainJob does not own: the job cannot run as specified."""
+
+    def __init__(self, reason: FailureReason, message: str):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+def server_message(error: ApiException) -> str:
+    """What the API server said (its Status message), else the HTTP reason."""
+    try:
+        return json.loads(error.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return f"{error.status} {error.reason}"
+
+
+def describe(error: Exception) -> str:
+    """An error in a line: an API answer's code and message (its str() holds every response header)."""
+    return f"{error.status} {server_message(error)}" if isinstance(error, ApiException) else str(error)
+
+
+class Leftover(Exception):
+    """A child's name is still held by the child of a deleted ScaleTrainJob of the same name (deleted and
+    created again): the garbage collector is about to remove it, so the reconcile is retried."""
+
+
+def of_predecessor(obj: dict[str, Any], child: dict[str, Any]) -> bool:
+    """Whether `obj` belongs to another ScaleTrainJob of the name that `child` belongs to."""
+    ours = next(ref for ref in child["metadata"].get("ownerReferences") or () if ref.get("controller"))
+    return obj["metadata"].get("deletionTimestamp") is not None or any(
+        ref.get("kind") == naming.KIND and ref.get("name") == ours["name"] and ref.get("uid") != ours["uid"]
+        for ref in obj["metadata"].get("ownerReferences") or ()
+    )
+
+
+def owner_uid(child: dict[str, Any]) -> str | None:
+    """The uid of the object that controls `child` (a rendered child: its ScaleTrainJob)."""
+    references = child["metadata"].get("ownerReferences") or ()
+    return next((ref.get("uid") for ref in references if ref.get("controller")), None)
+
+
+def refused(error: ApiException) -> bool:
+    """A 4xx that repeating the same request cannot fix: the object itself is wrong. Not a conflict, not
+    throttling, and not Forbidden, which RBAC or a ResourceQuota may lift (retried, with an Event)."""
+    return 400 <= error.status < 500 and error.status not in (403, 409, 429)
 
 
 @dataclass(frozen=True)
@@ -151,13 +199,28 @@ class Cluster:
             self.delete_stj(stj)
 
     def create_child(self, namespace: str, obj: dict[str, Any]) -> None:
-        resource, store = {"Service": (SERVICES, self.cache.services), "Job": (JOBS, self.cache.jobs)}[obj["kind"]]
+        """Create a rendered child. AlreadyExists is success when the object there is this ScaleTrainJob's
+        (an earlier reconcile made it), and NameConflict when it is not: it is never adopted."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        resource, store = {"Service": (SERVICES, self.cache.services), "Job": (JOBS, self.cache.jobs)}[kind]
         try:
             store.put(self._request("POST", resource.path(namespace), obj))
-            log.info("created %s %s/%s", obj["kind"], namespace, obj["metadata"]["name"])
+            log.info("created %s %s/%s", kind, namespace, name)
         except ApiException as error:
-            if error.status != 409:  # AlreadyExists: an earlier reconcile made it
+            if refused(error):
+                message = f"the API server refused {kind} {name}: {server_message(error)}"
+                raise ChildRejected("ChildRejected", message) from None
+            if error.status != 409:
                 raise
+            query = [("fieldSelector", f"metadata.name={name}")]
+            there = self._request("GET", resource.path(namespace), query=query)["items"]
+            if not there or owned_by(there[0], owner_uid(obj)):
+                return
+            if of_predecessor(there[0], obj):
+                message = f"{kind} {name} is an earlier ScaleTrainJob's of this name, not yet garbage-collected"
+                raise Leftover(message) from None
+            message = f"{kind} {name} already exists and does not belong to this ScaleTrainJob; it is left alone"
+            raise ChildRejected("NameConflict", message) from None
 
     def delete_child_job(self, namespace: str, name: str) -> None:
         """The gang's pods go with the Job (background propagation)."""
@@ -175,7 +238,13 @@ class Cluster:
 
     def patch_child_job(self, namespace: str, patch: ChildJobPatch) -> None:
         path = JOBS.path(namespace, patch.job)
-        self.cache.jobs.put(self._request("PATCH", path, {"spec": patch.spec}, content_type=MERGE_PATCH))
+        try:
+            self.cache.jobs.put(self._request("PATCH", path, {"spec": patch.spec}, content_type=MERGE_PATCH))
+        except ApiException as error:
+            if refused(error) and error.status != 404:  # gone: the next reconcile sees that
+                message = f"the API server refused a change to Job {patch.job}: {server_message(error)}"
+                raise ChildRejected("ChildRejected", message) from None
+            raise
 
     def patch_status(self, stj: ObjectRef, status: dict[str, Any]) -> None:
         """A merge patch of the status, refused (Conflict) if the ScaleTrainJob is no longer at the version

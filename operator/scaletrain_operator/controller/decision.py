@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-EventReason = Literal[
-    "Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed", "InvalidSpec", "LossNotFinite"
-]
+FailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict"]  # final failures decided outside the gang
+EventReason = (
+    Literal["Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed", "LossNotFinite", "ApiRetrying"]
+    | FailureReason
+)
 
 
 @dataclass(frozen=True)

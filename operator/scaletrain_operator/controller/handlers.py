@@ -34,10 +34,10 @@ from ..api import naming
 from ..api.models import parse_job
 from . import metrics
 from .cache import Cache, Key, Store
-from .cluster import Cluster, Conflict, ObjectRef, connect
-from .decision import Decision
+from .cluster import ChildRejected, Cluster, Conflict, ObjectRef, connect, describe
+from .decision import Decision, Event
 from .housekeeping import Housekeeping
-from .reconcile import Observed, decide, decide_invalid
+from .reconcile import Observed, decide, decide_failed, decide_invalid
 from .settings import OperatorConfig
 from .status import FINISHED
 from .workqueue import Outcome, WorkQueue
@@ -49,6 +49,7 @@ MANAGED_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGER}"
 CHILDREN = (("", "v1", "services"), ("batch", "v1", "jobs"), ("", "v1", "pods"))
 RECONCILE_WORKERS = 4  # reconciles run in parallel (of different jobs); each is a few API writes at most
 CHILD_FOLD_SECONDS = 0.5  # a burst of a job's child events within this becomes one reconcile (workqueue.py)
+RETRY_EVENT_AFTER = 3  # failed reconciles in a row before a Warning Event says so
 
 
 @kopf.on.startup()
@@ -66,7 +67,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     if "cluster" not in memo:
         memo.cluster = Cluster(connect(), timeout_seconds=config.request_timeout_seconds)
-    queue = WorkQueue(functools.partial(reconcile, memo.cluster), RECONCILE_WORKERS, recheck_delay=CHILD_FOLD_SECONDS)
+    queue = WorkQueue(
+        functools.partial(reconcile, memo.cluster),
+        RECONCILE_WORKERS,
+        recheck_delay=CHILD_FOLD_SECONDS,
+        on_error=functools.partial(report_failures, memo.cluster),
+    )
     memo.queue = queue
     queue.start()
     if config.metrics_port:
@@ -132,6 +138,15 @@ def reconcile(cluster: Cluster, job: Key) -> Outcome:
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
 
+def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception) -> None:
+    """After RETRY_EVENT_AFTER failed reconciles in a row (each retried after a backoff), a Warning Event
+    says why, once; it may not get through either, when the API server is what fails."""
+    if failures == RETRY_EVENT_AFTER:
+        message = f"reconciling failed {failures} times in a row and is retried with backoff: {describe(error)}"
+        uid = (cluster.cache.scaletrainjobs.get(*job) or {}).get("metadata", {}).get("uid")
+        cluster.post_event(ObjectRef(*job, uid), Event("Warning", "ApiRetrying", message))
+
+
 def _reconcile(cluster: Cluster, namespace: str, name: str) -> Outcome:
     cache, job, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
     raw = cache.scaletrainjobs.get(namespace, name)
@@ -193,8 +208,14 @@ def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
 
 
 def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Outcome:
+    """Apply `decision`; a child the API server refuses for good fails the job, with the server's reason."""
     if decision == Decision():
         return Outcome.SETTLED
-    cluster.apply(ObjectRef.of(raw), decision)
+    try:
+        cluster.apply(ObjectRef.of(raw), decision)
+    except ChildRejected as rejected:
+        status, generation = raw.get("status") or {}, raw["metadata"].get("generation")
+        decision = decide_failed(rejected.reason, rejected.message, status, generation, datetime.now(timezone.utc))
+        cluster.apply(ObjectRef.of(raw), decision)
     metrics.count(decision)
     return Outcome.ACTED

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import Counter, Histogram, start_http_server
 
-from .decision import Decision
+from .decision import Decision, FailureReason
 
 JOBS = Counter("scaletrain_jobs_total", "ScaleTrainJobs by outcome: created, succeeded, failed.", ["outcome"])
 RESTARTS = Counter("scaletrain_gang_restarts_total", "Gang restarts (after failures and spec changes).")
@@ -15,7 +17,9 @@ HOUSEKEEPING_FAILURES = Counter(
 )
 RECONCILE_SECONDS = Histogram("scaletrain_reconcile_seconds", "Time to reconcile one ScaleTrainJob.")
 
-OUTCOME_OF_EVENT = {"Created": "created", "Succeeded": "succeeded", "Failed": "failed", "InvalidSpec": "failed"}
+OUTCOME_OF_EVENT = {"Created": "created", "Succeeded": "succeeded", "Failed": "failed"} | {
+    reason: "failed" for reason in get_args(FailureReason)
+}
 
 
 def count(decision: Decision) -> None:

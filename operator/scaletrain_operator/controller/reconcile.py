@@ -11,7 +11,8 @@ decision. It reads as a list of steps:
 5. the gang policy (api/gang_policy.py) judges the pods: succeeded, failed, or restart;
 6. otherwise patch what the Job takes in place (suspend, deadline) and report the running status.
 
-An invalid spec gets its own decision (`decide_invalid`): Failed once, never retried.
+An invalid spec gets its own decision (`decide_invalid`), and so does a child the API server refuses
+(`decide_failed`): Failed once, never retried.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from ..api.gang_policy import Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import NodeCounts, ScaleTrainJob
 from ..api.render import generation_free, render_job, render_service
 from ..api.timestamps import timestamp
-from .decision import ChildJobPatch, Decision, Event
-from .status import StatusBuilder, condition
+from .decision import ChildJobPatch, Decision, Event, FailureReason
+from .status import StatusBuilder, bounded, condition
 
 SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
 SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
@@ -225,8 +226,17 @@ def decide_invalid(
 ) -> Decision:
     """A spec the CRD schema let through but the operator cannot run: Failed once, with every problem."""
     message = "invalid spec: " + "; ".join(str(p) for p in problems)
+    return decide_failed("InvalidSpec", message, stored_status, generation, now)
+
+
+def decide_failed(
+    reason: FailureReason, message: str, stored_status: Mapping[str, Any], generation: int | None, now: datetime
+) -> Decision:
+    """Failed once, for `reason`, with a condition and a Warning Event saying `message` (cut to the API's
+    limits): an invalid spec, or a child the API server refused (cluster.ChildRejected)."""
+    message = bounded(message)
     if stored_status.get("phase") == "Failed" and stored_status.get("message") == message:
         return Decision()
-    failed = condition("Failed", True, "InvalidSpec", message, now, generation)
+    failed = condition("Failed", True, reason, message, now, generation)
     status = {"phase": "Failed", "message": message, "conditions": [failed], "observedGeneration": generation}
-    return Decision(status=status, events=(Event("Warning", "InvalidSpec", message),))
+    return Decision(status=status, events=(Event("Warning", reason, message),))

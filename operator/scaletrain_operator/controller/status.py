@@ -11,6 +11,15 @@ from ..api.timestamps import timestamp
 
 FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
 EXCLUSIVE_PHASES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended")  # true exactly while in that phase
+MAX_MESSAGE = 32768  # metav1.Condition's message; the status message keeps to it too
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
+    """`message`, cut to `limit` characters with a note of how much was left out."""
+    if len(message) <= limit:
+        return message
+    cut = limit - 40  # room for the note
+    return message[:cut] + f"... ({len(message) - cut} more characters)"
 
 
 def condition(kind: str, status: bool, reason: str, message: str, now: datetime, generation: int | None) -> dict:
@@ -18,7 +27,7 @@ def condition(kind: str, status: bool, reason: str, message: str, now: datetime,
         type=kind,
         status="True" if status else "False",
         reason=reason,
-        message=message,
+        message=bounded(message),
         last_transition_time=now,
         observed_generation=generation,
     ).model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -55,7 +64,7 @@ class StatusBuilder:
         return {
             **self.fields,
             "phase": phase,
-            "message": message,
+            "message": bounded(message),
             "conditions": list(self.conditions.values()),
             "observedGeneration": self.generation,
         }

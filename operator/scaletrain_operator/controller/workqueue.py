@@ -13,6 +13,10 @@ A reconcile says how it went (`Outcome`). After one that acted, the job is looke
 `recheck_delay` (what it wrote may call for more, as its echo would), up to MAX_PASSES in a row. After one that found
 nothing to do, the job is settled: a trigger that brings no news (the watch echoing what the cache
 already holds) is dropped, because a reconcile would decide the same nothing again.
+
+A reconcile that raises (the API server failing or unreachable, a status patch refused with a 500) is
+run again after a backoff that doubles with each failure in a row, from RETRY_BASE_SECONDS up to
+RETRY_MAX_SECONDS, as controller-runtime's rate-limited requeue does; `on_error` hears of each failure.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ log = logging.getLogger(__name__)
 
 MAX_PASSES = 3  # reconciles in a row that each act; more means a decision that never settles
 IDLE_WAKEUP_SECONDS = 1.0  # how often an idle worker checks whether the queue was stopped
+RETRY_BASE_SECONDS, RETRY_MAX_SECONDS = 0.5, 60.0
+
+
+def retry_delay(failures: int) -> float:
+    """The backoff after `failures` failed reconciles in a row (1, 2, ...)."""
+    return min(RETRY_BASE_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
 
 
 class Outcome(enum.Enum):
@@ -37,11 +47,18 @@ class Outcome(enum.Enum):
     GONE = "the job is gone: forget it"
     ACTED = "acted: look again"
     WAITING = "wait for the next event"  # e.g. a newer version of the job is on its way
+    FAILED = "failed: try again after a backoff"
 
 
 class WorkQueue:
-    def __init__(self, reconcile: Callable[[Hashable], Outcome], workers: int = 4, recheck_delay: float = 0.0):
-        self._reconcile, self._recheck_delay = reconcile, recheck_delay
+    def __init__(
+        self,
+        reconcile: Callable[[Hashable], Outcome],
+        workers: int = 4,
+        recheck_delay: float = 0.0,
+        on_error: Callable[[Hashable, int, Exception], None] | None = None,
+    ):
+        self._reconcile, self._recheck_delay, self._on_error = reconcile, recheck_delay, on_error
         self._workers = [
             threading.Thread(target=self._work, name=f"reconcile-{n}", daemon=True) for n in range(workers)
         ]
@@ -55,6 +72,7 @@ class WorkQueue:
         self._again: dict[Hashable, float] = {}  # triggered while running: when the next run may start
         self._passes: dict[Hashable, int] = {}
         self._settled: set[Hashable] = set()
+        self._failures: dict[Hashable, int] = {}  # failed reconciles in a row
 
     def start(self) -> None:
         for worker in self._workers:
@@ -84,6 +102,7 @@ class WorkQueue:
         """`key` is gone (its ScaleTrainJob was deleted)."""
         with self._changed:
             self._settled.discard(key)
+            self._failures.pop(key, None)
 
     def _schedule(self, key: Hashable, due: float) -> None:
         if key in self._due and self._due[key] <= due:
@@ -121,6 +140,11 @@ class WorkQueue:
             previous = self._passes.pop(key, 0)
             passes = previous + 1 if outcome is Outcome.ACTED else 0
             due = self._again.pop(key, None)
+            if outcome is Outcome.FAILED:
+                retry = time.monotonic() + retry_delay(self._failures[key])
+                due = retry if due is None else min(due, retry)
+            else:
+                self._failures.pop(key, None)
             if outcome is Outcome.ACTED and passes < MAX_PASSES:
                 recheck = time.monotonic() + self._recheck_delay
                 due = recheck if due is None else min(due, recheck)
@@ -134,9 +158,17 @@ class WorkQueue:
                 self._settled.discard(key)
 
     def _reconcile_logged(self, key: Hashable) -> Outcome:
-        """An error is logged and left to the next event, as kopf does with a failing event handler."""
+        """An error is logged, counted and told to `on_error`; the key is retried after a backoff."""
         try:
             return self._reconcile(key)
-        except Exception:
-            log.exception("reconciling %s failed; the next event retries", key)
-            return Outcome.WAITING
+        except Exception as error:
+            with self._changed:
+                failures = self._failures[key] = self._failures.get(key, 0) + 1
+            log.warning("reconciling %s failed (%d in a row): %s; retrying in %.1f s",
+                        key, failures, error, retry_delay(failures), exc_info=True)  # fmt: skip
+            if self._on_error is not None:
+                try:
+                    self._on_error(key, failures, error)
+                except Exception:
+                    log.exception("reporting the failure of %s failed", key)
+            return Outcome.FAILED
