@@ -234,8 +234,16 @@ def test_owner_reference_needs_a_uid():
 
 def test_security_defaults_and_opt_out():
     children = _children(base_job())
-    assert _container(children)["securityContext"] == {"allowPrivilegeEscalation": False, "privileged": False}
+    assert _container(children)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert _pod(children)["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert _pod(children)["spec"]["automountServiceAccountToken"] is False  # the trainer calls no API
+    own_account = _pod(_children(base_job(serviceAccountName="trainer-sa")))["spec"]
+    assert own_account["serviceAccountName"] == "trainer-sa" and "automountServiceAccountToken" not in own_account
     root_image = _children(base_job(securityContext={"runAsNonRoot": False, "runAsUser": 0}))
     assert _pod(root_image)["spec"]["securityContext"] == {
         "runAsNonRoot": False,

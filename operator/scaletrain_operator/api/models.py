@@ -238,7 +238,9 @@ class ScaleTrainJobSpec(SpecModel):
         None, description="Scheduler that places the pods, e.g. a gang scheduler; default: default-scheduler."
     )
     service_account_name: str | None = Field(
-        None, description="ServiceAccount the pods run as; default: the namespace's default ServiceAccount."
+        None,
+        description="ServiceAccount the pods run as, with its token mounted; default: the namespace's default "
+        "ServiceAccount, without a token (the trainer does not call the API).",
     )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     env: list[EnvVar] = Field(default_factory=list, max_length=512, description="Extra env; overrides NCCL_* defaults.")
@@ -257,7 +259,8 @@ class ScaleTrainJobSpec(SpecModel):
     security_context: PodSecurity = Field(
         default_factory=PodSecurity,
         description="Security attributes of every pod (core/v1 PodSecurityContext); ScaleTrain adds seccompProfile "
-        "RuntimeDefault and forbids privilege escalation in the trainer.",
+        "RuntimeDefault, and the trainer container drops all capabilities and may not escalate privileges "
+        "(Pod Security restricted).",
     )
     pod_template: KubeObject | None = Field(
         None, description="A PodTemplateSpec merged under the rendered pod (sidecars, init containers, ...)."

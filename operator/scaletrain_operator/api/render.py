@@ -107,12 +107,20 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "resources": _resources(spec),
         "volumeMounts": [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in spec.volume_mounts]
         + [{"name": naming.SHM_VOLUME, "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+        "securityContext": TRAINER_SECURITY,
     }
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
     return container
 
+
+# Pod Security "restricted" for the trainer: no privilege, no capabilities, the runtime's seccomp profile.
+TRAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 # Env whose value differs between gang generations: the generation itself and the master's address.
 GENERATION_ENV = frozenset({"PET_MASTER_ADDR", "MASTER_ADDR", "SCALETRAIN_GENERATION"})
@@ -202,7 +210,10 @@ def _placement(spec: ScaleTrainJobSpec) -> dict[str, Any]:
         "schedulerName": spec.scheduler_name,
         "serviceAccountName": spec.service_account_name,
     }
-    return {key: value for key, value in placement.items() if value}
+    placement = {key: value for key, value in placement.items() if value}
+    if spec.service_account_name is None:  # the trainer needs no API access: no token in the pods
+        placement["automountServiceAccountToken"] = False
+    return placement
 
 
 def _pod_security(spec: ScaleTrainJobSpec) -> dict[str, Any]:
