@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from scaletrain_trainer.documents import DocumentError, load_documents
 from scaletrain_trainer.validation import Problem, ProblemsError
 
 from .api.crd import crd_yaml
@@ -33,9 +34,9 @@ def read_documents(path: str) -> list[Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"{path}: cannot read: {error}") from None
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML: {error}") from None
+        documents = load_documents(text, path)
+    except DocumentError as error:
+        raise InputError(str(error)) from None
     if not documents:
         raise InputError(f"{path}: no YAML document found")
     return documents

@@ -53,7 +53,7 @@ def test_load_from_env_and_from_file(tmp_path):
     "environ, fragment",
     [
         ({}, "no training config: pass --config FILE or set $SCALETRAIN_CONFIG"),
-        ({"SCALETRAIN_CONFIG": "{not json"}, "$SCALETRAIN_CONFIG is not valid YAML/JSON"),
+        ({"SCALETRAIN_CONFIG": "{not json"}, "$SCALETRAIN_CONFIG: not valid YAML"),
         (
             {"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "precison": "bf16"}'},
             "precison: unknown field; did you mean precision?",

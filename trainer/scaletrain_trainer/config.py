@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError
 
+from .documents import DocumentError, load_documents
 from .validation import (
     Problem,
     ProblemsError,
@@ -264,9 +264,10 @@ def load_training_config(path: str | None = None, environ: dict[str, str] | None
     else:
         raise ProblemsError([Problem((), f"no training config: pass --config FILE or set ${CONFIG_ENV}")])
     try:
-        data = yaml.safe_load(text)  # JSON is YAML, so one parser reads both
-    except yaml.YAMLError as error:
-        raise ProblemsError([Problem((), f"{origin} is not valid YAML/JSON: {error}")]) from None
+        documents = load_documents(text, origin)  # JSON is YAML, so one parser reads both
+    except DocumentError as error:
+        raise ProblemsError([Problem((), str(error))]) from None
+    data = documents[0] if documents else None
     if isinstance(data, dict) and data.get("kind") == "ScaleTrainJob":  # a whole job file: use its spec.training
         data = (data.get("spec") or {}).get("training")
     return parse_training_config(data)

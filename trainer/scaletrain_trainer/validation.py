@@ -45,9 +45,12 @@ def format_path(path: Iterable[PathPart]) -> str:
 
 
 class SpecModel(BaseModel):
-    """camelCase fields, unknown fields rejected, cross-field rules in `problems()`."""
+    """camelCase fields, strict types, unknown fields rejected, cross-field rules in `problems()`."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True)
+    # strict: no coercion the CRD would refuse ("2" for a number, true for 1, "yes" for a boolean).
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True, strict=True
+    )
 
     def problems(self) -> Iterator[Problem]:
         """Cross-field rules; yield a Problem per broken rule, with a path relative to this model."""

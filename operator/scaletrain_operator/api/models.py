@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, WithJsonSchema
 
 from scaletrain_trainer.config import TrainingConfig
 from scaletrain_trainer.validation import (
@@ -35,7 +35,7 @@ QUANTITY_PATTERN = (
 def _quantity(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
-    if not isinstance(value, str) or not re.match(QUANTITY_PATTERN, value):
+    if not isinstance(value, str) or not re.fullmatch(QUANTITY_PATTERN, value):  # "2Gi\n" is not one
         raise ValueError(f"{value!r} is not a Kubernetes quantity such as 2Gi, 500m or 4")
     return value
 
@@ -60,6 +60,8 @@ KubeObject = Annotated[
 ]
 
 LabelValue = Annotated[str, Field(max_length=63)]
+# An RFC 3339 time: the API server stores and serves it as a string, which strict validation would refuse.
+Timestamp = Annotated[datetime, Strict(False)]
 
 
 class Toleration(SpecModel):
@@ -192,6 +194,7 @@ class ScaleTrainJobSpec(SpecModel):
     )
     command: list[str] | None = Field(
         None,
+        min_length=1,
         description="Container command; default: the trainer's launcher, which checks the training config "
         "and then runs torchrun (its flags come from the rendered PET_* env).",
     )
@@ -349,6 +352,7 @@ class ScaleTrainJobSpec(SpecModel):
                     ("resources", section, self.gpu_resource), "set gpusPerNode instead of requesting GPUs here"
                 )
         yield from self._env_problems()
+        yield from self._pod_template_problems()
         yield from self._volume_problems()
 
     def _env_problems(self) -> Iterator[Problem]:
@@ -362,9 +366,33 @@ class ScaleTrainJobSpec(SpecModel):
                 yield Problem(("env", index, "name"), f"{var.name} is set twice; keep one")
             seen.add(var.name)
 
+    def _pod_template_problems(self) -> Iterator[Problem]:
+        """The shape of a PodTemplateSpec, as far as rendering reads it; its contents are the cluster's to
+        judge (docs/api.md)."""
+        template = self.pod_template or {}
+        for key in template.keys() - {"metadata", "spec"}:
+            yield Problem(("podTemplate", key), "unknown field; a pod template has metadata and spec")
+        for key in ("metadata", "spec"):
+            if key in template and not isinstance(template[key], dict):
+                yield Problem(("podTemplate", key), f"must be a mapping, not {type(template[key]).__name__}")
+        pod_spec = template.get("spec")
+        for key in ("containers", "initContainers", "volumes") if isinstance(pod_spec, dict) else ():
+            items = pod_spec.get(key, [])
+            if not isinstance(items, list):
+                yield Problem(("podTemplate", "spec", key), f"must be a list, not {type(items).__name__}")
+                continue
+            for index, item in enumerate(items):
+                if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                    yield Problem(("podTemplate", "spec", key, index), "must be a mapping with a name")
+
+    def _template_volume_names(self) -> set[str]:
+        pod_spec = (self.pod_template or {}).get("spec")
+        volumes = pod_spec.get("volumes") if isinstance(pod_spec, dict) else None
+        return {v.get("name") for v in volumes if isinstance(v, dict)} if isinstance(volumes, list) else set()
+
     def _volume_problems(self) -> Iterator[Problem]:
         names = [v.name for v in self.volumes]
-        template_names = {v.get("name") for v in (self.pod_template or {}).get("spec", {}).get("volumes", [])}
+        template_names = self._template_volume_names()
         for index, name in enumerate(names):
             if name == naming.SHM_VOLUME:
                 yield Problem(("volumes", index, "name"), f"{name} is reserved for /dev/shm; use shmSize to size it")
@@ -417,7 +445,7 @@ class Condition(SpecModel):
         description="The metadata.generation the condition was set from; older than the job's generation means "
         "out of date.",
     )
-    last_transition_time: datetime = Field(
+    last_transition_time: Timestamp = Field(
         description="When the condition last changed from one status to another (RFC 3339)."
     )
     reason: str = Field(
@@ -453,7 +481,7 @@ class Progress(SpecModel):
         ge=0,
         description="Estimated seconds until maxSteps, at the average step time since the trainer (re)started.",
     )
-    updated_at: datetime | None = Field(None, description="When rank 0 last logged progress (RFC 3339).")
+    updated_at: Timestamp | None = Field(None, description="When rank 0 last logged progress (RFC 3339).")
 
 
 class ScaleTrainJobStatus(SpecModel):
@@ -472,10 +500,10 @@ class ScaleTrainJobStatus(SpecModel):
     restarts: int = Field(0, ge=0, description="Gang restarts after failures (spec-change restarts not counted).")
     current_job: str | None = Field(None, description="The batch/v1 Job of the current gang generation.")
     nodes: NodeCounts = Field(default_factory=NodeCounts)
-    start_time: datetime | None = Field(
+    start_time: Timestamp | None = Field(
         None, description="When a pod of the job was first seen running (RFC 3339); kept across gang restarts."
     )
-    completion_time: datetime | None = Field(
+    completion_time: Timestamp | None = Field(
         None,
         description="When the job finished, Succeeded or Failed (RFC 3339); ttlSecondsAfterFinished counts from it.",
     )

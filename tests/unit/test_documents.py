@@ -1,0 +1,39 @@
+"""YAML read as Kubernetes reads it (trainer/scaletrain_trainer/documents.py), within the API server's
+limits: exponent numbers are numbers, and oversized or absurdly nested input is a clear error."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from scaletrain_trainer.documents import MAX_DOCUMENT_BYTES, DocumentError, load_documents
+
+
+def test_numbers_are_read_as_kubernetes_reads_them():
+    (document,) = load_documents("lr: 3e-4\nbig: 1E5\nplain: 10\nsigned: +1.5e+3\nquoted: '3e-4'\nword: e5\n", "x")
+    assert document == {"lr": 3e-4, "big": 1e5, "plain": 10, "signed": 1500.0, "quoted": "3e-4", "word": "e5"}
+    assert isinstance(document["plain"], int)
+
+
+def test_json_is_yaml():
+    assert load_documents('{"optimizer": {"eps": 1e-08}}', "x") == [{"optimizer": {"eps": 1e-8}}]
+
+
+def test_a_document_larger_than_the_api_server_takes_is_refused_before_parsing():
+    text = "a: " + "x" * MAX_DOCUMENT_BYTES
+    started = time.monotonic()
+    with pytest.raises(DocumentError, match=r"job\.yaml: \d+ bytes; the API server takes at most 3145728 bytes"):
+        load_documents(text, "job.yaml")
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ("{a: ", "}")])
+def test_absurd_nesting_is_an_error_not_a_traceback(opening, closing):
+    with pytest.raises(DocumentError, match="nested too deeply"):
+        load_documents(opening * 100_000 + closing * 100_000, "deep.yaml")
+
+
+def test_a_syntax_error_names_the_line_and_column():
+    with pytest.raises(DocumentError, match=r"(?s)bad\.yaml: not valid YAML: .*line 2, column 4"):
+        load_documents("a: 1\n  b: [\n", "bad.yaml")

@@ -1,0 +1,45 @@
+"""YAML documents read as the Kubernetes API reads them, with the API server's limits.
+
+PyYAML implements YAML 1.1, where `3e-4` (no dot) is a string; Kubernetes' YAML reader takes it as a
+number, and so do users who write `lr: 3e-4`. With strict types a string would be refused, so the
+reader here resolves such numbers as Kubernetes does. A document larger than the API server takes, or
+nested deeper than any real one, is refused before it is parsed further.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+MAX_DOCUMENT_BYTES = 3 * 1024 * 1024  # the API server's limit on a request body (about 3 MB)
+# Numbers with an exponent but no dot, or no sign in the exponent: floats in Kubernetes' YAML, strings in 1.1.
+EXPONENT_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
+
+
+class DocumentError(ValueError):
+    """A document that cannot be read; the message says where and why."""
+
+
+class KubernetesLoader(yaml.SafeLoader):
+    """yaml.SafeLoader plus the numbers Kubernetes' YAML reader accepts (EXPONENT_FLOAT)."""
+
+
+KubernetesLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
+
+
+def load_documents(text: str, origin: str) -> list[Any]:
+    """The non-empty YAML (or JSON) documents in `text`; DocumentError naming `origin`, the line and
+    column for a syntax error."""
+    size = len(text.encode("utf-8"))
+    if size > MAX_DOCUMENT_BYTES:
+        raise DocumentError(
+            f"{origin}: {size} bytes; the API server takes at most {MAX_DOCUMENT_BYTES} bytes per object"
+        )
+    try:
+        return [document for document in yaml.load_all(text, Loader=KubernetesLoader) if document is not None]
+    except yaml.YAMLError as error:
+        raise DocumentError(f"{origin}: not valid YAML: {error}") from None
+    except RecursionError:
+        raise DocumentError(f"{origin}: nested too deeply to be a ScaleTrainJob") from None
