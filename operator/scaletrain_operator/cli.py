@@ -57,6 +57,13 @@ def load_jobs(path: str) -> list[ScaleTrainJob]:
     return jobs
 
 
+def workdir(text: str) -> Path:
+    """--workdir: an empty one would be the current directory, which --fresh would clean."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a directory (it is empty); the default is scaletrain-runs/NAME")
+    return Path(text)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
@@ -145,9 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_local.add_argument("file", help="ScaleTrainJob YAML file (CPU jobs, or GPU jobs that fit this machine's GPUs)")
     run_local.add_argument(
-        "--workdir", type=Path, help="volumes, checkpoints and logs go here (default: scaletrain-runs/NAME)"
+        "--workdir", type=workdir, help="volumes, checkpoints and logs go here (default: scaletrain-runs/NAME)"
     )
-    run_local.add_argument("--fresh", action="store_true", help="delete the workdir first instead of resuming from it")
+    run_local.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete what an earlier run left in the workdir (its logs, volumes and pods) instead of resuming from it",
+    )
     run_local.set_defaults(handler=cmd_run_local)
 
     crd = commands.add_parser("crd", help="print the ScaleTrainJob CustomResourceDefinition")

@@ -246,6 +246,33 @@ def test_volumes_this_machine_cannot_provide_are_errors_naming_the_mount(tmp_pat
 
 
 @pytest.mark.parametrize(
+    ("volume", "mount", "problem"),
+    [
+        ({"name": "v", "emptyDir": {}}, {"name": "v", "mountPath": "/s", "subPath": "../../x"},
+         r"volumeMounts\[0\]\.subPath: '\.\./\.\./x' must be a relative path that stays inside its volume"),
+        ({"name": "v", "emptyDir": {}}, {"name": "v", "mountPath": "/s", "subPath": "/etc"},
+         r"volumeMounts\[0\]\.subPath: '/etc' must be a relative path"),
+        ({"name": "../../x", "emptyDir": {}}, {"name": "../../x", "mountPath": "/s"},
+         r"spec\.volumes\[0\]\.name: '\.\./\.\./x' is not a valid name"),
+        ({"name": "v", "persistentVolumeClaim": {"claimName": "../../x"}}, {"name": "v", "mountPath": "/s"},
+         r"spec\.volumes\[0\]\.persistentVolumeClaim\.claimName: '\.\./\.\./x' is not a valid name"),
+    ],
+)  # fmt: skip
+def test_nothing_a_pod_names_lands_outside_its_volumes(tmp_path, volume, mount, problem):
+    with pytest.raises(ProblemsError, match=problem):
+        mount_dirs(a_pod(volumes=[volume]), {"volumeMounts": [mount]}, VolumeDirs(tmp_path, tmp_path), CONTAINER)
+
+
+def test_a_training_config_path_that_climbs_out_of_its_volume_is_refused_naming_the_field():
+    config = {"checkpoint": {"dir": "/ckpt/../../../x"}}
+    env = [{"name": "SCALETRAIN_CONFIG", "value": json.dumps(config)}]
+    with pytest.raises(ProblemsError, match=r"spec\.training\.checkpoint\.dir: '/ckpt/\.\./\.\./\.\./x' leaves"):
+        relocate_config_env(env, {"/ckpt": Path("/w/ckpt")})
+    inside = [{"name": "SCALETRAIN_CONFIG", "value": json.dumps({"outputDir": "/ckpt/./a/../b"})}]
+    assert json.loads(relocate_config_env(inside, {"/ckpt": Path("/w/ckpt")})[0]["value"]) == {"outputDir": "/w/ckpt/b"}
+
+
+@pytest.mark.parametrize(
     ("working", "expected"),
     [
         (None, "rootfs"),  # the image's `/`, the container's own

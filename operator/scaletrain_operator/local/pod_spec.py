@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from scaletrain_trainer.config import CONFIG_ENV
 from scaletrain_trainer.validation import PathPart, Problem, ProblemsError
 
+from ..api.naming import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 from .expansion import expand
 
 Container = Mapping[str, Any]
@@ -132,8 +134,17 @@ def mount_dirs(
             kind = next((key for key in volume if key != "name"), "(none)")
             message = f"volume {volume['name']!r} is a {kind}; the local pod executor has {', '.join(VOLUME_KINDS)}"
             raise ProblemsError([Problem((*at, "name"), message)])
-        mounts[mount_path] = source / mount.get("subPath", "")
+        mounts[mount_path] = inside(source, mount.get("subPath", ""), (*at, "subPath"))
     return mounts
+
+
+def inside(directory: Path, relative: str, where: tuple) -> Path:
+    """`directory / relative`, refused (naming the field at `where`) when `relative` is absolute or
+    leaves `directory`, as Kubernetes refuses such a subPath: nothing may land outside a volume."""
+    parts = PurePosixPath(relative).parts
+    if relative.startswith("/") or ".." in parts:
+        raise ProblemsError([Problem(where, f"{relative!r} must be a relative path that stays inside its volume")])
+    return directory.joinpath(*parts)
 
 
 def volume_source(pod: Pod, volume: Mapping[str, Any], mount_path: str, dirs: VolumeDirs) -> Path | None:
@@ -141,22 +152,40 @@ def volume_source(pod: Pod, volume: Mapping[str, Any], mount_path: str, dirs: Vo
     /dev/shm is this machine's /dev/shm, which `shm_open` uses whatever a mount says), a
     persistentVolumeClaim in `claims/NAMESPACE/CLAIM` (one directory for every pod that claims it), a
     hostPath the path itself; None for other kinds."""
+    where = ("spec", "volumes", (pod["spec"].get("volumes") or []).index(volume))
     if "emptyDir" in volume:
         memory = (volume["emptyDir"] or {}).get("medium") == "Memory"
-        return Path(SHM_PATH) if memory and mount_path == SHM_PATH else dirs.pod / "volumes" / volume["name"]
+        if memory and mount_path == SHM_PATH:
+            return Path(SHM_PATH)
+        return dirs.pod / "volumes" / dns_name(volume["name"], (*where, "name"))
     if "persistentVolumeClaim" in volume:
-        namespace = pod["metadata"].get("namespace") or "default"
-        return dirs.claims / namespace / volume["persistentVolumeClaim"]["claimName"]
+        namespace = dns_name(pod["metadata"].get("namespace") or "default", ("metadata", "namespace"))
+        claim = volume["persistentVolumeClaim"]["claimName"]
+        return dirs.claims / namespace / dns_name(claim, (*where, "persistentVolumeClaim", "claimName"), subdomain=True)
     if "hostPath" in volume:
         return Path(volume["hostPath"]["path"])
     return None
 
 
-def under_mount(path: str, mounts: Mapping[str, Path]) -> Path | None:
-    """Where the container path `path` lies on this machine when it is under a mount, else None."""
+def dns_name(name: str, where: tuple, subdomain: bool = False) -> str:
+    """`name`, which becomes a directory here: refused unless a DNS label (subdomain: dotted labels), as
+    Kubernetes has volume, claim and namespace names; so never `..` or a path."""
+    pattern = DNS_1123_SUBDOMAIN if subdomain else DNS_1123_LABEL
+    if not re.fullmatch(pattern, name):
+        raise ProblemsError([Problem(where, f"{name!r} is not a valid name (lowercase letters, digits and -)")])
+    return name
+
+
+def under_mount(path: str, mounts: Mapping[str, Path], where: tuple = ()) -> Path | None:
+    """Where the container path `path` lies on this machine when it is under a mount, else None. The path
+    is normalised first, as the container's kernel would resolve it: `/ckpt/../../x` is not under
+    `/ckpt`, and one that names a mount but resolves outside it is refused, naming the field."""
+    normalized = posixpath.normpath(path)
     for mount_path, local in sorted(mounts.items(), key=lambda item: -len(item[0])):
-        if mount_path == "/" or path == mount_path or path.startswith(mount_path + "/"):
-            return local / path[len(mount_path) :].lstrip("/")
+        if mount_path == "/" or normalized == mount_path or normalized.startswith(mount_path + "/"):
+            return local / normalized[len(mount_path) :].lstrip("/")
+    if any(path == mount or path.startswith(mount + "/") for mount in mounts):
+        raise ProblemsError([Problem(where, f"{path!r} leaves the volume it names; resolved it is {normalized!r}")])
     return None
 
 
@@ -170,14 +199,14 @@ def working_dir(container: Container, mounts: Mapping[str, Path], rootfs: Path) 
     return under_mount(path, mounts) or rootfs / path.lstrip("/")
 
 
-def relocate(value: Any, mounts: Mapping[str, Path]) -> Any:
+def relocate(value: Any, mounts: Mapping[str, Path], where: tuple = ()) -> Any:
     """`value` (a training config) with every path under a mount path moved to its directory."""
     if isinstance(value, dict):
-        return {key: relocate(item, mounts) for key, item in value.items()}
+        return {key: relocate(item, mounts, (*where, key)) for key, item in value.items()}
     if isinstance(value, list):
-        return [relocate(item, mounts) for item in value]
+        return [relocate(item, mounts, (*where, index)) for index, item in enumerate(value)]
     if isinstance(value, str) and value.startswith("/"):
-        local = under_mount(value, mounts)
+        local = under_mount(value, mounts, where)
         return value if local is None else str(local)
     return value
 
@@ -187,8 +216,8 @@ def relocate_config_env(env_spec: Sequence[Mapping[str, Any]], mounts: Mapping[s
     trainer reads its checkpoint and output paths from there, and no mount puts them in place."""
     relocated = []
     for var in env_spec:
-        if var["name"] == CONFIG_ENV and "value" in var:
-            var = {**var, "value": json.dumps(relocate(json.loads(var["value"]), mounts))}
+        if var["name"] == CONFIG_ENV and "value" in var:  # its fields are named as spec.training's
+            var = {**var, "value": json.dumps(relocate(json.loads(var["value"]), mounts, ("spec", "training")))}
         relocated.append(dict(var))
     return relocated
 
