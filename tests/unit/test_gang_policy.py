@@ -36,6 +36,11 @@ CASES = [
      "maxRestarts (3) reached"),
     ("a config error is final", [pod(0, "Failed", EXIT_CONFIG_ERROR, 5, message="data.path: missing")], 0, {},
      Action.FAIL, "ConfigError", "demo-g0-0", "invalid training config, not retried. data.path: missing"),
+    ("a worker's config error under torchrun is final",
+     [pod(0, "Failed", 1, 5, message='{"result": "ConfigError", "problems": ["model.name: returned a dict"]}')], 0,
+     {}, Action.FAIL, "ConfigError", "demo-g0-0", "invalid training config, not retried"),
+    ("a plain exit 1 with another message restarts", [pod(0, "Failed", 1, 5, message='{"result": "Crashed"}')], 0,
+     {}, Action.RESTART, None, "demo-g0-0", "gang restart 1/3"),
     ("a passed deadline is final", [pod(0, "Running")], 0, {"job_failure": DEADLINE_EXCEEDED}, Action.FAIL,
      "DeadlineExceeded", None, "activeDeadlineSeconds (600) passed"),
     ("the deadline wins over the pods it killed", [pod(0, "Failed", 143, 5)], 0,
@@ -75,6 +80,8 @@ def test_the_root_cause_is_the_first_pod_to_finish_then_the_lowest_index():
 def test_the_job_exit_code_follows_the_verdict():
     assert judge([pod(0, "Succeeded", 0, 1), pod(1, "Succeeded", 0, 1)], LIMITS, 0).exit_code == 0
     assert judge([pod(0, "Failed", EXIT_CONFIG_ERROR, 1)], LIMITS, 0).exit_code == EXIT_CONFIG_ERROR
+    reported = pod(0, "Failed", 1, 1, message='{"result": "ConfigError"}')  # by a worker, under torchrun
+    assert judge([reported], LIMITS, 0).exit_code == EXIT_CONFIG_ERROR
     assert judge([pod(0, "Failed", 137, 1)], LIMITS, 3).exit_code == 137
     assert judge([pod(0, "Running")], LIMITS, 0, job_failure=DEADLINE_EXCEEDED).exit_code == 1
 

@@ -18,6 +18,7 @@ from scaletrain_trainer.data import IGNORE_INDEX, GlobalBatches, build_dataset, 
 from scaletrain_trainer.distributed import Runtime
 from scaletrain_trainer.loop import build_scheduler, train_step
 from scaletrain_trainer.metrics import MetricsReporter, write_termination_message
+from scaletrain_trainer.model import build_model
 from scaletrain_trainer.precision import resolve_precision
 from scaletrain_trainer.validation import ProblemsError
 from support.trainer_runs import free_port
@@ -208,6 +209,15 @@ def test_missing_data_file_and_bad_import_path_are_config_errors(tmp_path):
         build_dataset(DataConfig(source="text", path=str(tmp_path / "missing.txt")), ModelConfig(), seed=0)
     with pytest.raises(ProblemsError, match=r"data\.source: cannot import nowhere.module:make"):
         build_dataset(DataConfig(source="nowhere.module:make"), ModelConfig(), seed=0)
+
+
+def test_a_plugin_of_the_wrong_type_is_a_config_error_naming_the_field():
+    with pytest.raises(ProblemsError, match=r"data\.source: collections:OrderedDict returned OrderedDict, not a"):
+        build_dataset(DataConfig(source="collections:OrderedDict"), ModelConfig(), seed=0)
+    with pytest.raises(ProblemsError, match=r"model\.name: collections:OrderedDict returned OrderedDict, not a"):
+        build_model(ModelConfig(name="collections:OrderedDict"))
+    with pytest.raises(ProblemsError, match=r"data\.source: collections:namedtuple\(\*\*options\) failed"):
+        build_dataset(DataConfig(source="collections:namedtuple"), ModelConfig(), seed=0)
 
 
 # --- progress endpoint and termination message ---------------------------------------------------

@@ -12,7 +12,7 @@ import os
 import sys
 
 from .config import load_training_config
-from .exit_codes import EXIT_CONFIG_ERROR
+from .exit_codes import CONFIG_ERROR_RESULT, EXIT_CONFIG_ERROR
 from .metrics import write_termination_message
 from .validation import ProblemsError
 
@@ -42,7 +42,7 @@ def config_error(error: ProblemsError) -> int:
     """Print every problem on one short block, record it for the pod status, and exit EX_CONFIG."""
     lines = [str(p) if p.path else p.message for p in error.problems]
     print("scaletrain: invalid training config:\n  " + "\n  ".join(lines), file=sys.stderr)
-    write_termination_message({"result": "ConfigError", "problems": lines})
+    write_termination_message({"result": CONFIG_ERROR_RESULT, "problems": lines})
     return EXIT_CONFIG_ERROR
 
 

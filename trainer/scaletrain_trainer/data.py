@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .config import DataConfig, ModelConfig
-from .plugins import load_object
+from .plugins import build_from
 from .validation import Problem, ProblemsError
 
 IGNORE_INDEX = -100
@@ -74,7 +74,7 @@ def build_dataset(data: DataConfig, model: ModelConfig, seed: int) -> Dataset:
         if len(dataset) == 0:
             raise ProblemsError([Problem(("data", "path"), f"{path} has fewer than contextLength + 1 tokens")])
         return dataset
-    return load_object(data.source, ("data", "source"))(**data.options)
+    return build_from(data.source, ("data", "source"), data.options, Dataset, "a torch.utils.data.Dataset")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .plugins import load_object
+from .plugins import build_from
 
 
 class CausalSelfAttention(nn.Module):
@@ -84,8 +84,7 @@ class GPT(nn.Module):
 def build_model(config: ModelConfig) -> nn.Module:
     if config.name == "gpt":
         return GPT(config.vocab_size, config.context_length, config.layers, config.heads, config.width, config.dropout)
-    factory = load_object(config.name, ("model", "name"))
-    return factory(**config.options)
+    return build_from(config.name, ("model", "name"), config.options, nn.Module, "a torch.nn.Module")
 
 
 def count_parameters(model: nn.Module) -> int:

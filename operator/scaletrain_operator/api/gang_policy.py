@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR
+from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, is_config_error
 
 from . import naming
 from .models import ScaleTrainJobSpec
@@ -115,9 +115,12 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        """The job's exit code, as run-local returns it: 0, the root-cause pod's code, or 1."""
+        """The job's exit code, as run-local returns it: 0, 78 for a config error (also one a worker
+        reported under torchrun's exit code 1), the root-cause pod's code, or 1."""
         if self.action is Action.SUCCEED:
             return 0
+        if self.reason == "ConfigError":
+            return EXIT_CONFIG_ERROR
         if self.root_cause is not None and self.root_cause.exit_code:
             return self.root_cause.exit_code
         return 1
@@ -157,7 +160,7 @@ def judge(
     if cause is None and job_failure is None:
         return Verdict(Action.KEEP_RUNNING)
     what = cause.describe() if cause is not None else f"the gang's Job failed ({job_failure})"
-    if cause is not None and cause.exit_code == EXIT_CONFIG_ERROR:
+    if cause is not None and is_config_error(cause.exit_code, cause.message):
         message = f"{what}: invalid training config, not retried. {cause.message}".strip()
         return Verdict(Action.FAIL, message, "ConfigError", cause)
     if restarts >= limits.max_restarts:
