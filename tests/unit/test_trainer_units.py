@@ -4,6 +4,10 @@ checkpoint files, the progress endpoint, and the entry points' config errors."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -17,7 +21,12 @@ from scaletrain_trainer.config import CheckpointConfig, DataConfig, ModelConfig,
 from scaletrain_trainer.data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
 from scaletrain_trainer.distributed import Runtime
 from scaletrain_trainer.loop import build_scheduler, train_step
-from scaletrain_trainer.metrics import MetricsReporter, write_termination_message
+from scaletrain_trainer.metrics import (
+    MAX_CONNECTIONS,
+    REQUEST_TIMEOUT_SECONDS,
+    MetricsReporter,
+    write_termination_message,
+)
 from scaletrain_trainer.model import build_model
 from scaletrain_trainer.precision import resolve_precision
 from scaletrain_trainer.validation import ProblemsError
@@ -254,6 +263,27 @@ def test_a_diverged_loss_is_served_as_strict_json_null_and_flagged(tmp_path):
         progress = json.loads(body, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
         assert progress["loss"] is None and progress["lossFinite"] is False and progress["samplesPerSecond"] is None
     finally:
+        reporter.close()
+
+
+def test_idle_connections_cannot_pile_up_threads_and_only_get_is_served(tmp_path):
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    idle = []
+    try:
+        before = threading.active_count()
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]  # each says nothing
+        time.sleep(0.5)
+        assert threading.active_count() - before <= MAX_CONNECTIONS
+        time.sleep(REQUEST_TIMEOUT_SECONDS + 0.5)  # the idle ones have been dropped
+        progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert progress["maxSteps"] == 100
+        post = urllib.request.Request(f"http://127.0.0.1:{port}/progress", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError, match="501"):
+            urllib.request.urlopen(post, timeout=10)
+    finally:
+        for connection in idle:
+            connection.close()
         reporter.close()
 
 

@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 TERMINATION_LOG_ENV = "SCALETRAIN_TERMINATION_LOG"  # mirrors the container's terminationMessagePath
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps at most 4096 bytes
+REQUEST_TIMEOUT_SECONDS = 2.0  # for a client to send its request (the operator's reads take milliseconds)
+MAX_CONNECTIONS = 16  # served at once
 
 PROMETHEUS_GAUGES = {
     "step": ("scaletrain_step", "Optimizer steps completed."),
@@ -81,10 +83,41 @@ def finite_json(progress: dict[str, Any]) -> dict[str, Any]:
     return served
 
 
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_CONNECTIONS at once: a connection beyond that is closed at
+    once, so idle or slow clients cannot pile up threads in the trainer."""
+
+    daemon_threads = True
+    request_queue_size = 64  # connections waiting to be accepted (and then served or closed)
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 def _start_server(port: int, reporter: MetricsReporter) -> ThreadingHTTPServer | None:
-    """Serve /progress (JSON) and /metrics (Prometheus). Best effort: a busy port must not stop training."""
+    """Serve /progress (JSON) and /metrics (Prometheus), GET only (other methods get 501). Best effort:
+    a busy port must not stop training."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_SECONDS  # a client that sends its request slowly, or never, is dropped
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             if self.path == "/progress":
                 body, content_type = json.dumps(finite_json(reporter.progress())).encode(), "application/json"
@@ -103,11 +136,10 @@ def _start_server(port: int, reporter: MetricsReporter) -> ThreadingHTTPServer |
             pass
 
     try:
-        server = ThreadingHTTPServer(("", port), Handler)
+        server = BoundedHTTPServer(("", port), Handler)
     except OSError as error:
         log.warning("progress endpoint disabled: cannot listen on port %d: %s", port, error)
         return None
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="progress-server", daemon=True).start()
     log.info("serving progress on :%d/progress and Prometheus metrics on :%d/metrics", port, port)
     return server
