@@ -10,9 +10,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.render import render_job
 from scaletrain_operator.controller import rbac
 from scaletrain_operator.controller.main import build_parser
 from support.chart import CHART, RELEASE_NAMESPACE, load_chart, of_kind, render
+from support.jobs import base_job
 from support.kube_schema import schema_errors
 
 # Chart.yaml's kubeVersion floor (the CRD's CEL rules use fieldPath and reason, new in 1.28), and the newest.
@@ -26,6 +29,7 @@ VALUES = {
         "metrics": {"enabled": False},
     },
     "monitored": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}},
+    "network-policy": {"watchNamespaces": ["team-a", "team-b"], "networkPolicy": {"enabled": True}},
 }
 STANDARD_LABELS = (
     "app.kubernetes.io/name",
@@ -159,6 +163,27 @@ def test_metrics_service_and_service_monitor_select_the_operator(chart):
     assert of_kind(render(chart, {}), "ServiceMonitor") == []  # off by default: needs the Prometheus Operator
 
 
+def test_the_network_policy_admits_the_jobs_own_pods_and_the_operator_on_the_metrics_port(chart):
+    objects = render(chart, VALUES["network-policy"])
+    policies = of_kind(objects, "NetworkPolicy")
+    assert [policy["metadata"]["namespace"] for policy in policies] == ["team-a", "team-b"]
+    trainer_pod = render_job(parse_job(base_job()), 0)["spec"]["template"]["metadata"]["labels"]
+    (deployment,) = of_kind(objects, "Deployment")
+    operator_pod = deployment["spec"]["template"]["metadata"]["labels"]
+    spec = policies[0]["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= trainer_pod.items()  # what it protects: trainer pods
+    from_trainers, from_operator = spec["ingress"]
+    assert from_trainers["from"][0]["podSelector"]["matchLabels"].items() <= trainer_pod.items()
+    assert from_operator["from"][0]["podSelector"]["matchLabels"].items() <= operator_pod.items()
+    assert from_operator["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": RELEASE_NAMESPACE
+    }
+    assert from_operator["ports"] == [{"protocol": "TCP", "port": 9400}]
+    elsewhere = render(chart, {"networkPolicy": {"enabled": True, "namespaces": ["ml"]}})  # cluster-wide operator
+    assert [p["metadata"]["namespace"] for p in of_kind(elsewhere, "NetworkPolicy")] == ["ml"]
+    assert of_kind(render(chart, {}), "NetworkPolicy") == []  # off by default
+
+
 @pytest.mark.parametrize(
     ("values", "error", "names"),
     [
@@ -167,6 +192,8 @@ def test_metrics_service_and_service_monitor_select_the_operator(chart):
         ({"watchNamespaces": ["Team_A"]}, helm_python.HelmValuesError, "/watchNamespaces/0"),
         ({"replicaCount": 3, "peering": {"enabled": False, "name": "x"}}, helm_python.HelmRenderError, "peering"),
         ({"metrics": {"port": 8081}}, helm_python.HelmRenderError, "livenessPort must differ"),
+        ({"networkPolicy": {"enabled": True}}, helm_python.HelmRenderError, "set networkPolicy.namespaces"),
+        ({"networkPolicy": {"enabled": True, "namespaces": ["A"]}}, helm_python.HelmValuesError, "/networkPolicy"),
     ],
 )
 def test_bad_values_are_refused_with_the_field_named(chart, values, error, names):
