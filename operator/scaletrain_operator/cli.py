@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from scaletrain_trainer.documents import DocumentError, load_documents
+from scaletrain_trainer.documents import DocumentError, load_documents, read_bounded
 from scaletrain_trainer.validation import Problem, ProblemsError
 
 from .api.crd import crd_yaml
@@ -30,11 +30,14 @@ class InputError(Exception):
 def read_documents(path: str) -> list[Any]:
     """The YAML documents in `path` ("-" for stdin), skipping empty ones."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    try:
+        if path == "-":
+            text = read_bounded(getattr(sys.stdin, "buffer", sys.stdin), "stdin")
+        else:
+            with Path(path).open("rb") as file:
+                text = read_bounded(file, path)
         documents = load_documents(text, path)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
     except DocumentError as error:
         raise InputError(str(error)) from None
     if not documents:

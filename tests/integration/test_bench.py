@@ -35,6 +35,12 @@ def test_gpu_benchmark_code_path_runs_on_cpu(tmp_path):
     assert set(report["results"]) == {"fp32", "bf16"} and report["bf16Speedup"] > 0
 
 
+def test_hostile_inputs_are_all_refused_without_a_traceback_within_the_memory_target(tmp_path):
+    report = _bench("hostile_inputs.py", tmp_path)
+    assert report["cases"] >= 150 and report["tracebacks"] == [] and report["accepted"] == []
+    assert report["largestPeak"]["peakBytes"] <= 300 * 2**20  # bytes, not a timing: the seconds are in the report
+
+
 def test_operator_scale_benchmark_runs(tmp_path, control_plane):
     """In this process, on the session's control plane: a second one would only add its start-up."""
     spec = importlib.util.spec_from_file_location("operator_scale", REPO / "bench" / "operator_scale.py")

@@ -252,12 +252,12 @@ def test_a_non_finite_loss_is_reported_as_such_never_as_nan(team):
 
 
 def test_a_child_the_api_server_refuses_fails_the_job_with_the_servers_message(team):
-    # Passes the CRD and the operator's checks today; the API server refuses the Job (requests > limits).
-    team.submit("refused", resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})
+    # Passes the CRD and the operator's checks (an env source is the cluster's to judge); the Job is refused.
+    team.submit("refused", env=[{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.nonsense"}}}])
     status = team.wait_phase("refused", "Failed")["status"]
     failed = condition({"status": status}, "Failed")
     assert failed["reason"] == "ChildRejected" and "the API server refused Job refused-g0" in failed["message"]
-    assert "must be less than or equal to cpu limit" in failed["message"]
+    assert "error converting fieldPath: field label not supported: metadata.nonsense" in failed["message"]
     assert [reason for kind, reason, _ in team.events("refused") if kind == "Warning"] == ["ChildRejected"]
 
 

@@ -80,6 +80,7 @@ class HostileServer:
         self.sent = 0  # bytes the reader took
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)  # accept() wakes up to notice the server stopping
         self.port = self._listener.getsockname()[1]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"hostile-{shape}", daemon=True)
@@ -94,7 +95,6 @@ class HostileServer:
         self._thread.join(timeout=5)
 
     def _serve(self) -> None:
-        self._listener.settimeout(0.1)
         while not self._stop.is_set():
             try:
                 connection, _ = self._listener.accept()

@@ -9,11 +9,12 @@ nested deeper than any real one, is refused before it is parsed further.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 import yaml
 
 MAX_DOCUMENT_BYTES = 3 * 1024 * 1024  # the API server's limit on a request body (about 3 MB)
+MAX_DEPTH = 100  # nested mappings and lists; a real ScaleTrainJob has about 10
 # Numbers with an exponent but no dot, or no sign in the exponent: floats in Kubernetes' YAML, strings in 1.1.
 EXPONENT_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
@@ -22,7 +23,7 @@ class DocumentError(ValueError):
     """A document that cannot be read; the message says where and why."""
 
 
-class KubernetesLoader(yaml.SafeLoader):
+class KubernetesLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser when there is one
     """yaml.SafeLoader plus the numbers Kubernetes' YAML reader accepts (EXPONENT_FLOAT)."""
 
 
@@ -38,8 +39,36 @@ def load_documents(text: str, origin: str) -> list[Any]:
             f"{origin}: {size} bytes; the API server takes at most {MAX_DOCUMENT_BYTES} bytes per object"
         )
     try:
+        check_depth(text, origin)
         return [document for document in yaml.load_all(text, Loader=KubernetesLoader) if document is not None]
     except yaml.YAMLError as error:
         raise DocumentError(f"{origin}: not valid YAML: {error}") from None
-    except RecursionError:
-        raise DocumentError(f"{origin}: nested too deeply to be a ScaleTrainJob") from None
+
+
+def check_depth(text: str, origin: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH, from the parser's events as they come: building the
+    objects first would take a long time and end in a RecursionError."""
+    depth = 0
+    for event in yaml.parse(text, Loader=KubernetesLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                where = f"line {mark.line + 1}, column {mark.column + 1}"
+                raise DocumentError(f"{origin}: nested more than {MAX_DEPTH} levels deep at {where}")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def read_bounded(stream: BinaryIO | TextIO, origin: str) -> str:
+    """At most MAX_DOCUMENT_BYTES of `stream` (bytes as UTF-8, or text): a larger input is refused
+    without reading it all."""
+    data = stream.read(MAX_DOCUMENT_BYTES + 1)
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="surrogateescape")
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise DocumentError(f"{origin}: over {MAX_DOCUMENT_BYTES} bytes; the API server takes at most that per object")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DocumentError(f"{origin}: not UTF-8: {error}") from None

@@ -24,7 +24,7 @@ from scaletrain_trainer.validation import (
     with_cel_rules,
 )
 
-from . import naming
+from . import kube_rules, naming
 
 # Kubernetes' resource.Quantity, as its own OpenAPI schema spells it.
 QUANTITY_PATTERN = (
@@ -354,6 +354,7 @@ class ScaleTrainJobSpec(SpecModel):
         yield from self._env_problems()
         yield from self._pod_template_problems()
         yield from self._volume_problems()
+        yield from self._kubernetes_problems()
 
     def _env_problems(self) -> Iterator[Problem]:
         seen: set[str] = set()
@@ -384,6 +385,28 @@ class ScaleTrainJobSpec(SpecModel):
             for index, item in enumerate(items):
                 if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                     yield Problem(("podTemplate", "spec", key, index), "must be a mapping with a name")
+
+    def _kubernetes_problems(self) -> Iterator[Problem]:
+        """Kubernetes' rules for what the pods get, which the API server would apply to the Job."""
+        sections = {"requests": self.resources.requests, "limits": self.resources.limits}
+        yield from kube_rules.resources_problems(sections, ("resources",))
+        yield from kube_rules.labels_problems(self.node_selector, ("nodeSelector",))
+        if self.queue_name is not None and (problem := kube_rules.label_value(self.queue_name)):
+            yield Problem(("queueName",), problem)  # it becomes the Job's kueue.x-k8s.io/queue-name label
+        names = {
+            "priorityClassName": self.priority_class_name,
+            "serviceAccountName": self.service_account_name,
+            "schedulerName": self.scheduler_name,
+        }
+        yield from kube_rules.name_problems(names)
+        yield from kube_rules.mounts_problems(self.volume_mounts, ("volumeMounts",))
+        for index, volume in enumerate(self.volumes):
+            yield from kube_rules.volume_source_problems(volume.model_extra or {}, ("volumes", index))
+        for index, toleration in enumerate(self.tolerations):
+            if toleration.key and (problem := kube_rules.qualified_name(toleration.key)):
+                yield Problem(("tolerations", index, "key"), problem)
+        if isinstance(self.pod_template, dict):
+            yield from kube_rules.metadata_problems(self.pod_template.get("metadata"), ("podTemplate", "metadata"))
 
     def _template_volume_names(self) -> set[str]:
         pod_spec = (self.pod_template or {}).get("spec")
@@ -526,6 +549,11 @@ class ScaleTrainJob(SpecModel):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+    def problems(self) -> Iterator[Problem]:
+        """Its labels and annotations, as the API server checks them (the CRD's schema cannot)."""
+        metadata = {"labels": self.metadata.labels, "annotations": self.metadata.annotations}
+        yield from kube_rules.metadata_problems(metadata, ("metadata",))
 
 
 def parse_job(document: Any) -> ScaleTrainJob:
