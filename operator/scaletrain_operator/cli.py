@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from scaletrain_trainer.validation import Problem, ProblemsError
 
 from .api.crd import crd_yaml
 from .api.models import ScaleTrainJob, parse_job
-from .api.naming import MAX_RESTARTS
+from .api.naming import DNS_1123_LABEL, MAX_RESTARTS
 from .api.render import render_children
 
 EXIT_INVALID = 1
@@ -60,6 +61,13 @@ def load_jobs(path: str) -> list[ScaleTrainJob]:
     return jobs
 
 
+def namespace(text: str) -> str:
+    """-n: a namespace name is a DNS label."""
+    if len(text) > 63 or not re.fullmatch(DNS_1123_LABEL, text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (a DNS label: a-z, 0-9 and -)")
+    return text
+
+
 def workdir(text: str) -> Path:
     """--workdir: an empty one would be the current directory, which --fresh would clean."""
     if not text.strip():
@@ -72,13 +80,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             jobs = load_jobs(path)
-        except InputError as error:
+        except InputError as error:  # as render and run-local: an input that is not a job at all
             print(f"scaletrain: {error}", file=sys.stderr)
-            status = EXIT_INVALID
+            status = max(status, EXIT_USAGE)
             continue
         except ProblemsError as error:
             _print_problems(path, error.problems)
-            status = EXIT_INVALID
+            status = max(status, EXIT_INVALID)
             continue
         for job in jobs:
             spec = job.spec
@@ -140,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = commands.add_parser("render", help="print the Kubernetes objects the operator creates for a job")
     render.add_argument("file", help="ScaleTrainJob YAML file, or - for stdin")
-    render.add_argument("-n", "--namespace", help="namespace of the children (default: the job's, else default)")
+    render.add_argument(
+        "-n", "--namespace", type=namespace, help="namespace of the children (default: the job's, else default)"
+    )
     render.add_argument(
         "--generation", type=_generation, default=0, help="gang restart generation to render (default 0)"
     )

@@ -114,10 +114,27 @@ def test_unparseable_input_gets_a_clear_error(tmp_path, text, fragment):
         assert fragment in result.stderr and "Traceback" not in result.stderr
 
 
-def test_missing_file_is_a_clear_error():
-    result = run_cli("validate", "/nonexistent/job.yaml")
-    assert result.returncode != 0
-    assert "/nonexistent/job.yaml: cannot read" in result.stderr and "Traceback" not in result.stderr
+def test_an_unreadable_or_garbled_file_exits_2_in_every_command(tmp_path):
+    garbled = tmp_path / "garbled.yaml"
+    garbled.write_text("spec: [unclosed\n")
+    for command in ("validate", "render", "run-local"):
+        missing = run_cli(command, "/nonexistent/job.yaml")
+        assert missing.returncode == 2, command
+        assert "/nonexistent/job.yaml: cannot read" in missing.stderr and "Traceback" not in missing.stderr
+        unparsable = run_cli(command, str(garbled))
+        assert (
+            unparsable.returncode == 2
+            and "not valid YAML" in unparsable.stderr
+            and "line 2, column" in unparsable.stderr
+        )
+
+
+def test_render_refuses_a_namespace_that_is_not_one(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(base_job()))
+    result = run_cli("render", str(path), "-n", "Bad NS/../x")
+    assert result.returncode == 2 and "'Bad NS/../x' is not a namespace name" in result.stderr
+    assert result.stdout == ""
 
 
 def test_multi_document_file_names_the_document(tmp_path):
