@@ -16,6 +16,7 @@ from scaletrain_operator.api.render import render_job
 from support.control_plane import wait_for
 from support.jobs import REPO, base_job
 from support.kube import Kube
+from support.operator_harness import Team, install_watching, operator_process
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -71,3 +72,19 @@ def test_a_privileged_sidecar_from_pod_template_is_refused_by_the_cluster(restri
     refusal = admission_refusal(kube, namespace, pod_of(document, namespace))
     assert refusal is not None and 'violates PodSecurity "restricted:latest"' in refusal
     assert 'container "debug" must not set securityContext.privileged=true' in refusal
+
+
+def test_pods_the_cluster_refuses_show_on_the_job_with_its_reason(control_plane, restricted, tmp_path):
+    """The Job controller cannot create a privileged sidecar's pods in a restricted namespace; its
+    reason, otherwise only in the Job's Events, becomes the job's PodCreationFailed condition."""
+    kube, namespace = restricted
+    install = install_watching(control_plane, namespace, tmp_path)
+    with operator_process(install, "--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0"):
+        team = Team(kube, namespace)
+        sidecar = {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
+        team.submit("sidecar", podTemplate={"spec": {"containers": [sidecar]}})
+        failed = team.wait_condition("sidecar", "PodCreationFailed")
+        assert failed["reason"] == "FailedCreate" and 'violates PodSecurity "restricted:latest"' in failed["message"]
+        assert team.stj("sidecar")["status"]["phase"] == "Pending"  # the namespace may yet allow it
+        warnings = [message for kind, reason, message in team.events("sidecar") if reason == "PodCreationFailed"]
+        assert len(warnings) == 1 and "the Job sidecar-g0: " in warnings[0]

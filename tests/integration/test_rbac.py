@@ -33,6 +33,16 @@ def run_every_kind_of_change(team: Team) -> None:
     team.patch_stj("paused", {"spec": {"suspend": True}})  # patch the Job
     team.wait_phase("paused", "Suspended")
 
+    # A quota the Job controller cannot create pods under: its FailedCreate Events are read (list events).
+    no_pods = {"hard": {"pods": "0"}}
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"}, "spec": no_pods}
+    team.kube.create("resourcequotas", quota, team.namespace)
+    counted = lambda: team.kube.get("resourcequotas", team.namespace, "no-pods").get("status", {}).get("hard")  # noqa: E731
+    team.kube.wait_until(counted)  # its controller has counted: from now on the quota is enforced
+    team.submit("refused")
+    refused = team.wait_condition("refused", "PodCreationFailed")
+    assert refused["reason"] == "FailedCreate" and "forbidden" in refused["message"]
+
 
 @pytest.mark.parametrize("clusterwide", [False, True], ids=["namespaced", "clusterwide"])
 def test_the_rbac_table_allows_exactly_the_calls_the_operator_makes(clusterwide, control_plane, namespace, tmp_path):

@@ -40,8 +40,9 @@ KUBERNETES_VERSION = "v1.37.2"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 # The controllers the tests rely on: Jobs get pods, deletes cascade, namespaces empty out, every
 # namespace gets its `default` ServiceAccount (pods need it) and token secrets, pods can mount
-# kube-root-ca.crt, pods left on a deleted fake Node are cleaned up, and a PersistentVolumeClaim binds
-# to its PersistentVolume (the scheduler holds back pods with unbound claims).
+# kube-root-ca.crt, pods left on a deleted fake Node are cleaned up, a PersistentVolumeClaim binds
+# to its PersistentVolume (the scheduler holds back pods with unbound claims), and a ResourceQuota
+# counts what it limits (its admission plugin enforces only a quota whose usage is known).
 CONTROLLERS = (
     "job-controller",
     "garbage-collector-controller",
@@ -51,6 +52,7 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "pod-garbage-collector-controller",
     "persistentvolume-binder-controller",
+    "resourcequota-controller",
 )
 PORTS = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"

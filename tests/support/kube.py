@@ -50,6 +50,7 @@ RESOURCES = {
     "leases": Resource("coordination.k8s.io/v1", "leases"),
     "configmaps": Resource("v1", "configmaps"),
     "secrets": Resource("v1", "secrets"),
+    "resourcequotas": Resource("v1", "resourcequotas"),
     "persistentvolumeclaims": Resource("v1", "persistentvolumeclaims"),
     "persistentvolumes": Resource("v1", "persistentvolumes", namespaced=False),
     "priorityclasses": Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False),

@@ -166,6 +166,13 @@ class Team:
             lambda: check(status := (self.stj(name) or {}).get("status") or {}) and status, timeout
         )
 
+    def wait_condition(self, name: str, kind: str, status: str = "True", timeout: float = TIMEOUT) -> dict[str, Any]:
+        """The job's condition `kind` once it has `status`."""
+        found = self.wait_status(
+            name, lambda s: any(c["type"] == kind and c["status"] == status for c in s.get("conditions") or []), timeout
+        )
+        return next(c for c in found["conditions"] if c["type"] == kind)
+
     def children(self, name: str, kind: str) -> list[dict[str, Any]]:
         return self.kube.list(kind, self.namespace, label_selector=f"{naming.LABEL_JOB_NAME}={name}")
 

@@ -450,7 +450,7 @@ class ObjectMeta(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "PodCreationFailed"]
 Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 
@@ -459,7 +459,8 @@ class Condition(SpecModel):
 
     type: ConditionType = Field(
         description="Type of condition: Created (the gang was started), Running, Restarting and Suspended (True while "
-        "in that phase), Succeeded or Failed (final)."
+        "in that phase), Succeeded or Failed (final), PodCreationFailed (True while the Job controller cannot "
+        "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition: True, False or Unknown.")
     observed_generation: int | None = Field(

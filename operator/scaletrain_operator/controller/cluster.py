@@ -276,6 +276,14 @@ class Cluster:
         if (held := self.cache.scaletrainjobs.get(stj.namespace, stj.name)) is not None:
             self.cache.scaletrainjobs.delete(held)
 
+    def pod_creation_failure(self, namespace: str, child_job: str) -> str | None:
+        """The message of the newest FailedCreate Event the Job controller posted on `child_job` (why it
+        cannot create the gang's pods: an admission refusal, a quota), or None."""
+        selector = f"involvedObject.kind=Job,involvedObject.name={child_job},reason=FailedCreate"
+        events = self._request("GET", EVENTS.path(namespace), query=[("fieldSelector", selector)])["items"]
+        newest = max(events, key=lambda event: event.get("lastTimestamp") or event.get("eventTime") or "", default=None)
+        return newest.get("message") if newest else None
+
     def peering_status(self, name: str, namespaces: list[str]) -> dict[str, Any] | None:
         """The peers recorded in kopf's peering object `name`: the ClusterKopfPeering of a cluster-wide
         operator, else the KopfPeering of its first namespace (every namespace has the same peers)."""

@@ -8,7 +8,17 @@ from typing import Any, Literal
 
 FailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict"]  # final failures decided outside the gang
 EventReason = (
-    Literal["Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed", "LossNotFinite", "ApiRetrying"]
+    Literal[
+        "Created",
+        "Running",
+        "Suspended",
+        "Restarting",
+        "Succeeded",
+        "Failed",
+        "LossNotFinite",
+        "ApiRetrying",
+        "PodCreationFailed",
+    ]
     | FailureReason
 )
 

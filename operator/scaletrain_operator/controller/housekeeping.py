@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from scaletrain_trainer.validation import ProblemsError
@@ -25,11 +25,14 @@ from . import metrics, peering
 from .cluster import Cluster, Conflict, ObjectRef
 from .decision import Event
 from .settings import OperatorConfig
+from .status import bounded, condition
 from .ttl import decide_ttl
 
 log = logging.getLogger(__name__)
 
 PROGRESS_READERS = 8  # reads at once; each is bounded by progress_timeout_seconds
+POD_CREATION_FAILED = "PodCreationFailed"
+POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; after that, a missing one has a reason
 
 
 class Housekeeping:
@@ -61,6 +64,8 @@ class Housekeeping:
         for raw in jobs:
             if phase_of(raw) != "Running":
                 isolated("ttl", raw, self.expire)
+            if phase_of(raw) in ("Pending", "Running"):
+                isolated("pods", raw, self.report_pod_creation)
         if running:
             with ThreadPoolExecutor(min(len(running), PROGRESS_READERS), thread_name_prefix="progress") as readers:
                 for raw in running:
@@ -86,6 +91,43 @@ class Housekeeping:
             self.cluster.apply(ObjectRef.of(raw), decision)
         except Conflict as stale:
             log.info("TTL not applied: %s", stale)
+
+    def report_pod_creation(self, raw: dict[str, Any]) -> None:
+        """While the gang's Job lacks pods, why: the Job controller's newest FailedCreate Event (Pod
+        Security admission, a quota) becomes the condition PodCreationFailed and a Warning Event, which
+        nothing else would show on the job; once the pods are there the condition turns False."""
+        metadata, status = raw["metadata"], raw.get("status") or {}
+        namespace, current_job = metadata["namespace"], status.get("currentJob")
+        child = self.cluster.cache.jobs.get(namespace, current_job) if current_job else None
+        if child is None or (child.get("spec") or {}).get("suspend"):
+            return
+        held = next((c for c in status.get("conditions") or [] if c["type"] == POD_CREATION_FAILED), None)
+        pods = self.cluster.cache.observed(namespace, metadata["name"]).pods
+        if len(pods) >= (raw.get("spec") or {}).get("nodes", 1):
+            message = None
+        elif datetime.now(timezone.utc) - parse_timestamp(child["metadata"]["creationTimestamp"]) < POD_CREATION_GRACE:
+            return  # the Job controller is still at it
+        else:
+            message = self.cluster.pod_creation_failure(namespace, current_job)
+        said = held["message"] if held is not None and held["status"] == "True" else None  # what the job shows
+        if said == (bounded(message) if message is not None else None):
+            return
+        now, generation = datetime.now(timezone.utc), metadata.get("generation")
+        if message is None:
+            update = condition(
+                POD_CREATION_FAILED, False, "PodsCreated", "the gang's pods were created", now, generation
+            )
+        else:
+            update = condition(POD_CREATION_FAILED, True, "FailedCreate", message, now, generation)
+        others = [c for c in status.get("conditions") or [] if c["type"] != POD_CREATION_FAILED]
+        where = ObjectRef.of(raw)
+        try:
+            self.cluster.patch_status(where, {"conditions": [*others, update]})
+        except Conflict as stale:  # the next pass decides again from the newer copy
+            log.info("pod creation not reported: %s", stale)
+            return
+        if message is not None:
+            self.cluster.post_event(where, Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}"))
 
     def copy_progress(self, raw: dict[str, Any]) -> None:
         """Rank 0's /progress into status.progress; nothing when it cannot be read. A loss that turned

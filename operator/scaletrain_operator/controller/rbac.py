@@ -58,7 +58,12 @@ OPERATOR = (
         "one Indexed Job per gang generation, watched into the cache: suspend/resume by patch, gang restart by delete",
     ),
     Permission("", "pods", ("list", "watch"), "rank exits and phases, watched into the cache (read only)"),
-    Permission("", "events", ("create",), "Events on each ScaleTrainJob"),
+    Permission(
+        "",
+        "events",
+        ("create", "list"),
+        "Events on each ScaleTrainJob; the Job controller's FailedCreate Events of a gang whose pods do not appear",
+    ),
 )
 
 # kopf peering (HA replicas: one active operator, see peering.py): a KopfPeering in each watched
