@@ -1,6 +1,6 @@
-"""Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status, and
-the TTL of finished ones. A plain thread rather than a kopf timer, which would put a finalizer on
-every job. A standby replica stays passive here too (peering.py).
+"""Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status, the
+TTL of finished ones, and why a gang's pods are missing (PodCreationFailed). A plain thread rather than
+a kopf timer, which would put a finalizer on every job. A standby replica stays passive here too (peering.py).
 
 The jobs come from the operator's cache (cache.py), not from a list per pass. A TTL deletion is
 conditional on the version it was decided from, so a stale copy (say, before the user raised the TTL)
@@ -56,9 +56,9 @@ class Housekeeping:
                 log.exception("housekeeping pass failed")
 
     def run_pass(self) -> None:
-        """The TTLs first, then the progress reads, all at once: a job's endpoint is its tenant's code,
-        and however it answers (slowly, at length, or garbled), it costs at most one read's deadline and
-        delays no other job, nor any TTL."""
+        """The TTLs and the reasons for missing pods first, then the progress reads, all at once: a job's
+        endpoint is its tenant's code, and however it answers (slowly, at length, or garbled), it costs
+        at most one read's deadline and delays no other job, nor any TTL."""
         jobs = self.cluster.cache.scaletrainjobs.all()
         running = [raw for raw in jobs if phase_of(raw) == "Running"]
         for raw in jobs:
