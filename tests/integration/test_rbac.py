@@ -21,9 +21,11 @@ QUIET = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port",
 
 def run_every_kind_of_change(team: Team) -> None:
     team.submit("lifecycle", maxRestarts=1, ttlSecondsAfterFinished=0)
+    policy = team.kube.wait_until(lambda: team.kube.get("networkpolicies", team.namespace, "lifecycle"))
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"scaletrain.io/job-name": "lifecycle"}}
     pods = team.start_pods("lifecycle-g0")
     team.wait_phase("lifecycle", "Running")
-    team.fail_pod(pods[1], exit_code=137)  # gang restart: delete g0, create g1
+    team.fail_pod(pods[1], exit_code=137)  # gang restart: delete g0, create g1 (and the policy: it exists)
     team.start_pods("lifecycle-g1", phase="Succeeded")
     team.kube.wait_until(lambda: team.stj("lifecycle") is None)  # TTL: delete the job
 
@@ -46,7 +48,8 @@ def run_every_kind_of_change(team: Team) -> None:
 
 @pytest.mark.parametrize("clusterwide", [False, True], ids=["namespaced", "clusterwide"])
 def test_the_rbac_table_allows_exactly_the_calls_the_operator_makes(clusterwide, control_plane, namespace, tmp_path):
-    values = {"peering": {"name": f"{namespace}-peering"}} | ({} if clusterwide else {"watchNamespaces": [namespace]})
+    values = {"peering": {"name": f"{namespace}-peering"}, "networkPolicy": {"enabled": True}}
+    values |= {} if clusterwide else {"watchNamespaces": [namespace]}
     install = install_operator(control_plane, values, f"{namespace}-operator", tmp_path)
     mark = control_plane.audit.mark()
     with operator_process(install, *QUIET):
@@ -55,7 +58,7 @@ def test_the_rbac_table_allows_exactly_the_calls_the_operator_makes(clusterwide,
     requests = [r for r in control_plane.audit.requests(install.user, after=mark) if r.namespace in (namespace, None)]
 
     assert [r for r in requests if r.code == 403] == [], "calls the chart's RBAC forbids"
-    table = rbac.permissions(clusterwide=clusterwide, peering=True)
+    table = rbac.permissions(clusterwide=clusterwide, peering=True, network_policies=True)
     granted = {(p.qualified, verb) for p in table for verb in p.verbs}
     used = {(r.resource, r.verb) for r in requests}
     assert used - granted == set(), "calls outside the table (allowed by some other rule?)"

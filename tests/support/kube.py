@@ -51,6 +51,7 @@ RESOURCES = {
     "configmaps": Resource("v1", "configmaps"),
     "secrets": Resource("v1", "secrets"),
     "resourcequotas": Resource("v1", "resourcequotas"),
+    "networkpolicies": Resource("networking.k8s.io/v1", "networkpolicies"),
     "persistentvolumeclaims": Resource("v1", "persistentvolumeclaims"),
     "persistentvolumes": Resource("v1", "persistentvolumes", namespaced=False),
     "priorityclasses": Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False),

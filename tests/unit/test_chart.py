@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_job
+from scaletrain_operator.api.render import render_network_policy
 from scaletrain_operator.controller import rbac
 from scaletrain_operator.controller.main import build_parser
 from support.chart import CHART, RELEASE_NAMESPACE, load_chart, of_kind, render
@@ -163,25 +163,28 @@ def test_metrics_service_and_service_monitor_select_the_operator(chart):
     assert of_kind(render(chart, {}), "ServiceMonitor") == []  # off by default: needs the Prometheus Operator
 
 
-def test_the_network_policy_admits_the_jobs_own_pods_and_the_operator_on_the_metrics_port(chart):
+def test_network_policies_are_the_operators_to_make_with_the_rights_to(chart):
     objects = render(chart, VALUES["network-policy"])
-    policies = of_kind(objects, "NetworkPolicy")
-    assert [policy["metadata"]["namespace"] for policy in policies] == ["team-a", "team-b"]
-    trainer_pod = render_job(parse_job(base_job()), 0)["spec"]["template"]["metadata"]["labels"]
+    args = build_parser().parse_args(operator_container(objects)["args"])
+    assert args.network_policy_from == RELEASE_NAMESPACE
+    for role in of_kind(objects, "Role"):
+        assert {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["list", "create"]} in (
+            role["rules"]
+        )
+    # The policy lets in the operator's pods by their labels, which the chart gives them.
     (deployment,) = of_kind(objects, "Deployment")
-    operator_pod = deployment["spec"]["template"]["metadata"]["labels"]
-    spec = policies[0]["spec"]
-    assert spec["podSelector"]["matchLabels"].items() <= trainer_pod.items()  # what it protects: trainer pods
-    from_trainers, from_operator = spec["ingress"]
-    assert from_trainers["from"][0]["podSelector"]["matchLabels"].items() <= trainer_pod.items()
-    assert from_operator["from"][0]["podSelector"]["matchLabels"].items() <= operator_pod.items()
-    assert from_operator["from"][0]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": RELEASE_NAMESPACE
-    }
-    assert from_operator["ports"] == [{"protocol": "TCP", "port": 9400}]
-    elsewhere = render(chart, {"networkPolicy": {"enabled": True, "namespaces": ["ml"]}})  # cluster-wide operator
-    assert [p["metadata"]["namespace"] for p in of_kind(elsewhere, "NetworkPolicy")] == ["ml"]
-    assert of_kind(render(chart, {}), "NetworkPolicy") == []  # off by default
+    policy = render_network_policy(parse_job(base_job()), RELEASE_NAMESPACE)
+    operator_pods = policy["spec"]["ingress"][1]["from"][0]["podSelector"]["matchLabels"]
+    assert operator_pods.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    for version in KUBERNETES_VERSIONS:  # the policy the operator makes, against the official schemas
+        kubernetes_validate.validate(
+            policy | {"metadata": policy["metadata"] | {"namespace": "team-a"}}, version, strict=True
+        )
+    default = render(chart, {})
+    assert "--network-policy-from" not in " ".join(operator_container(default)["args"])
+    assert not any(
+        "networkpolicies" in rule["resources"] for role in of_kind(default, "ClusterRole") for rule in role["rules"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,8 +195,7 @@ def test_the_network_policy_admits_the_jobs_own_pods_and_the_operator_on_the_met
         ({"watchNamespaces": ["Team_A"]}, helm_python.HelmValuesError, "/watchNamespaces/0"),
         ({"replicaCount": 3, "peering": {"enabled": False, "name": "x"}}, helm_python.HelmRenderError, "peering"),
         ({"metrics": {"port": 8081}}, helm_python.HelmRenderError, "livenessPort must differ"),
-        ({"networkPolicy": {"enabled": True}}, helm_python.HelmRenderError, "set networkPolicy.namespaces"),
-        ({"networkPolicy": {"enabled": True, "namespaces": ["A"]}}, helm_python.HelmValuesError, "/networkPolicy"),
+        ({"networkPolicy": {"enabled": True, "namespaces": ["a"]}}, helm_python.HelmValuesError, "/networkPolicy"),
     ],
 )
 def test_bad_values_are_refused_with_the_field_named(chart, values, error, names):

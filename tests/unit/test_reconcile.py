@@ -70,6 +70,26 @@ def test_a_new_job_gets_its_service_and_first_gang():
     assert decision.events == (Event("Normal", "Created", "created Job demo-g0"),)
 
 
+def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_first():
+    job = _job()
+    first = decide(job, Observed(service=None, jobs={}, pods=[]), NOW, network_policy_from="ops")
+    assert [o["kind"] for o in first.create] == ["NetworkPolicy", "Service", "Job"]
+    policy = first.create[0]
+    own_pods = policy["spec"]["podSelector"]["matchLabels"]
+    assert own_pods.items() <= _child(job, 0)["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["ingress"][0] == {"from": [{"podSelector": {"matchLabels": own_pods}}]}
+    from_operator = policy["spec"]["ingress"][1]
+    assert from_operator["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ops"}
+    assert from_operator["ports"] == [{"protocol": "TCP", "port": 9400}]
+    running = _job(status=_running())
+    observed = _observed(running, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=137)])
+    restart = decide(running, observed, NOW, network_policy_from="ops")
+    assert [o["kind"] for o in restart.create] == ["NetworkPolicy", "Job"]  # made again if it went missing
+    steady = _observed(running, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Running")])
+    assert decide(running, steady, NOW, network_policy_from="ops").create == ()
+    assert [o["kind"] for o in decide(job, Observed(service=None, jobs={}, pods=[]), NOW).create] == ["Service", "Job"]
+
+
 def test_existing_children_are_adopted_not_created_again():
     job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
     decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Pending"), _pod(1, "Pending")]), NOW)

@@ -45,9 +45,3 @@ app.kubernetes.io/component: operator
 {{- define "scaletrain.rbacRules" -}}
 {{- .Files.Get "files/rbac-rules.yaml" -}}
 {{- end -}}
-
-{{/* The labels ScaleTrain puts on every trainer pod (operator/scaletrain_operator/api/render.py). */}}
-{{- define "scaletrain.trainerLabels" -}}
-app.kubernetes.io/component: trainer
-app.kubernetes.io/managed-by: scaletrain-operator
-{{- end -}}

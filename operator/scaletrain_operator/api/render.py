@@ -44,6 +44,28 @@ def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str
     }
 
 
+def render_network_policy(job: ScaleTrainJob, operator_namespace: str, namespace: str | None = None) -> dict[str, Any]:
+    """The job's pods accept connections only from each other (rendezvous, and the ports NCCL and gloo
+    pick at run time) and, on the progress and metrics port, from the operator's pods in
+    `operator_namespace`. It takes effect with a network plugin that enforces NetworkPolicy."""
+    own_pods = {"matchLabels": {naming.LABEL_JOB_NAME: job.name}}
+    operator_pods = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
+        "podSelector": {"matchLabels": {naming.LABEL_NAME: naming.APP_NAME, naming.LABEL_COMPONENT: "operator"}},
+    }
+    metrics = {"protocol": "TCP", "port": job.spec.training.metrics_port}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(job, naming.service_name(job.name), namespace, job_labels(job)),
+        "spec": {
+            "podSelector": own_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": own_pods}]}, {"from": [operator_pods], "ports": [metrics]}],
+        },
+    }
+
+
 def render_job(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> dict[str, Any]:
     spec = job.spec
     labels = generation_labels(job, generation)

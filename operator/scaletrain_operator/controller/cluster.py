@@ -49,6 +49,7 @@ SERVICES = Resource("/api/v1", "services")
 JOBS = Resource("/apis/batch/v1", "jobs")
 PODS = Resource("/api/v1", "pods")
 EVENTS = Resource("/api/v1", "events")
+NETWORK_POLICIES = Resource("/apis/networking.k8s.io/v1", "networkpolicies")
 KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "kopfpeerings")
 CLUSTER_KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "clusterkopfpeerings")
 
@@ -202,9 +203,15 @@ class Cluster:
         """Create a rendered child. AlreadyExists is success when the object there is this ScaleTrainJob's
         (an earlier reconcile made it), and NameConflict when it is not: it is never adopted."""
         kind, name = obj["kind"], obj["metadata"]["name"]
-        resource, store = {"Service": (SERVICES, self.cache.services), "Job": (JOBS, self.cache.jobs)}[kind]
+        resource, store = {
+            "Service": (SERVICES, self.cache.services),
+            "Job": (JOBS, self.cache.jobs),
+            "NetworkPolicy": (NETWORK_POLICIES, None),  # made, never read back: not cached
+        }[kind]
         try:
-            store.put(self._request("POST", resource.path(namespace), obj))
+            created = self._request("POST", resource.path(namespace), obj)
+            if store is not None:
+                store.put(created)
             log.info("created %s %s/%s", kind, namespace, name)
         except ApiException as error:
             if refused(error):

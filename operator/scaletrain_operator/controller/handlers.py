@@ -68,7 +68,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if "cluster" not in memo:
         memo.cluster = Cluster(connect(), timeout_seconds=config.request_timeout_seconds)
     queue = WorkQueue(
-        functools.partial(reconcile, memo.cluster),
+        functools.partial(reconcile, memo.cluster, network_policy_from=config.network_policy_from),
         RECONCILE_WORKERS,
         recheck_delay=CHILD_FOLD_SECONDS,
         on_error=functools.partial(report_failures, memo.cluster),
@@ -125,12 +125,12 @@ def take_in(memo: kopf.Memo, store: Store, event: dict[str, Any]) -> None:
     memo.queue.add(job, news, delay=0.0 if store is cache.scaletrainjobs else CHILD_FOLD_SECONDS)
 
 
-def reconcile(cluster: Cluster, job: Key) -> Outcome:
+def reconcile(cluster: Cluster, job: Key, network_policy_from: str = "") -> Outcome:
     """Bring one ScaleTrainJob's children and status in line with its spec (the work queue runs one at a
     time per job)."""
     started = time.perf_counter()
     try:
-        return _reconcile(cluster, *job)
+        return _reconcile(cluster, *job, network_policy_from=network_policy_from)
     except Conflict as stale:  # decided from an old copy; the newer one's event reconciles it again
         log.info("not applied: %s", stale)
         return Outcome.WAITING
@@ -147,21 +147,21 @@ def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception)
         cluster.post_event(ObjectRef(*job, uid), Event("Warning", "ApiRetrying", message))
 
 
-def _reconcile(cluster: Cluster, namespace: str, name: str) -> Outcome:
+def _reconcile(cluster: Cluster, namespace: str, name: str, network_policy_from: str = "") -> Outcome:
     cache, job, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
     raw = cache.scaletrainjobs.get(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
         return absent
     # A finished job's decision does not depend on its children, so an untrusted cache serves it too.
     if cache.trusted(job) or phase_of(raw) in FINISHED:
-        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now)
+        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, network_policy_from)
         if not needs_fresh_look(raw, decision):
             return carry_out(cluster, raw, decision)
     # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads).
     raw = cluster.read_scaletrainjob(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
         return absent
-    decision = decide_from(raw, functools.partial(cluster.read_children, namespace, name), now)
+    decision = decide_from(raw, functools.partial(cluster.read_children, namespace, name), now, network_policy_from)
     cache.trust(job)
     return carry_out(cluster, raw, decision)
 
@@ -180,7 +180,9 @@ def phase_of(stj: dict[str, Any]) -> str | None:
     return (stj.get("status") or {}).get("phase")
 
 
-def decide_from(raw: dict[str, Any], observe: Callable[[int | None], Observed], now: datetime) -> Decision:
+def decide_from(
+    raw: dict[str, Any], observe: Callable[[int | None], Observed], now: datetime, network_policy_from: str = ""
+) -> Decision:
     """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
     (not at all for an invalid spec)."""
     try:
@@ -188,7 +190,7 @@ def decide_from(raw: dict[str, Any], observe: Callable[[int | None], Observed], 
     except ProblemsError as error:
         return decide_invalid(error.problems, raw.get("status") or {}, raw["metadata"].get("generation"), now)
     hint = naming.generation_of(job.status.current_job) if job.status and job.status.current_job else None
-    return decide(job, observe(hint), now)
+    return decide(job, observe(hint), now, network_policy_from)
 
 
 def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:

@@ -29,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--liveness-port", type=int, default=8081, help="serve /healthz here (0: off)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics here (0: off; default 8080)")
     parser.add_argument("--progress-interval", type=float, help="seconds between progress polls of running jobs")
+    parser.add_argument(
+        "--network-policy-from",
+        metavar="NAMESPACE",
+        help="give each job a NetworkPolicy: its pods accept only each other, and the operator's pods in "
+        "NAMESPACE on the metrics port",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser
 
@@ -42,6 +48,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         config = replace(config, metrics_port=args.metrics_port)
     if args.progress_interval is not None:
         config = replace(config, progress_interval_seconds=args.progress_interval)
+    if args.network_policy_from is not None:
+        config = replace(config, network_policy_from=args.network_policy_from)
     if args.peering:
         identity, priority = peering.new_identity(), peering.new_priority()
         config = replace(config, peering=args.peering, peering_identity=identity, peering_priority=priority)

@@ -88,11 +88,23 @@ CLUSTER_PEERING = (
 )
 
 
-def permissions(*, clusterwide: bool, peering: bool) -> tuple[Permission, ...]:
-    """Everything one operator needs, for its scope and peering mode."""
+# With networkPolicy.enabled: each job's NetworkPolicy (render.render_network_policy).
+NETWORK_POLICIES = (
+    Permission(
+        "networking.k8s.io",
+        "networkpolicies",
+        ("list", "create"),
+        "each job's NetworkPolicy, made with its gang (listed to tell ours from another's of the name); never changed",
+    ),
+)
+
+
+def permissions(*, clusterwide: bool, peering: bool, network_policies: bool = False) -> tuple[Permission, ...]:
+    """Everything one operator needs, for its scope, peering mode and NetworkPolicies."""
+    table = OPERATOR + (NETWORK_POLICIES if network_policies else ())
     if not peering:
-        return OPERATOR
-    return OPERATOR + (CLUSTER_PEERING if clusterwide else NAMESPACED_PEERING)
+        return table
+    return table + (CLUSTER_PEERING if clusterwide else NAMESPACED_PEERING)
 
 
 def rules(table: tuple[Permission, ...]) -> list[dict[str, object]]:
@@ -103,7 +115,12 @@ def rules(table: tuple[Permission, ...]) -> list[dict[str, object]]:
 def chart_rules_yaml() -> str:
     """The file the chart's RBAC templates read (charts/scaletrain/files/rbac-rules.yaml), each rule
     under a comment that says why the operator needs it."""
-    sections = {"operator": OPERATOR, "namespacedPeering": NAMESPACED_PEERING, "clusterPeering": CLUSTER_PEERING}
+    sections = {
+        "operator": OPERATOR,
+        "networkPolicies": NETWORK_POLICIES,
+        "namespacedPeering": NAMESPACED_PEERING,
+        "clusterPeering": CLUSTER_PEERING,
+    }
     lines = ["# Generated from operator/scaletrain_operator/controller/rbac.py by `make generate`; do not edit."]
     for section, table in sections.items():
         lines.append(f"{section}:")

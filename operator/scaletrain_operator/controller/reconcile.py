@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ from scaletrain_trainer.validation import Problem
 from ..api import naming
 from ..api.gang_policy import Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import NodeCounts, ScaleTrainJob
-from ..api.render import generation_free, render_job, render_service
+from ..api.render import generation_free, render_job, render_network_policy, render_service
 from ..api.timestamps import timestamp
 from .decision import ChildJobPatch, Decision, Event, FailureReason
 from .status import StatusBuilder, bounded, condition
@@ -129,8 +129,17 @@ class _Draft:
         )
 
 
-def decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
-    """What to do next for `job`, given its children; see the module docstring."""
+def decide(job: ScaleTrainJob, observed: Observed, now: datetime, network_policy_from: str = "") -> Decision:
+    """What to do next for `job`, given its children; see the module docstring. With
+    `network_policy_from` (the operator's namespace), whatever starts a gang first makes sure of the
+    job's NetworkPolicy (creating it again is a no-op)."""
+    decision = _decide(job, observed, now)
+    if network_policy_from and decision.create:
+        return replace(decision, create=(render_network_policy(job, network_policy_from), *decision.create))
+    return decision
+
+
+def _decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
     status = StatusBuilder(job, now)
     if status.finished:
         return Decision()

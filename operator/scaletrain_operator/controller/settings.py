@@ -25,6 +25,9 @@ class OperatorConfig:
     peering: str = ""
     peering_identity: str = ""
     peering_priority: int = 0
+    # The operator's namespace, to give each job a NetworkPolicy (render.render_network_policy) whose pods
+    # only its own pods and the operator's reach; "" makes none.
+    network_policy_from: str = ""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> OperatorConfig:
