@@ -12,7 +12,7 @@ import os
 import sys
 
 from .config import load_training_config
-from .exit_codes import CONFIG_ERROR_RESULT, EXIT_CONFIG_ERROR
+from .exit_codes import CONFIG_ERROR_RESULT, EXIT_CONFIG_ERROR, EXIT_NON_FINITE, NON_FINITE_RESULT, NonFinite
 from .metrics import write_termination_message
 from .validation import ProblemsError
 
@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         shutdown()
     except ProblemsError as error:
         return config_error(error)
+    except NonFinite as diverged:  # on every rank, at the same step: nothing after it was saved
+        print(f"scaletrain: {diverged}", file=sys.stderr)
+        write_termination_message({"result": NON_FINITE_RESULT, "firstNonFiniteStep": diverged.step})
+        return EXIT_NON_FINITE
     if runtime.is_main:
         write_termination_message({"result": "Succeeded", **summary})
     return 0

@@ -18,12 +18,15 @@ from .checkpoint import CheckpointManager, TrainState, check_data_position
 from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
 from .data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
 from .distributed import Runtime, agree, all_reduce_sum, seed_everything
+from .exit_codes import NonFinite
 from .metrics import MetricsReporter
 from .model import count_parameters
 from .parallel import autocast_enabled, build_parallel_model, gradient_sync
 from .precision import Precision, resolve_precision
 
 log = logging.getLogger(__name__)
+
+MIN_LOSS_SCALE = 1.0  # fp16: a scale the scaler had to halve below this means every step overflows
 
 
 def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
@@ -59,6 +62,9 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
 
     start_step, started, last_log = state.step, time.perf_counter(), time.perf_counter()
     samples = tokens = 0
+    # The first step whose loss or gradients were not finite, or -1: kept on the device, so that
+    # checking it costs no host sync; read at the syncs that log steps and saves make anyway.
+    first_non_finite = torch.full((), -1, dtype=torch.int64, device=runtime.device)
     try:
         while state.step < config.max_steps:
             micro_batches = [collate(dataset, ids, runtime.device) for ids in batches.micro_batches(state.step)]
@@ -67,6 +73,11 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
             tokens += result.tokens
             state.step += 1
             state.data_position = batches.position(state.step)
+            unseen = (first_non_finite < 0) & ~result.finite
+            first_non_finite = torch.where(unseen, state.step, first_non_finite)
+            due_to_save = checkpoints.due(state.step) or (checkpoints.enabled and state.step == config.max_steps)
+            if state.step % config.log_every_steps == 0 or state.step == config.max_steps or due_to_save:
+                stop_if_non_finite(first_non_finite)
             if state.step % config.log_every_steps == 0 or state.step == config.max_steps:
                 now = time.perf_counter()
                 is_lm = micro_batches[0][1].dim() > 1
@@ -91,6 +102,15 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     }
 
 
+def stop_if_non_finite(first_non_finite: torch.Tensor) -> None:
+    """Raise NonFinite if any rank saw a non-finite step (one small collective, at a log step or a save)."""
+    seen = first_non_finite.clone()
+    seen[seen < 0] = torch.iinfo(torch.int64).max
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    if int(seen) != torch.iinfo(torch.int64).max:
+        raise NonFinite(int(seen))
+
+
 @dataclass
 class StepResult:
     """Tensors stay on the device; they are read (a host sync) only at log steps."""
@@ -100,6 +120,7 @@ class StepResult:
     grad_norm: torch.Tensor  # global gradient norm before clipping
     loss_scale: float | None  # fp16 only
     skipped: bool  # fp16 only: the scaler found inf/nan and skipped the update
+    finite: torch.Tensor  # whether the step was sound (fp16: a skipped step is; a scale below the floor is not)
 
 
 def train_step(
@@ -140,12 +161,18 @@ def train_step(
     state.optimizer.zero_grad(set_to_none=True)
     state.scheduler.step()
     scale_after = state.scaler.get_scale() if state.scaler.is_enabled() else None
+    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    if scale_after is None:  # a NaN loss on any rank makes the all-reduced gradients, so the norm, NaN
+        finite = torch.isfinite(grad_norm) & torch.isfinite(loss_sum)
+    else:  # fp16: the scaler skips overflowing steps itself; giving up on every step is the failure
+        finite = torch.tensor(scale_after >= MIN_LOSS_SCALE, device=loss_sum.device)
     return StepResult(
         loss_sum=loss_sum,
         tokens=global_count,
-        grad_norm=grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm,
+        grad_norm=grad_norm,
         loss_scale=scale_after,
         skipped=scale_before is not None and scale_after < scale_before,
+        finite=finite,
     )
 
 

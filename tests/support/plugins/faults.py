@@ -72,16 +72,20 @@ class InfGradientAtOrigin(torch.autograd.Function):
 
 
 class PoisonedGPT(GPT):
-    """A GPT where one rank, during one step, produces an inf gradient for a single weight element;
+    """A GPT where one rank, during one step (or steps poison_step..poison_until), produces an inf
+    gradient for a single weight element;
     records a checksum of this rank's parameters (its shard, under FSDP) as each step starts.
 
     Under FSDP the poisoned element (row 0 of the output projection) lands in rank 0's shard after
     the reduce-scatter, so the other rank's gradients stay finite: it must skip the step only
     because the scaler's found-inf is agreed across ranks."""
 
-    def __init__(self, poison_step: int, poison_rank: int, micro_steps: int, record_dir: str, **gpt):
+    def __init__(
+        self, poison_step: int, poison_rank: int, micro_steps: int, record_dir: str, poison_until: int = 0, **gpt
+    ):
         super().__init__(**gpt)
         self.poison_step, self.poison_rank, self.micro_steps = poison_step, poison_rank, micro_steps
+        self.poison_until = max(poison_until, poison_step)  # the last step poisoned (1-based)
         self.record = Path(record_dir) / f"rank{os.environ.get('RANK', '0')}.jsonl"
         self.calls = 0
 
@@ -94,7 +98,8 @@ class PoisonedGPT(GPT):
             with self.record.open("a") as file:
                 file.write(json.dumps({"step": step, "checksum": checksum}) + "\n")
         weight = self.head.weight
-        if step + 1 == self.poison_step and micro_step == 0 and int(os.environ.get("RANK", "0")) == self.poison_rank:
+        poisoned = self.poison_step <= step + 1 <= self.poison_until
+        if poisoned and micro_step == 0 and int(os.environ.get("RANK", "0")) == self.poison_rank:
             weight = InfGradientAtOrigin.apply(weight)
         return torch.nn.functional.linear(self.features(tokens), weight)
 
