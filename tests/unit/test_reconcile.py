@@ -10,6 +10,7 @@ from scaletrain_operator.api.render import render_job, render_service
 from scaletrain_operator.controller import peering
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event
 from scaletrain_operator.controller.reconcile import (
+    RESTARTS_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     Observed,
     decide,
@@ -88,6 +89,20 @@ def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_fi
     steady = _observed(running, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Running")])
     assert decide(running, steady, NOW, network_policy_from="ops").create == ()
     assert [o["kind"] for o in decide(job, Observed(service=None, jobs={}, pods=[]), NOW).create] == ["Service", "Job"]
+
+
+def test_the_restart_count_travels_with_each_gangs_job_so_a_lost_status_patch_cannot_lose_it():
+    job = _job(status=_running(), maxRestarts=1)
+    observed = _observed(job, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=137)])
+    restart = decide(job, observed, NOW)
+    (next_gang,) = restart.create
+    assert next_gang["metadata"]["annotations"][RESTARTS_ANNOTATION] == "1" and restart.status["restarts"] == 1
+    # The status patch of that restart was lost: the status still says g0 and 0 restarts, but g1 exists.
+    lost = _job(status=_running(), maxRestarts=1)
+    g1_failing = _observed(lost, {1: next_gang}, [_pod(0, "Running", generation=1), _pod(1, "Failed", 1, generation=1)])
+    decision = decide(lost, g1_failing, NOW)
+    assert decision.create == () and decision.status["phase"] == "Failed"  # not a third gang
+    assert decision.status["restarts"] == 1 and "maxRestarts (1) reached" in decision.status["message"]
 
 
 def test_existing_children_are_adopted_not_created_again():

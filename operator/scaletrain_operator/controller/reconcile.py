@@ -35,6 +35,9 @@ from .decision import ChildJobPatch, Decision, Event, FailureReason
 from .status import StatusBuilder, bounded, condition
 
 SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
+# On each child Job: the gang restarts counted when it was made. It is created with the Job, in one
+# write, so a status patch that was lost cannot lose a restart (and so allow one more than maxRestarts).
+RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
 SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
 
 
@@ -66,6 +69,19 @@ def _hash_of(child_job: Mapping[str, Any]) -> str | None:
     return (child_job["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
+def with_restarts(child_job: dict[str, Any], restarts: int) -> dict[str, Any]:
+    child_job["metadata"].setdefault("annotations", {})[RESTARTS_ANNOTATION] = str(restarts)
+    return child_job
+
+
+def restarts_counted(job: ScaleTrainJob, current: Mapping[str, Any] | None) -> int:
+    """The gang restarts so far: the status's count, or the current Job's if that is higher (the status
+    patch that recorded it was lost)."""
+    recorded = job.status.restarts if job.status else 0
+    annotated = ((current or {}).get("metadata", {}).get("annotations") or {}).get(RESTARTS_ANNOTATION, "0")
+    return max(recorded, int(annotated) if annotated.isdigit() else 0)
+
+
 def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
     """The newest gang generation: from the Jobs that exist, or the status if they are gone."""
     recorded = job.status.current_job if job.status else None
@@ -91,7 +107,9 @@ def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
     return bool((child_job.get("spec") or {}).get("suspend"))
 
 
-def judge_gang(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Verdict:
+def judge_gang(
+    job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], restarts: int
+) -> Verdict:
     """The gang policy on the current generation: its pods, and the Job controller's conditions on its Job.
     Suspending a Job (spec.suspend, or Kueue preempting it) terminates its pods, which may end Failed
     (exit 143) on the way out: that is not a crash."""
@@ -99,7 +117,7 @@ def judge_gang(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[
     return judge(
         [pod_outcome(pod) for pod in pods],
         GangLimits.of(job.spec),
-        job.status.restarts if job.status else 0,
+        restarts,
         job_complete=job_condition(child_job, "Complete") is not None,
         job_failure=failed.get("reason", "Failed") if failed else None,
         suspended=child_job_suspended(child_job) or job.spec.suspend,
@@ -153,20 +171,21 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
         draft.create.append(render_service(job))
     draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
 
+    restarts = status.fields["restarts"] = restarts_counted(job, current)
     if current is None:  # first start, or a restart whose create did not happen yet
-        return _start_gang(job, draft, desired)
+        return _start_gang(job, draft, with_restarts(desired, restarts))
     status.fields["currentJob"] = current["metadata"]["name"]
     if _hash_of(current) != _hash_of(desired):
-        return _restart(draft, current, desired, SPEC_CHANGE_MESSAGE, counted=False)
+        return _restart(draft, current, with_restarts(desired, restarts), SPEC_CHANGE_MESSAGE, counted=False)
     status.fields["nodes"] = node_counts(observed.pods).model_dump(mode="json", by_alias=True)
-    verdict = judge_gang(job, current, observed.pods)
+    verdict = judge_gang(job, current, observed.pods, restarts)
     if verdict.action is Action.SUCCEED:
         return draft.done(status.phase("Succeeded", verdict.message))
     if verdict.action is Action.FAIL:
         draft.events.append(Event("Warning", "Failed", verdict.message))
         return draft.done(status.phase("Failed", verdict.message, verdict.reason))
     if verdict.action is Action.RESTART:
-        return _restart(draft, current, desired, verdict.message, counted=True)
+        return _restart(draft, current, with_restarts(desired, restarts + 1), verdict.message, counted=True)
     return _keep_running(job, draft, current, observed.pods)
 
 
@@ -191,7 +210,7 @@ def _restart(
     draft.delete_child_jobs.append(current["metadata"]["name"])
     draft.create.append(desired)
     if counted:
-        status.fields["restarts"] = status.before.restarts + 1
+        status.fields["restarts"] += 1
     status.fields["currentJob"] = desired["metadata"]["name"]
     status.fields["nodes"] = NodeCounts().model_dump(mode="json", by_alias=True)
     draft.events.append(Event("Warning" if counted else "Normal", "Restarting", message))
