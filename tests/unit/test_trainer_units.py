@@ -18,7 +18,7 @@ from torch import nn
 
 from scaletrain_trainer.checkpoint import CheckpointManager, TrainState, check_data_position
 from scaletrain_trainer.config import CheckpointConfig, DataConfig, ModelConfig, SchedulerConfig, parse_training_config
-from scaletrain_trainer.data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
+from scaletrain_trainer.data import IGNORE_INDEX, GlobalBatches, build_dataset, check_holds_a_global_batch, collate
 from scaletrain_trainer.distributed import Runtime
 from scaletrain_trainer.loop import build_scheduler, train_step
 from scaletrain_trainer.metrics import (
@@ -209,8 +209,33 @@ def test_text_and_token_files(tmp_path):
     tokens = tmp_path / "train.bin"
     np.arange(1000, dtype=np.uint32).tofile(tokens)
     data = DataConfig(source="tokens", path=str(tokens), token_dtype="uint32")
-    x, y = build_dataset(data, ModelConfig(context_length=10), seed=0)[3]
+    x, y = build_dataset(data, ModelConfig(context_length=10, vocab_size=1000), seed=0)[3]
     assert x.tolist() == list(range(30, 40)) and y.tolist() == list(range(31, 41))
+
+
+def test_data_that_cannot_be_trained_on_is_a_config_error_naming_the_field(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ProblemsError, match=r"data\.path: .*empty\.txt has fewer than contextLength \+ 1 tokens"):
+        build_dataset(DataConfig(source="text", path=str(empty)), ModelConfig(), seed=0)
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"\x01\x00\x02")
+    with pytest.raises(
+        ProblemsError, match=r"data\.tokenDtype: .*odd\.bin holds 3 bytes, not a whole number of uint16"
+    ):
+        build_dataset(DataConfig(source="tokens", path=str(odd)), ModelConfig(), seed=0)
+    large = tmp_path / "large-ids.bin"
+    np.array([1, 2, 300] * 100, dtype=np.uint16).tofile(large)
+    with pytest.raises(ProblemsError, match=r"model\.vocabSize: .* holds token id 300, but model\.vocabSize is 256"):
+        build_dataset(DataConfig(source="tokens", path=str(large)), ModelConfig(context_length=8), seed=0)
+    small = tmp_path / "six-samples.bin"
+    np.arange(6 * 8 + 1, dtype=np.uint16).tofile(small)
+    data = DataConfig(source="tokens", path=str(small))
+    dataset = build_dataset(data, ModelConfig(context_length=8), seed=0)
+    with pytest.raises(
+        ProblemsError, match=r"data\.path: the data set holds 6 samples, fewer than one global batch \(16\)"
+    ):
+        check_holds_a_global_batch(dataset, 16, data)
 
 
 def test_missing_data_file_and_bad_import_path_are_config_errors(tmp_path):

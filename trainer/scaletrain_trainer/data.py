@@ -51,7 +51,7 @@ class TokenWindows(Dataset):
         self.tokens, self.length = tokens, context_length
 
     def __len__(self) -> int:
-        return (len(self.tokens) - 1) // self.length
+        return max(len(self.tokens) - 1, 0) // self.length
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = index * self.length
@@ -66,15 +66,46 @@ def build_dataset(data: DataConfig, model: ModelConfig, seed: int) -> Dataset:
         path = Path(data.path or "")
         if not path.is_file():
             raise ProblemsError([Problem(("data", "path"), f"{path} is not a readable file")])
-        if data.source == "text":
-            tokens = np.frombuffer(path.read_bytes(), dtype=np.uint8)  # byte-level: vocabSize 256
-        else:
-            tokens = np.memmap(path, dtype=data.token_dtype, mode="r")
+        tokens = read_tokens(path, data)
         dataset = TokenWindows(tokens, model.context_length)
         if len(dataset) == 0:
             raise ProblemsError([Problem(("data", "path"), f"{path} has fewer than contextLength + 1 tokens")])
+        check_token_ids(tokens, model.vocab_size, path)
         return dataset
     return build_from(data.source, ("data", "source"), data.options, Dataset, "a torch.utils.data.Dataset")
+
+
+def read_tokens(path: Path, data: DataConfig) -> np.ndarray:
+    """A text file's bytes (byte-level tokens), or a tokens file as a memmap of its dtype."""
+    if data.source == "text":
+        return np.frombuffer(path.read_bytes(), dtype=np.uint8)
+    itemsize = np.dtype(data.token_dtype).itemsize
+    size = path.stat().st_size
+    if size % itemsize:
+        message = f"{path} holds {size} bytes, not a whole number of {data.token_dtype} tokens ({itemsize} bytes each)"
+        raise ProblemsError([Problem(("data", "tokenDtype"), message)])
+    if size == 0:
+        raise ProblemsError([Problem(("data", "path"), f"{path} is empty")])
+    return np.memmap(path, dtype=data.token_dtype, mode="r")
+
+
+TOKEN_SCAN_CHUNK = 1 << 24  # tokens per chunk: the scan's memory stays bounded on a large file
+
+
+def check_token_ids(tokens: np.ndarray, vocab_size: int, path: Path) -> None:
+    """Every token id below vocabSize: otherwise the embedding lookup fails, possibly steps into training."""
+    chunks = (tokens[start : start + TOKEN_SCAN_CHUNK] for start in range(0, len(tokens), TOKEN_SCAN_CHUNK))
+    largest = max((int(chunk.max()) for chunk in chunks), default=0)
+    if largest >= vocab_size:
+        message = f"{path} holds token id {largest}, but model.vocabSize is {vocab_size}: ids must be below it"
+        raise ProblemsError([Problem(("model", "vocabSize"), message)])
+
+
+def check_holds_a_global_batch(dataset: Dataset, global_batch_size: int, data: DataConfig) -> None:
+    """Fewer samples than one global batch would train on the same few samples every step."""
+    if len(dataset) < global_batch_size:
+        message = f"the data set holds {len(dataset)} samples, fewer than one global batch ({global_batch_size})"
+        raise ProblemsError([Problem(("data", "path" if data.path else "source"), message)])
 
 
 @dataclass(frozen=True)

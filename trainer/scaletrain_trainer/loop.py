@@ -16,7 +16,7 @@ from torch import nn
 
 from .checkpoint import CheckpointManager, TrainState, check_data_position
 from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
-from .data import IGNORE_INDEX, GlobalBatches, build_dataset, collate
+from .data import IGNORE_INDEX, GlobalBatches, build_dataset, check_holds_a_global_batch, collate
 from .distributed import Runtime, agree, all_reduce_sum, seed_everything
 from .exit_codes import NonFinite
 from .metrics import MetricsReporter
@@ -50,6 +50,7 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     scheduler = build_scheduler(optimizer, config.scheduler, config.max_steps)
     state = TrainState(model, optimizer, scheduler, precision.grad_scaler())
     dataset = build_dataset(config.data, config.model, config.seed)
+    check_holds_a_global_batch(dataset, config.global_batch_size, config.data)
     batches = GlobalBatches(
         len(dataset), config.global_batch_size, config.micro_batch_size, runtime.world_size, runtime.rank, config.seed
     )
