@@ -109,6 +109,7 @@ class CheckpointManager:
         saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
         wanted = state.state_dict()
         _check_same_model(wanted["model"], saved, path)
+        _check_same_optimizer(wanted["optimizer"], saved, path)
         for key in OPTIONAL_STATE:
             if not any(name == key or name.startswith(f"{key}.") for name in saved):
                 wanted.pop(key, None)
@@ -158,6 +159,20 @@ class CheckpointManager:
                     )
                 ]
             )
+
+
+def _check_same_optimizer(optimizer_state: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+    """Refuse to resume another optimizer's state (say, AdamW's moments into SGD), which DCP would report
+    only as a missing key."""
+    expected = {kind for per_parameter in (optimizer_state.get("state") or {}).values() for kind in per_parameter}
+    found = {name.rsplit(".", 1)[-1] for name in saved if name.startswith("optimizer.state.")}
+    if expected != found:
+        message = (
+            f"{path} was written with another optimizer (its state holds {', '.join(sorted(found)) or 'nothing'}; "
+            f"this one's, {', '.join(sorted(expected)) or 'nothing'}); use a new checkpoint.dir, or restore the "
+            "optimizer.name it was trained with"
+        )
+        raise ProblemsError([Problem(("optimizer", "name"), message)])
 
 
 def _check_same_model(model_state: dict[str, Any], saved: dict[str, Any], path: Path) -> None:

@@ -1,11 +1,12 @@
-"""A run whose loss or gradients go non-finite stops at the first host read after it (a log step or
-a save), exits EXIT_NON_FINITE naming the step, and never checkpoints the poisoned state."""
+"""Runs that must stop rather than go on: one whose loss or gradients go non-finite stops at the first
+host read after it (a log step or a save), exits EXIT_NON_FINITE naming the step, and never
+checkpoints the poisoned state; one that would resume another optimizer's checkpoint is refused."""
 
 from __future__ import annotations
 
 import json
 
-from scaletrain_trainer.exit_codes import EXIT_NON_FINITE
+from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, EXIT_NON_FINITE
 from support.trainer_runs import GPT_OPTIONS, config_for, run_trainer
 
 # SGD at lr 10 without clipping: the loss explodes and is NaN within about ten steps.
@@ -52,3 +53,16 @@ def test_fp16_whose_loss_scale_collapses_stops_instead_of_skipping_forever(tmp_p
     assert all(record["skipped"] for record in records) and records[-1]["lossScale"] >= 1
     # 65536 halves once per skipped step: below 1 at the 17th.
     assert _termination_message(run.directory)["firstNonFiniteStep"] == 17
+
+
+def test_resuming_another_optimizers_checkpoint_is_refused_with_the_field_named(tmp_path):
+    directory = tmp_path / "switch"
+    first = _run(directory, {"maxSteps": 4, "checkpoint": {"everySteps": 2}})
+    assert first.returncode == 0, first.output[-2000:]
+    (directory / "termination-log").write_text("")
+    config = config_for(directory, {"maxSteps": 6, "optimizer": {"name": "sgd"}}, checkpoints=True)
+    env = {"SCALETRAIN_TERMINATION_LOG": str(directory / "termination-log")}
+    second = run_trainer(directory, config, env=env)
+    assert second.returncode == EXIT_CONFIG_ERROR, second.output[-2000:]
+    assert "optimizer.name: " in second.output and "was written with another optimizer" in second.output
+    assert "exp_avg" in second.output and "momentum_buffer" in second.output
