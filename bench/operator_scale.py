@@ -134,7 +134,7 @@ def all_settled(team: Team, count: int) -> bool:
     jobs = team.kube.list("stj", team.namespace)
     statuses = [job.get("status") or {} for job in jobs]
     return len(jobs) == count and all(
-        status.get("phase") == "Pending" and (status.get("nodes") or {}).get("active") == NODES for status in statuses
+        status.get("phase") == "Pending" and (status.get("nodes") or {}).get("pending") == NODES for status in statuses
     )
 
 

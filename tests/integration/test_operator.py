@@ -64,7 +64,7 @@ def test_running_then_succeeded(team):
     pods = team.start_pods("happy-g0")
     team.wait_phase("happy", "Running")
     status = team.wait_status("happy", lambda s: s["nodes"]["active"] == 2)
-    assert status["nodes"] == {"active": 2, "succeeded": 0, "failed": 0} and status["startTime"]
+    assert status["nodes"] == {"active": 2, "pending": 0, "succeeded": 0, "failed": 0} and status["startTime"]
     for pod in pods:
         team.set_pod_phase(pod, "Succeeded")  # the real Job controller then marks the Job Complete
     done = team.wait_phase("happy", "Succeeded")

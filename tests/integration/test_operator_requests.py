@@ -64,7 +64,7 @@ def wait_until_watching(control_plane, install, since) -> None:
 def settled(team: Team, names: list[str]) -> bool:
     """Every job Pending with both its pods counted: the operator has seen the whole of each gang."""
     statuses = [(team.stj(name) or {}).get("status") or {} for name in names]
-    return all(s.get("phase") == "Pending" and (s.get("nodes") or {}).get("active") == 2 for s in statuses)
+    return all(s.get("phase") == "Pending" and (s.get("nodes") or {}).get("pending") == 2 for s in statuses)
 
 
 def test_creating_jobs_at_once_costs_their_writes_and_no_reads(install, team, control_plane):

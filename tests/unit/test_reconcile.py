@@ -117,12 +117,20 @@ def test_running_pods_make_the_job_running_once():
     observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")])
     decision = decide(job, observed, NOW)
     status = decision.status
-    assert status["phase"] == "Running" and status["nodes"] == {"active": 2, "succeeded": 0, "failed": 0}
+    assert status["phase"] == "Running" and status["nodes"] == {"active": 2, "pending": 0, "succeeded": 0, "failed": 0}
     assert status["startTime"] == "2026-11-30T12:00:00Z"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {"Running": "True"}
     assert decision.events == (Event("Normal", "Running", "2 of 2 nodes active"),)
     again = decide(_job(status=status), observed, NOW)  # the same state again: nothing new, nothing to write
     assert again == Decision()
+
+
+def test_a_pod_still_pending_is_not_an_active_node():
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Pending")])  # say, unschedulable
+    status = decide(job, observed, NOW).status
+    assert status["nodes"] == {"active": 1, "pending": 1, "succeeded": 0, "failed": 0}
+    assert status["message"] == "1 of 2 nodes active"
 
 
 def test_a_failed_rank_restarts_the_whole_gang():

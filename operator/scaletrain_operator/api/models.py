@@ -483,7 +483,10 @@ class Condition(SpecModel):
 class NodeCounts(SpecModel):
     """The pods of the current gang generation, by pod phase."""
 
-    active: int = Field(0, ge=0, description="Pods pending or running.")
+    active: int = Field(0, ge=0, description="Pods running.")
+    pending: int = Field(
+        0, ge=0, description="Pods not running yet: being scheduled (or unschedulable), pulling images, starting."
+    )
     succeeded: int = Field(0, ge=0, description="Pods that finished successfully.")
     failed: int = Field(0, ge=0, description="Pods that failed.")
 

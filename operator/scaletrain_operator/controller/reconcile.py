@@ -92,7 +92,8 @@ def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
 def node_counts(pods: Sequence[Mapping[str, Any]]) -> NodeCounts:
     phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
     return NodeCounts(
-        active=sum(phase in ("Pending", "Running") for phase in phases),
+        active=phases.count("Running"),  # a pod the scheduler cannot place is not an active node
+        pending=phases.count("Pending"),
         succeeded=phases.count("Succeeded"),
         failed=phases.count("Failed"),
     )
