@@ -365,6 +365,8 @@ MALFORMED = [
         "not a Kubernetes quantity",
         SCHEMA,
     ),
+    ("shm-size-negative", {"spec": {"shmSize": "-1Gi"}}, "spec.shmSize", "must be more than 0", OPERATOR),
+    ("shm-size-zero", {"spec": {"shmSize": "0"}}, "spec.shmSize", "must be more than 0", OPERATOR),
     # Node selectors and labels.
     (
         "node-selector-key-space",

@@ -105,6 +105,14 @@ def test_the_restart_count_travels_with_each_gangs_job_so_a_lost_status_patch_ca
     assert decision.status["restarts"] == 1 and "maxRestarts (1) reached" in decision.status["message"]
 
 
+def test_a_long_problem_list_is_cut_to_the_apis_limit_so_the_job_still_gets_its_status():
+    problems = [Problem(("env", i, "name"), f"VARIABLE_{i:04d} is set twice; keep one") for i in range(2000)]
+    decision = decide_invalid(problems, {}, 3, NOW)
+    (failed,) = decision.status["conditions"]
+    assert len(decision.status["message"]) <= 32768 and failed["message"] == decision.status["message"]
+    assert decision.status["message"].endswith("more characters)") and "VARIABLE_0000" in decision.status["message"]
+
+
 def test_existing_children_are_adopted_not_created_again():
     job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
     decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Pending"), _pod(1, "Pending")]), NOW)

@@ -390,6 +390,8 @@ class ScaleTrainJobSpec(SpecModel):
         """Kubernetes' rules for what the pods get, which the API server would apply to the Job."""
         sections = {"requests": self.resources.requests, "limits": self.resources.limits}
         yield from kube_rules.resources_problems(sections, ("resources",))
+        if kube_rules.parse_quantity(self.shm_size) <= 0:  # the emptyDir's sizeLimit
+            yield Problem(("shmSize",), f"{self.shm_size} must be more than 0, e.g. 2Gi")
         yield from kube_rules.labels_problems(self.node_selector, ("nodeSelector",))
         if self.queue_name is not None and (problem := kube_rules.label_value(self.queue_name)):
             yield Problem(("queueName",), problem)  # it becomes the Job's kueue.x-k8s.io/queue-name label
