@@ -17,6 +17,7 @@ a cluster. `reason` says why this mode was chosen.
 
 from __future__ import annotations
 
+import abc
 import fcntl
 import ipaddress
 import itertools
@@ -96,17 +97,19 @@ class PodSandbox:
     netns_inode: int | None = None  # finds the pod's processes: /proc/PID/ns/net is net:[INODE]
 
 
-class PodNetwork:
-    """The interface of both modes."""
+class PodNetwork(abc.ABC):
+    """The interface of both modes (LoopbackNetwork, NamespaceNetwork)."""
 
     mode: str
     reason: str  # why this mode, in words, for a log line
     host_ip: str  # status.hostIP: the host's address as the pods see it
     shares_host_ports: bool  # whether pods listen in the host's port space
 
+    @abc.abstractmethod
     def attach(self, identity: PodIdentity) -> PodSandbox:
-        raise NotImplementedError
+        """The pod's place in the network: its IP, and its namespace in that mode."""
 
+    @abc.abstractmethod
     def detach(self, sandbox: PodSandbox) -> None:
         """Idempotent: a pod's network goes when its pod stops."""
 
@@ -118,10 +121,11 @@ class PodNetwork:
         """A container's env list, changed where this network would break it."""
         return [dict(var) for var in env_spec]
 
+    @abc.abstractmethod
     def address(self, sandbox: PodSandbox, port: int) -> tuple[str, int]:
         """Where the host reaches the pod's container port `port`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Remove everything the network made."""
 
@@ -151,6 +155,12 @@ class LoopbackNetwork(PodNetwork):
                 var = {**var, "value": str(self._host_port(sandbox.identity.namespace, master_host, int(value)))}
             rewritten.append(dict(var))
         return rewritten
+
+    def detach(self, sandbox: PodSandbox) -> None:
+        return None  # a pod on the shared loopback leaves nothing behind
+
+    def close(self) -> None:
+        return None  # nor does the network
 
     def address(self, sandbox: PodSandbox, port: int) -> tuple[str, int]:
         identity = sandbox.identity
