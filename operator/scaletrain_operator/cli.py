@@ -165,7 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_local.add_argument("file", help="ScaleTrainJob YAML file (CPU jobs, or GPU jobs that fit this machine's GPUs)")
     run_local.add_argument(
-        "--workdir", type=workdir, help="volumes, checkpoints and logs go here (default: scaletrain-runs/NAME)"
+        "--workdir",
+        type=workdir,
+        help="volumes, checkpoints and logs go here, one run at a time (default: scaletrain-runs/NAME)",
     )
     run_local.add_argument(
         "--fresh",

@@ -1,5 +1,6 @@
 """`scaletrain run-local`: the job's rendered pods on the pod executor, one torchrun per node, with
-gang restarts, config errors, interruption without orphans, and the README's default example.
+gang restarts, config errors, interruption without orphans (kill -9 included), one run per workdir,
+and the README's default example.
 (The executor's rules are unit-tested in tests/unit/test_pod_executor.py; third-party scripts
 under both pod network modes are in test_third_party_scripts.py.)"""
 
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,9 @@ import yaml
 
 from scaletrain_operator.local.gang import POD_NETWORK_ENV
 from scaletrain_operator.local.pod_network import LOOPBACK
-from scaletrain_operator.local.processes import processes_with_env
+from scaletrain_operator.local.processes import processes_with_env, signal_processes
 from support.jobs import REPO, base_job, patched
+from support.process_tree import descendants, survivors
 from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, plugin_data
 
 TIMEOUT = 240
@@ -147,34 +150,60 @@ def test_a_gpu_job_on_a_machine_without_gpus_is_refused_with_the_field(tmp_path)
     assert "spec.gpusPerNode" in result.stderr and "no GPU" in result.stderr and "Traceback" not in result.stderr
 
 
-def interrupted_run(tmp_path, job, ready, signals):
-    """run-local on `job` in the background; once `ready()`, `signals` half a second apart.
-    Returns its exit code and output."""
-    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(write_job(tmp_path, job))]
+@contextmanager
+def background_run(tmp_path, job, ready, *args):
+    """run-local on `job` (and `args`) in the background, handed over once `ready()`; killed on the way
+    out if still running."""
+    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(write_job(tmp_path, job)), *args]
     runner = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + TIMEOUT
         while not ready():
             assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
             time.sleep(0.1)
+        yield runner
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+
+
+def interrupted_run(tmp_path, job, ready, signals):
+    """run-local on `job` in the background; once `ready()`, `signals` half a second apart.
+    Returns its exit code and output."""
+    with background_run(tmp_path, job, ready) as runner:
         for index, signum in enumerate(signals):
             time.sleep(0.5 * bool(index))
             runner.send_signal(signum)
         out, err = runner.communicate(timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
     return runner.returncode, out + err
 
 
+def slow_job(name):
+    """A job that trains far longer than a test waits (1000 steps of 50 ms reads)."""
+    return tiny_job(name, {"data": plugin_data("SlowSynthetic", seconds_per_read=0.05), "maxSteps": 1000})
+
+
+def training(job_name, workdir):
+    """Whether the job's 2 × (launcher/torchrun + 1 worker) run, past the first step."""
+    metrics_file = scratch(workdir) / "out" / "metrics.jsonl"
+    return lambda: metrics_file.exists() and len(processes_of(job_name)) >= 4
+
+
+def both_pods_said(text, workdir):
+    """Whether both pods' logs under `workdir` hold `text`."""
+    logs = workdir / "logs"
+    return lambda: sum(text in log.read_text() for log in logs.glob("*.log")) == 2
+
+
+def kill_leftovers(job_name):
+    """What a failing test's run left running dies here, not with the machine."""
+    signal_processes(processes_of(job_name), signal.SIGKILL)
+
+
 def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
-    job = tiny_job("local-interrupted", {"data": plugin_data("SlowSynthetic", seconds_per_read=0.05), "maxSteps": 1000})
-    metrics_file = scratch(tmp_path / "scaletrain-runs/local-interrupted") / "out" / "metrics.jsonl"
-
-    def training():  # 2 × (launcher/torchrun + 1 worker), and past its first step
-        return metrics_file.exists() and len(processes_of("local-interrupted")) >= 4
-
-    returncode, output = interrupted_run(tmp_path, job, training, [signal.SIGINT])
+    ready = training("local-interrupted", tmp_path / "scaletrain-runs/local-interrupted")
+    returncode, output = interrupted_run(tmp_path, slow_job("local-interrupted"), ready, [signal.SIGINT])
     assert returncode == 130, output
     assert "interrupted (SIGINT); every process of the job is stopped" in output
     assert processes_of("local-interrupted") == []
@@ -186,11 +215,47 @@ def test_a_second_sigterm_cannot_cut_the_clean_up_short(tmp_path):
     ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True)"
     grace = {"spec": {"terminationGracePeriodSeconds": 3}}
     job = tiny_job("local-stubborn", command=["python", "-c", ignore + "; time.sleep(600)"], podTemplate=grace)
-    logs = tmp_path / "scaletrain-runs/local-stubborn/logs"
-    ready = lambda: sum("ignoring" in log.read_text() for log in logs.glob("*.log")) == 2  # noqa: E731
+    ready = both_pods_said("ignoring", tmp_path / "scaletrain-runs/local-stubborn")
     returncode, output = interrupted_run(tmp_path, job, ready, [signal.SIGTERM, signal.SIGTERM])
     assert returncode == 143, output
     assert processes_of("local-stubborn") == []
+
+
+def test_kill_9_of_run_local_leaves_no_process_of_the_job(tmp_path):
+    """SIGKILL gives run-local no chance to stop its pods: its guard process kills them, torchrun's
+    workers (in sessions of their own) included, within 2 s."""
+    workdir = tmp_path / "scaletrain-runs/local-killed"
+    with background_run(tmp_path, slow_job("local-killed"), training("local-killed", workdir)) as runner:
+        tree = {runner.pid, *descendants(runner.pid)}
+        runner.kill()
+        left, seconds = survivors(tree, str(tmp_path), timeout_seconds=2.0)  # a zombie counts as gone
+        runner.communicate(timeout=10)
+    signal_processes(left, signal.SIGKILL)  # a failure leaves nothing running either
+    kill_leftovers("local-killed")
+    assert left == set(), f"{len(left)} of {len(tree)} processes alive {seconds:.2f} s after SIGKILL"
+    assert processes_of("local-killed") == []
+    print(f"{len(tree)} processes, all gone {seconds:.2f} s after SIGKILL")
+
+
+def test_a_second_run_local_on_a_busy_workdir_is_refused_at_once(tmp_path):
+    workdir = tmp_path / "work"
+    job = tiny_job("local-busy", command=["python", "-c", "print('started', flush=True); import time; time.sleep(600)"])
+    with background_run(tmp_path, job, both_pods_said("started", workdir), "--workdir", workdir) as first:
+        try:
+            second = run_local(write_job(tmp_path, job), "--workdir", workdir, "--fresh", cwd=tmp_path, timeout=30)
+        finally:
+            first.kill()
+            first.communicate(timeout=10)
+            kill_leftovers("local-busy")
+    assert second.returncode == 2, second.stdout + second.stderr
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(f"scaletrain: run-local: {workdir} is in use by run-local (pid {first.pid})"), line
+    assert "--workdir" in line and second.stdout == ""
+    assert both_pods_said("started", workdir)()  # the second one's --fresh removed nothing of the first's
+    # The lock goes with its holder, however it died.
+    quick = tiny_job("local-busy", command=["python", "-c", "pass"])
+    again = run_local(write_job(tmp_path, quick), "--workdir", workdir, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
 
 
 def test_the_readme_example_runs_and_its_loss_falls(tmp_path):

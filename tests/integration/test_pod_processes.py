@@ -1,24 +1,35 @@
-"""The pod executor tells pods' processes apart after a pod has gone. The kernel reuses a deleted
-network namespace's inode number for a namespace made later, perhaps another pod's: a stopped pod
-stopped again (as the kubelet does when the pod's object is deleted after its processes died) must
-not kill what now lives in a namespace of that number."""
+"""The pod executor's processes: it tells pods' processes apart after a pod has gone, and its pods
+die with its process, however that process dies.
+
+The kernel reuses a deleted network namespace's inode number for a namespace made later, perhaps
+another pod's: a stopped pod stopped again (as the kubelet does when the pod's object is deleted
+after its processes died) must not kill what now lives in a namespace of that number."""
 
 from __future__ import annotations
 
-import uuid
+import os
+import signal
+import subprocess
+import sys
+import time
 
 from scaletrain_operator.local.executor import PodExecutor
-from scaletrain_operator.local.processes import ProcessInfo, scan_processes
+from scaletrain_operator.local.processes import ProcessInfo, scan_processes, signal_processes
+from support.executor_host import a_pod
+from support.jobs import REPO
+from support.process_tree import descendants, survivors
+
+START_SECONDS = 60
+# A main process that starts a worker in a session of its own, as torchrun does, and says so.
+WORKER_IN_OWN_SESSION = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); "
+    "print('worker started', flush=True); time.sleep(600)"
+)
 
 
 def sleeping_pod(name):
-    container = {"name": "main", "image": "python", "command": ["sleep", "600"]}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {"restartPolicy": "Never", "containers": [container]},
-    }
+    return a_pod(name, ["sleep", "600"])
 
 
 def test_a_stopped_pod_no_longer_claims_processes_by_its_old_network_namespace(tmp_path):
@@ -34,3 +45,26 @@ def test_a_stopped_pod_no_longer_claims_processes_by_its_old_network_namespace(t
         assert pod.processes(scan_processes()) == []
     finally:
         executor.close(grace_seconds=0)
+
+
+def test_sigkill_of_the_executors_process_leaves_none_of_its_pods_processes(tmp_path):
+    """Its orphan guard kills them all within 2 s: the pod's main process and the worker it started in
+    a session of its own (no process group signal reaches it)."""
+    command = [sys.executable, "-m", "support.executor_host", str(tmp_path), "python", "-c", WORKER_IN_OWN_SESSION]
+    env = os.environ | {"PYTHONPATH": str(REPO / "tests")}
+    host = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    log = tmp_path / "logs" / "orphan_main.log"
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while not (log.exists() and "worker started" in log.read_text()):
+            assert time.monotonic() < deadline and host.poll() is None, "the pod did not start its worker"
+            time.sleep(0.05)
+        tree = {host.pid, *descendants(host.pid)}
+        host.kill()
+        left, seconds = survivors(tree, str(tmp_path), timeout_seconds=2.0)
+    finally:
+        host.kill()
+        host.wait(timeout=10)
+    signal_processes(left, signal.SIGKILL)  # a failure leaves nothing running either
+    assert left == set(), f"{len(left)} of {len(tree)} processes alive {seconds:.2f} s after SIGKILL"
+    assert len(tree) >= 4, tree  # the host, its guard, the pod's main process and its worker

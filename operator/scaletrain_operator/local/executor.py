@@ -7,7 +7,8 @@ containers together, each in a clean environment with its own log and terminatio
 `RunningPod.poll()` moves the pod on, as the kubelet's pod worker does, and `status()` reports it
 as the kubelet would (phase, podIP, conditions, containerStatuses). `stop()` deletes it:
 SIGTERM to each container's main process, the pod's terminationGracePeriodSeconds, then SIGKILL to
-whatever of the pod is left.
+whatever of the pod is left. Should the executor's process die without stopping its pods (SIGKILL),
+its orphan guard kills them (processes.OrphanGuard).
 
 Under the executor's root directory: `pods/NAMESPACE_NAME_UID/` (per container: its root directory,
 the default working directory with the container's HOME and TMPDIR, and its termination message
@@ -31,7 +32,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -58,14 +58,21 @@ from .pod_spec import (
     under_mount,
     working_dir,
 )
-from .processes import MARKER_ENV, ProcessInfo, exit_code, scan_processes, signal_processes
+from .processes import (
+    KILL_WAIT_SECONDS,
+    MARKER_ENV,
+    POLL_SECONDS,
+    OrphanGuard,
+    ProcessInfo,
+    exit_code,
+    scan_processes,
+    signal_processes,
+)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 MAX_TERMINATION_MESSAGE_BYTES = 4096  # the kubelet's limit for one container
 FALLBACK_LOG_LINES = 80  # terminationMessagePolicy FallbackToLogsOnError: the log's last 80 lines
-KILL_WAIT_SECONDS = 5.0  # after SIGKILL: a process in uninterruptible I/O is left to init after this
-POLL_SECONDS = 0.05
 START_ERROR_EXIT_CODE = 128  # a command that cannot be executed, as containerd reports it
 
 
@@ -390,6 +397,7 @@ class PodExecutor:
         self.node_name = node_name or socket.gethostname()  # spec.nodeName of pods that have none
         self._pods: list[RunningPod] = []
         self._lock = threading.Lock()
+        self._guard = OrphanGuard()  # kills the pods should this process die without stopping them
 
     @property
     def network_mode(self) -> str:
@@ -422,8 +430,8 @@ class PodExecutor:
         if policy != "Never":
             message = f"{policy} is not supported: the local pod executor runs each container once (Never)"
             raise ProblemsError([Problem(("spec", "restartPolicy"), message)])
+        marker = self._guard.pod_marker()  # the first pod starts the guard, before anything of the pod exists
         sandbox = self.network.attach(PodIdentity.of(pod))
-        marker = uuid.uuid4().hex
         try:
             init_containers, containers = (
                 [
@@ -448,11 +456,12 @@ class PodExecutor:
         return under_mount(path, mount_dirs(pod, container, self.volume_dirs(pod), where)) or Path(path)
 
     def close(self, grace_seconds: float | None = None) -> None:
-        """Stop every pod still running, then remove the pod network."""
+        """Stop every pod still running, then remove the pod network; the orphan guard goes too."""
         with self._lock:
             pods, self._pods = self._pods, []
         stop_pods([pod for pod in pods if pod.phase not in TERMINAL_PHASES], grace_seconds)
         self.network.close()
+        self._guard.close()
 
     def __enter__(self) -> PodExecutor:
         return self

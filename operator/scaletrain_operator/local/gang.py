@@ -8,11 +8,13 @@ The gang policy (api/gang_policy.py) judges the pods exactly as the operator doe
 stops the others and the gang restarts from the last checkpoint, up to maxRestarts; exit code 78 (an
 invalid training config) and a passed activeDeadlineSeconds (per gang, as each generation is a new
 Job) are final. Every process is stopped on the way out, also on Ctrl-C, SIGTERM or SIGHUP, and a
-second interrupt cannot cut the stopping short. Volumes are directories under the workdir.
+second interrupt cannot cut the stopping short. Volumes are directories under the workdir, which one
+run at a time holds (a second one would interleave the metrics and trip over the first's checkpoints).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -40,6 +42,11 @@ POLL_SECONDS = 0.25
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
 WORKDIR_PARTS = ("logs", "volumes", "pods")  # what run-local writes under the workdir (and --fresh removes)
 POD_NETWORK_ENV = "SCALETRAIN_POD_NETWORK"  # auto (the default), namespaces or loopback
+LOCK_FILE = ".run-local.lock"  # in the workdir: locked while a run holds it, with the holder's pid
+
+
+class WorkdirBusy(OSError):
+    """Another run holds the workdir; the message names it, the holder's pid and what to do."""
 
 
 class Interrupted(Exception):
@@ -140,21 +147,56 @@ def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False) -> int:
     try:
         gpus = visible_gpus() if job.spec.gpus_per_node else []
         check_fits_this_machine(job, len(gpus))
-        if fresh:
-            for part in WORKDIR_PARTS:
-                shutil.rmtree(workdir / part, ignore_errors=True)
-        executor = PodExecutor(workdir, pod_network())
-        try:
-            return _run(job, executor, gpus)
-        finally:
-            with signals_deferred():  # the pod network goes too, whatever comes meanwhile
-                executor.close()
+        with workdir_locked(workdir):
+            if fresh:
+                for part in WORKDIR_PARTS:
+                    shutil.rmtree(workdir / part, ignore_errors=True)
+            executor = PodExecutor(workdir, pod_network())
+            try:
+                return _run(job, executor, gpus)
+            finally:
+                with signals_deferred():  # the pod network goes too, whatever comes meanwhile
+                    executor.close()
     except Interrupted as interruption:
         print(f"{job.name}: interrupted ({interruption}); every process of the job is stopped")
         return interruption.exit_code
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def workdir_locked(workdir: Path) -> Iterator[None]:
+    """Hold `workdir` for the block, or raise WorkdirBusy at once if another run holds it. An flock:
+    the kernel drops it when its holder dies, however it dies, so a killed run leaves no stale lock.
+    The file stays (deleting it would let a waiting run lock a file no longer in the workdir)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    lock = os.open(workdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # not truncated: see _take
+    try:
+        _take(lock, workdir)
+        yield
+    finally:
+        os.close(lock)  # and with it the lock
+
+
+def _take(lock: int, workdir: Path) -> None:
+    """Lock the lock file and write this process's pid in it; only the holder writes, so a refused
+    run cannot erase the pid that its message names."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(lock, 32, 0).decode(errors="replace").strip()
+        raise WorkdirBusy(busy_message(workdir, holder)) from None
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())
+
+
+def busy_message(workdir: Path, holder: str) -> str:
+    who = f"pid {holder}" if holder.isdigit() else "its pid not written yet"
+    return (
+        f"{workdir.absolute()} is in use by run-local ({who}); wait for that run to end or stop it, "
+        "or give this one another --workdir"
+    )
 
 
 def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:

@@ -1,0 +1,64 @@
+"""Processes as /proc shows them, for tests that check what a run leaves behind (Linux only). Zombies
+count as gone: they run nothing, and their parent (or init) reaps them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+POLL_SECONDS = 0.02
+
+
+def live_parents() -> dict[int, int]:
+    """Each live (not zombie) process's parent: pid → ppid."""
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]  # "pid (comm) STATE PPID ..."; comm may hold spaces
+        if state != "Z":
+            parents[int(proc.name)] = int(ppid)
+    return parents
+
+
+def descendants(root: int) -> set[int]:
+    """The live processes below `root`: its children, theirs, and so on (new sessions included)."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in live_parents().items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def processes_mentioning(text: str) -> set[int]:
+    """The live processes whose command line contains `text` (a path, say)."""
+    found = set()
+    for pid in live_parents():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.add(pid)
+    return found
+
+
+def survivors(pids: Iterable[int], mentioning: str, timeout_seconds: float) -> tuple[set[int], float]:
+    """Wait up to `timeout_seconds` for `pids`, and every process whose command line mentions
+    `mentioning`, to be gone. Returns those still alive then (none: all gone) and the seconds waited."""
+    started = time.monotonic()
+    while True:
+        left = (set(pids) & set(live_parents())) | processes_mentioning(mentioning)
+        waited = time.monotonic() - started
+        if not left or waited >= timeout_seconds:
+            return left, waited
+        time.sleep(POLL_SECONDS)
