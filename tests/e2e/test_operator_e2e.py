@@ -126,6 +126,38 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
     assert f"step-{first_after - 1:08d}" in rank_0_log and "resumed from" in rank_0_log
 
 
+HANG_TIMEOUT = 4  # seconds: training.hangTimeoutSeconds for the hang test
+
+
+def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_it(cluster, tmp_path):
+    """Rank 1 stops (SIGSTOP) mid-step in the first gang: it never exits. Rank 0's watchdog stops it while it
+    waits on rank 1, saying so; the gang policy then names the stuck pod, not the one that exited first."""
+    stop = plugin_data(
+        "StoppingSynthetic", stop_at_read=4 * 7 + 2, stop_rank=1, stop_generation=0, record_dir=str(tmp_path),
+        seconds_per_read=0.01,
+    )  # fmt: skip
+    training = {"data": stop, "maxSteps": 12, "hangTimeoutSeconds": HANG_TIMEOUT}
+    directory = submit_training(cluster, "e2e-hang", training, maxRestarts=1)
+    stopped_at = float(
+        cluster.kube.wait_until(
+            lambda: (tmp_path / "stopped-at").exists() and (tmp_path / "stopped-at").read_text(), timeout=TIMEOUT
+        )
+    )
+    restarting = cluster.kube.wait_until(
+        lambda: [message for _, reason, message in cluster.events("e2e-hang") if reason == "Restarting"],
+        timeout=TIMEOUT,
+        interval=0.1,
+    )
+    detected_in = time.time() - stopped_at
+    assert detected_in <= 2 * HANG_TIMEOUT, f"hang found after {detected_in:.1f} s"
+    assert "pod e2e-hang-g0-1-" in restarting[0] and "stopped advancing" in restarting[0], restarting
+    hang_dump = (directory / "out" / "hang-rank0.txt").read_text()
+    assert "no optimizer step completed" in hang_dump and "while in step" in hang_dump
+    assert 'File "' in hang_dump  # the stacks of every thread follow
+    status = wait_phase(cluster, "e2e-hang", "Succeeded")
+    assert status["restarts"] == 1
+
+
 def test_exhausted_restarts_fail_the_job_with_the_reason(cluster):
     crash_every_time = plugin_data("CrashingSynthetic", crash_at_read=3, crash_rank=1)
     submit_training(cluster, "e2e-doomed", {"data": crash_every_time}, maxRestarts=1)

@@ -68,3 +68,31 @@ def test_pod_launcher_checks_the_config_before_torchrun(tmp_path):
     result = _module("scaletrain_trainer.launch", "--module", "scaletrain_trainer", env=env)
     assert result.returncode == EXIT_CONFIG_ERROR
     assert "globalBatchSize: 12 is not divisible by microBatchSize × world size (2 × 8 = 16)" in result.stderr
+
+
+def test_a_config_error_only_a_worker_finds_is_the_pods_exit_code_not_torchruns_1(tmp_path):
+    """Token ids beyond vocabSize are found by the workers' data checks, inside torchrun."""
+    tokens = tmp_path / "tokens.bin"
+    tokens.write_bytes(bytes(range(200)) * 40)  # uint16 ids up to 0xC7C6, far beyond vocabSize 64
+    training = parse_training_config(
+        {
+            "globalBatchSize": 4,
+            "microBatchSize": 2,
+            "model": {"layers": 1, "heads": 2, "width": 16, "vocabSize": 64, "contextLength": 8},
+            "data": {"source": "tokens", "path": str(tokens)},
+            "outputDir": str(tmp_path / "out"),
+            "metricsPort": free_port(),
+        }
+    )
+    termination_log = tmp_path / "termination-log"
+    termination_log.touch()
+    env = os.environ | {
+        "SCALETRAIN_CONFIG": training.to_json(),
+        "SCALETRAIN_TERMINATION_LOG": str(termination_log),
+        "OMP_NUM_THREADS": "1",
+    }
+    args = ("--standalone", "--nproc-per-node=2", "--module", "scaletrain_trainer")
+    result = _module("scaletrain_trainer.launch", *args, env=env)
+    assert "exitcode  : 78" in result.stderr, result.stderr[-3000:]  # torchrun saw the worker's 78 ...
+    assert result.returncode == EXIT_CONFIG_ERROR  # ... and the pod exits with it, not torchrun's 1
+    assert json.loads(termination_log.read_text())["result"] == "ConfigError"

@@ -85,13 +85,27 @@ def config_for(directory: Path, overrides: dict[str, Any] | None = None, checkpo
     return config
 
 
-def run_trainer(directory: Path, config: dict[str, Any], nproc: int = 1, env: dict[str, str] | None = None) -> Run:
-    """`python -m scaletrain_trainer --config FILE`, under `torchrun --standalone` when nproc > 1."""
+def run_trainer(
+    directory: Path,
+    config: dict[str, Any],
+    nproc: int = 1,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+) -> Run:
+    """`python -m scaletrain_trainer --config FILE`, under `torchrun --standalone` when nproc > 1, after
+    `prefix` (e.g. prlimit with its options)."""
     directory.mkdir(parents=True, exist_ok=True)
     config_path = directory / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    command = (launcher if nproc > 1 else [sys.executable]) + ["-m", "scaletrain_trainer", "--config", str(config_path)]
+    command = [
+        *prefix,
+        *(launcher if nproc > 1 else [sys.executable]),
+        "-m",
+        "scaletrain_trainer",
+        "--config",
+        str(config_path),
+    ]
     environment = os.environ | PLUGIN_ENV | (env or {})
     result = subprocess.run(
         command, cwd=directory, env=environment, capture_output=True, text=True, timeout=TIMEOUT, check=False

@@ -8,7 +8,7 @@ import pytest
 
 from scaletrain_operator.api.gang_policy import DEADLINE_EXCEEDED, Action, GangLimits, PodOutcome, judge
 from scaletrain_operator.api.models import parse_job
-from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR
+from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, EXIT_HANG, EXIT_WRITE_ERROR
 from support.jobs import base_job
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -20,6 +20,11 @@ def pod(index, phase, exit_code=None, second=None, stopping=False, message=""):
     reason = {"Failed": "Error", "Succeeded": "Completed"}.get(phase, "")
     return PodOutcome(f"demo-g0-{index}", index, phase, exit_code, reason, message, finished, stopping)
 
+
+# Termination messages of the hang watchdog (trainer/watchdog.py): stopped while waiting on the peers, or
+# stuck in work of its own.
+WAITED = '{"result": "Hang", "step": 7, "doing": "in step 8", "waitingOnPeers": true}'
+STUCK = '{"result": "Hang", "step": 7, "doing": "loading the data of step 8", "waitingOnPeers": false}'
 
 # (case, pods, restarts, keyword arguments, action, reason, root-cause pod name, words in the message)
 CASES = [
@@ -53,6 +58,17 @@ CASES = [
      Action.KEEP_RUNNING, None, None, ""),
     ("pods being deleted are not crashes", [pod(0, "Failed", 143, 5, stopping=True), pod(1, "Running")], 0, {},
      Action.KEEP_RUNNING, None, None, ""),
+    ("a write error is final", [pod(0, "Failed", EXIT_WRITE_ERROR, 5, message="disk full (ENOSPC)")], 0, {},
+     Action.FAIL, "WriteError", "demo-g0-0", "cannot write its checkpoints or outputs, not retried"),
+    ("a pod that waited on a stuck peer is not the cause: the stuck one is",
+     [pod(0, "Failed", EXIT_HANG, 5, message=WAITED), pod(1, "Running")], 0, {}, Action.RESTART, None, "demo-g0-1",
+     "pod demo-g0-1 stopped advancing (its peers timed out waiting on it); gang restart 1/3"),
+    ("a pod stuck in its own work is the cause, though it stopped later",
+     [pod(0, "Failed", EXIT_HANG, 5, message=WAITED), pod(1, "Failed", EXIT_HANG, 6, message=STUCK)], 0, {},
+     Action.RESTART, None, "demo-g0-1", "pod demo-g0-1 failed (Error, exit code 75)"),
+    ("when every pod waited on the others, the first to stop",
+     [pod(0, "Failed", EXIT_HANG, 6, message=WAITED), pod(1, "Failed", EXIT_HANG, 5, message=WAITED)], 0, {},
+     Action.RESTART, None, "demo-g0-1", "gang restart 1/3"),
     ("any crash counts", [pod(1, "Failed", 1, 5)], 2, {}, Action.RESTART, None, "demo-g0-1", "gang restart 3/3"),
 ]  # fmt: skip
 

@@ -3,6 +3,7 @@ checkpoint files, the progress endpoint, and the entry points' config errors."""
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import threading
@@ -15,11 +16,13 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 
 from scaletrain_trainer.checkpoint import CheckpointManager, TrainState, check_data_position
 from scaletrain_trainer.config import CheckpointConfig, DataConfig, ModelConfig, SchedulerConfig, parse_training_config
 from scaletrain_trainer.data import IGNORE_INDEX, GlobalBatches, build_dataset, check_holds_a_global_batch, collate
 from scaletrain_trainer.distributed import Runtime
+from scaletrain_trainer.exit_codes import write_error_cause
 from scaletrain_trainer.loop import build_scheduler, train_step
 from scaletrain_trainer.metrics import (
     MAX_CONNECTIONS,
@@ -30,6 +33,7 @@ from scaletrain_trainer.metrics import (
 from scaletrain_trainer.model import build_model
 from scaletrain_trainer.precision import resolve_precision
 from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.watchdog import Watchdog
 from support.trainer_runs import free_port
 
 CPU = torch.device("cpu")
@@ -373,3 +377,22 @@ def test_models_with_non_persistent_buffers_are_not_built_on_the_meta_device():
         with_table = Bigram()
         with_table.register_buffer("table", torch.ones(4), persistent=False)
     assert _all_state_in_state_dict(plain) and not _all_state_in_state_dict(with_table)
+
+
+def test_the_hang_timeout_is_the_configured_one_else_ten_median_steps_but_at_least_five_minutes(tmp_path):
+    assert Watchdog(4, str(tmp_path), rank=0).timeout == 4
+    automatic = Watchdog(None, str(tmp_path), rank=0)
+    assert automatic.timeout == 300  # no steps yet
+    automatic.step_seconds = [500.0, 90.0, 80.0] + [20.0, 40.0, 50.0]  # the first (warm-up) steps do not count
+    assert automatic.timeout == 400
+    automatic.step_seconds = [1.0] * 10
+    assert automatic.timeout == 300
+
+
+def test_write_errors_are_named_in_one_line_even_inside_a_distributed_checkpoint_failure():
+    full = OSError(errno.ENOSPC, "No space left on device", "/ckpt/step-10.partial/__0_0.distcp")
+    assert write_error_cause(full) == "disk full (ENOSPC) writing /ckpt/step-10.partial/__0_0.distcp"
+    wrapped = CheckpointException("write", {1: (OSError(errno.EROFS, "Read-only file system"), None)})
+    assert write_error_cause(wrapped) == "read-only file system (EROFS)"
+    assert write_error_cause(OSError(errno.ENOENT, "No such file")) is None
+    assert write_error_cause(RuntimeError("boom")) is None

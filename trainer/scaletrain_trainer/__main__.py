@@ -1,7 +1,9 @@
 """Entry point: `python -m scaletrain_trainer [--config FILE]`, under torchrun or standalone.
 
-Exit codes: 0 done; EXIT_CONFIG_ERROR (78) for a bad config, which retrying cannot fix (the operator
-fails the job at once); anything else for a runtime failure, which a gang restart may fix.
+Exit codes (exit_codes.py): 0 done; EXIT_CONFIG_ERROR (78) for a bad config and EXIT_WRITE_ERROR (74)
+for a full or read-only disk, which retrying cannot fix (the operator fails the job at once);
+EXIT_NON_FINITE (79) for a diverged run; anything else for a runtime failure, which a gang restart
+may fix. Each named failure also leaves a one-line termination message.
 """
 
 from __future__ import annotations
@@ -12,7 +14,17 @@ import os
 import sys
 
 from .config import load_training_config
-from .exit_codes import CONFIG_ERROR_RESULT, EXIT_CONFIG_ERROR, EXIT_NON_FINITE, NON_FINITE_RESULT, NonFinite
+from .exit_codes import (
+    CONFIG_ERROR_RESULT,
+    EXIT_CONFIG_ERROR,
+    EXIT_NON_FINITE,
+    EXIT_WRITE_ERROR,
+    NON_FINITE_RESULT,
+    WRITE_ERROR_RESULT,
+    NonFinite,
+    WriteError,
+    write_error_cause,
+)
 from .metrics import write_termination_message
 from .validation import ProblemsError
 
@@ -37,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scaletrain: {diverged}", file=sys.stderr)
         write_termination_message({"result": NON_FINITE_RESULT, "firstNonFiniteStep": diverged.step})
         return EXIT_NON_FINITE
+    except WriteError as error:
+        return write_error(error.cause)
+    except OSError as error:  # a full or read-only outputDir, say: one line, not a traceback
+        if (cause := write_error_cause(error)) is None:
+            raise
+        return write_error(cause)
     if runtime.is_main:
         write_termination_message({"result": "Succeeded", **summary})
     return 0
@@ -48,6 +66,12 @@ def config_error(error: ProblemsError) -> int:
     print("scaletrain: invalid training config:\n  " + "\n  ".join(lines), file=sys.stderr)
     write_termination_message({"result": CONFIG_ERROR_RESULT, "problems": lines})
     return EXIT_CONFIG_ERROR
+
+
+def write_error(cause: str) -> int:
+    print(f"scaletrain: {cause}", file=sys.stderr)
+    write_termination_message({"result": WRITE_ERROR_RESULT, "cause": cause})
+    return EXIT_WRITE_ERROR
 
 
 if __name__ == "__main__":

@@ -4,15 +4,24 @@ A checkpoint holds everything needed to continue exactly: model and optimizer (t
 state-dict helpers, so it reshards across world sizes and between DDP and FSDP), LR scheduler,
 loss scaler, step, data position and RNG state. It is written to `step-N.partial` and renamed to
 `step-N` only once every rank has finished, so a crash mid-write never hides the last good one.
-Resuming refuses a checkpoint written by a different model, and a checkpoint directory that some
-ranks cannot see (node-local storage in a multi-node job).
+
+Each checkpoint verifies itself: before the rename, a manifest records every file's size and CRC-32,
+read back right after writing (the ranks share the files out, so no rank reads them all). Resuming
+checks the newest against its manifest first; a damaged one (a lost, truncated or overwritten file,
+no manifest at all) is moved aside to `step-N.corrupt` with a warning, and the one before it is
+tried. A checkpoint written from non-finite state never exists (loop.stop_if_non_finite runs first).
+
+Resuming refuses, as a config error, a checkpoint written by a different model or optimizer, and a
+checkpoint directory that some ranks cannot see (node-local storage in a multi-node job).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +29,21 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from .config import CheckpointConfig
-from .distributed import Runtime
+from .distributed import Runtime, agree
+from .exit_codes import WriteError, write_error_cause
 from .validation import Problem, ProblemsError
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 PARTIAL_SUFFIX = ".partial"
+CORRUPT_SUFFIX = ".corrupt"
+MANIFEST = "manifest.json"
+CHUNK_BYTES = 1 << 22
 
 
 # Parts of the state that may be absent from a checkpoint: the CUDA RNG (saved on CPU) and the loss
@@ -80,6 +94,7 @@ class CheckpointManager:
         self.config, self.runtime = config, runtime
         self.directory = Path(config.dir) if config.dir else None
         self.last_saved_step: int | None = None  # the same on every rank, unlike a file-system check
+        self.set_aside: list[str] = []  # damaged checkpoints moved aside while resuming (rank 0)
 
     @property
     def enabled(self) -> bool:
@@ -96,16 +111,10 @@ class CheckpointManager:
         return [path for _, path in sorted(found)]
 
     def restore_latest(self, state: TrainState) -> Path | None:
-        """Load the newest checkpoint, if any. Rank 0 picks it, so every rank loads the same one."""
-        if not self.enabled:
+        """Load the newest checkpoint that verifies, if any; damaged ones are moved aside on the way."""
+        path = self._newest_verified() if self.enabled else None
+        if path is None:
             return None
-        newest = self.completed()[-1:] if self.runtime.is_main else []
-        choice = [str(newest[0]) if newest else None]
-        dist.broadcast_object_list(choice, src=0)
-        if choice[0] is None:
-            return None
-        path = Path(choice[0])
-        self._require_visible(path)
         saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
         wanted = state.state_dict()
         _check_same_model(wanted["model"], saved, path)
@@ -120,9 +129,28 @@ class CheckpointManager:
         return path
 
     def save(self, state: TrainState) -> Path | None:
+        """Save `state` as step-N. A write error inside DCP's writes (raised on every rank alike, so they
+        retry together) is retried once, after the half-written partial is removed (it may be what
+        filled the disk); a second one is a WriteError. A write error on rank 0 alone (its directory,
+        the manifest) reaches the entry point as it is, which makes it a WriteError too."""
         assert self.directory is not None
         if state.step == self.last_saved_step:
             return None
+        try:
+            return self._save(state)
+        except CheckpointException as error:
+            if (cause := write_error_cause(error)) is None:
+                raise
+            log.warning("saving the checkpoint at step %d failed: %s; trying once more", state.step, cause)
+        try:
+            return self._save(state)
+        except CheckpointException as error:
+            if (cause := write_error_cause(error)) is None:
+                raise
+            raise WriteError(f"cannot save the checkpoint at step {state.step} in {self.directory}: {cause}") from None
+
+    def _save(self, state: TrainState) -> Path:
+        assert self.directory is not None
         final = self.directory / f"step-{state.step:08d}"
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         if self.runtime.is_main:
@@ -132,7 +160,11 @@ class CheckpointManager:
         dist.barrier()
         dcp.save(state.state_dict(), checkpoint_id=partial)
         dist.barrier()
+        # Read back right after writing (from the page cache, mostly): the manifest vouches for the bytes
+        # that reached the file system, not for what the writer meant to send.
+        files = self._shared_checksums(partial, agree(_files_in(partial) if self.runtime.is_main else []))
         if self.runtime.is_main:
+            (partial / MANIFEST).write_text(json.dumps({"step": state.step, "files": files}))
             if final.exists():  # written by an earlier run of this job that was not resumed from it
                 shutil.rmtree(final)
             partial.rename(final)
@@ -143,6 +175,51 @@ class CheckpointManager:
                 shutil.rmtree(old, ignore_errors=True)
         log.info("saved checkpoint %s", final)
         return final
+
+    def _newest_verified(self) -> Path | None:
+        """The newest checkpoint whose files match its manifest. Rank 0 picks each candidate, so every rank
+        checks and loads the same one; a damaged one is moved aside, never deleted, and the next is tried."""
+        while (path := agree(self._newest_on_main())) is not None:
+            self._require_visible(path)
+            damage = self._damage(path)
+            if damage is None:
+                return path
+            if self.runtime.is_main:
+                aside = _set_aside(path)
+                log.warning(
+                    "checkpoint %s is damaged (%s): moved aside to %s; trying the one before it",
+                    path,
+                    damage,
+                    aside.name,
+                )
+                self.set_aside.append(aside.name)
+        return None
+
+    def _newest_on_main(self) -> Path | None:
+        newest = self.completed()[-1:] if self.runtime.is_main else []
+        return newest[0] if newest else None
+
+    def _damage(self, path: Path) -> str | None:
+        """What is wrong with the checkpoint at `path`, by its manifest, or None when it is sound."""
+        manifest = agree(_read_manifest(path) if self.runtime.is_main else None)
+        if isinstance(manifest, str):
+            return manifest
+        found = self._shared_checksums(path, sorted(manifest["files"]))
+        wrong = [
+            problem
+            for name, expected in manifest["files"].items()
+            if (problem := _describe_mismatch(name, found[name], expected))
+        ]
+        if not wrong:
+            return None
+        return "; ".join(wrong[:3]) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+
+    def _shared_checksums(self, directory: Path, names: list[str]) -> dict[str, dict[str, int] | None]:
+        """Size and CRC-32 of each named file in `directory` (None: missing), every rank reading its share."""
+        mine = {name: _checksum(directory / name) for name in names[self.runtime.rank :: self.runtime.world_size]}
+        shares: list[dict[str, dict[str, int] | None]] = [{} for _ in range(self.runtime.world_size)]
+        dist.all_gather_object(shares, mine)
+        return {name: found for share in shares for name, found in share.items()}
 
     def _require_visible(self, path: Path) -> None:
         """Every rank must see the same checkpoint; node-local storage would break resuming."""
@@ -159,6 +236,58 @@ class CheckpointManager:
                     )
                 ]
             )
+
+
+def _files_in(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir() if path.is_file())
+
+
+def _checksum(path: Path) -> dict[str, int] | None:
+    try:
+        with path.open("rb") as file:
+            crc, size = 0, 0
+            while chunk := file.read(CHUNK_BYTES):
+                crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    except FileNotFoundError:
+        return None
+    return {"bytes": size, "crc32": crc}
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | str:
+    """The manifest of the checkpoint at `path`, or what is wrong with it."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return f"no {MANIFEST}: it is empty, or was not written by this trainer"
+    except (OSError, ValueError) as error:
+        return f"its {MANIFEST} is unreadable ({error})"
+    step = CHECKPOINT_NAME.match(path.name)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return f"its {MANIFEST} lists no files"
+    if step and manifest.get("step") != int(step.group(1)):
+        return f"its {MANIFEST} is step {manifest.get('step')}'s"
+    return manifest
+
+
+def _describe_mismatch(name: str, found: dict[str, int] | None, expected: Any) -> str | None:
+    if found == expected:
+        return None
+    if found is None:
+        return f"{name} is missing"
+    if not isinstance(expected, dict) or found["bytes"] != expected.get("bytes"):
+        return f"{name} has {found['bytes']} bytes, not {expected.get('bytes') if isinstance(expected, dict) else '?'}"
+    return f"{name} does not match its checksum"
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename a damaged checkpoint to step-N.corrupt (step-N.corrupt-2, ... if taken): kept for a post-mortem,
+    out of the way of resuming and of pruning."""
+    aside, copy = path.with_name(path.name + CORRUPT_SUFFIX), 1
+    while aside.exists():
+        copy += 1
+        aside = path.with_name(f"{path.name}{CORRUPT_SUFFIX}-{copy}")
+    path.rename(aside)
+    return aside
 
 
 def _check_same_optimizer(optimizer_state: dict[str, Any], saved: dict[str, Any], path: Path) -> None:

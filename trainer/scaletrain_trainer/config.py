@@ -197,6 +197,21 @@ class TrainingConfig(SpecModel):
     metrics_port: int = Field(
         9400, ge=1024, le=65535, description="Rank 0 serves progress JSON and Prometheus metrics here."
     )
+    on_non_finite: Literal["fail", "skip"] = Field(
+        "fail",
+        description="A NaN or infinite loss or gradient norm. fail: stop at the next log step or save, exit 79, "
+        "naming the step (nothing after it is saved). skip: drop that update, as the fp16 loss scaler does (one "
+        "host sync per step), and fail after 10 skipped steps in a row.",
+    )
+    hang_timeout_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=86400,
+        description="Stop a rank when no optimizer step completes for this long (checkpoint saves excepted): dump "
+        "every thread's stack to outputDir/hang-rank<R>.txt and exit 75. Default: the larger of 300 s and 10 × "
+        "the median step time. The operator restarts a Running gang whose progress is older than this "
+        "(reason Hang).",
+    )
 
     model_config = with_cel_rules(
         cel_rule(

@@ -1,25 +1,99 @@
 """The trainer's exit codes: what a pod's exit code means. The operator, run-local and the tests import
 them from here, so the code a trainer produces and the code its supervisors read cannot drift apart.
-Torch-free on purpose: the operator imports it."""
+Torch-free on purpose: the operator imports it.
 
+Each failure the trainer names also has a "result" in the termination message, because torchrun
+reports any failed worker as exit code 1: the pod launcher (launch.py) maps a worker's result back to
+its code, and the gang policy reads either.
+"""
+
+from __future__ import annotations
+
+import errno
 import json
+from typing import Literal
 
 EXIT_CONFIG_ERROR = 78  # EX_CONFIG from sysexits.h: a bad config, which no retry can fix
-CONFIG_ERROR_RESULT = "ConfigError"  # the termination message's "result" after a config error
+EXIT_WRITE_ERROR = 74  # EX_IOERR: the disk is full or read-only, or a file hit its size limit
 EXIT_NON_FINITE = 79  # the loss or the gradients became NaN or infinite: the run diverged (loop.NonFinite)
-NON_FINITE_RESULT = "NonFinite"
+EXIT_HANG = 75  # EX_TEMPFAIL: no step completed within the hang timeout (watchdog.py); a restart may fix it
+
+Result = Literal["ConfigError", "WriteError", "NonFinite", "Hang"]
+CONFIG_ERROR_RESULT: Result = "ConfigError"
+WRITE_ERROR_RESULT: Result = "WriteError"
+NON_FINITE_RESULT: Result = "NonFinite"
+HANG_RESULT: Result = "Hang"
+EXIT_CODES: dict[Result, int] = {
+    CONFIG_ERROR_RESULT: EXIT_CONFIG_ERROR,
+    WRITE_ERROR_RESULT: EXIT_WRITE_ERROR,
+    NON_FINITE_RESULT: EXIT_NON_FINITE,
+    HANG_RESULT: EXIT_HANG,
+}
+# Failures a gang restart cannot fix: the job fails at once. A write error was already retried once,
+# inside the trainer (checkpoint.CheckpointManager.save).
+FINAL: dict[Result, str] = {
+    CONFIG_ERROR_RESULT: "invalid training config",
+    WRITE_ERROR_RESULT: "cannot write its checkpoints or outputs",
+}
+# What a write error means to the user: out of space (or quota), a read-only mount, a file size limit.
+WRITE_ERRNOS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EFBIG: "file too large",
+}
 
 
-def is_config_error(exit_code: int | None, termination_message: str) -> bool:
-    """Whether a container ended on a bad config: exit code 78, or a termination message saying so. The
-    second covers a worker under torchrun, which reports any failed worker as exit code 1."""
-    if exit_code == EXIT_CONFIG_ERROR:
-        return True
+def result_of(exit_code: int | None, termination_message: str) -> Result | None:
+    """What a trainer container's exit means: its exit code, or the termination message's result (a
+    worker under torchrun, which exits 1 for any failed worker)."""
+    by_code = next((result for result, code in EXIT_CODES.items() if code == exit_code), None)
+    if by_code is not None:
+        return by_code
+    result = summary_of(termination_message).get("result")
+    return result if result in EXIT_CODES else None
+
+
+def summary_of(termination_message: str) -> dict:
+    """The trainer's termination message as a mapping ({} when it is not one of the trainer's)."""
     try:
         summary = json.loads(termination_message)
     except ValueError:
-        return False
-    return isinstance(summary, dict) and summary.get("result") == CONFIG_ERROR_RESULT
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def waited_on_peers(termination_message: str) -> bool:
+    """Whether the trainer stopped for a hang while waiting on its peers (watchdog.py): the likely victim
+    of a stuck peer, not the cause."""
+    summary = summary_of(termination_message)
+    return summary.get("result") == HANG_RESULT and summary.get("waitingOnPeers") is True
+
+
+def final_failure(exit_code: int | None, termination_message: str) -> Result | None:
+    """The result, when it is one no gang restart can fix (FINAL)."""
+    result = result_of(exit_code, termination_message)
+    return result if result in FINAL else None
+
+
+def write_error_cause(error: BaseException) -> str | None:
+    """One line for a write error (ENOSPC, EDQUOT, EROFS, EFBIG), found in `error` or what it wraps
+    (torch.distributed.checkpoint gathers every rank's failure into one exception), else None."""
+    seen: set[int] = set()
+    pending: list[object] = [error]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in WRITE_ERRNOS:
+            where = f" writing {current.filename}" if current.filename else ""
+            return f"{WRITE_ERRNOS[current.errno]} ({errno.errorcode[current.errno]}){where}"
+        wrapped = getattr(current, "failures", None)  # CheckpointException: {rank: (exception, traceback)}
+        if isinstance(wrapped, dict):
+            pending += [failure[0] if isinstance(failure, tuple) else failure for failure in wrapped.values()]
+        pending += [current.__cause__, current.__context__]
+    return None
 
 
 class NonFinite(Exception):
@@ -30,3 +104,12 @@ class NonFinite(Exception):
     def __init__(self, step: int):
         super().__init__(f"the loss or the gradients were not finite at step {step}: the run diverged")
         self.step = step
+
+
+class WriteError(Exception):
+    """Writing a checkpoint or an output failed for a reason no retry in place fixes (write_error_cause);
+    the trainer exits EXIT_WRITE_ERROR with `cause` as its one-line termination message."""
+
+    def __init__(self, cause: str):
+        super().__init__(cause)
+        self.cause = cause

@@ -1,8 +1,11 @@
-"""Pod entry point: check the training config, then exec torchrun with the given arguments.
+"""Pod entry point: check the training config, then run torchrun with the given arguments.
 
 torchrun reports any failed worker as exit code 1, so a config error found inside the workers would
 look like a crash worth restarting. Checking first, in the pod's own process, lets the pod exit with
-EXIT_CONFIG_ERROR, which the operator does not retry. Usage (the rendered default):
+EXIT_CONFIG_ERROR, which the operator does not retry. What only a worker can find (a token id out of
+range, a full disk) it records as the termination message's result; when torchrun fails, the pod
+exits with that result's code instead of torchrun's 1 (exit_codes.result_of). Usage (the rendered
+default):
 
     python -m scaletrain_trainer.launch --module scaletrain_trainer
 """
@@ -10,12 +13,18 @@ EXIT_CONFIG_ERROR, which the operator does not retry. Usage (the rendered defaul
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from .__main__ import config_error
 from .config import load_training_config
+from .exit_codes import EXIT_CODES, result_of
+from .metrics import termination_message_path
 from .validation import Problem, ProblemsError
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def preflight(environ: dict[str, str]) -> None:
@@ -32,8 +41,26 @@ def main(argv: list[str]) -> int:
         preflight(dict(os.environ))
     except ProblemsError as error:
         return config_error(error)
-    # `python -m torch.distributed.run` is torchrun, without depending on PATH.
-    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *argv])
+    # `python -m torch.distributed.run` is torchrun, without depending on PATH. It runs as a child, not
+    # exec'd, so that its exit can be read; the pod's stop signals reach it through this process.
+    torchrun = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv])
+    for number in FORWARDED_SIGNALS:
+        signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
+    return pod_exit_code(torchrun.wait(), termination_message_path())
+
+
+def pod_exit_code(torchrun_exit: int, termination_message: Path) -> int:
+    """torchrun's exit code, or the code of the result a worker recorded in the termination message."""
+    if torchrun_exit == 0:
+        return 0
+    if torchrun_exit < 0:  # killed by a signal: a shell's 128 + N, as a container runtime reports it
+        return 128 - torchrun_exit
+    try:
+        message = termination_message.read_text()
+    except OSError:
+        return torchrun_exit
+    result = result_of(None, message)
+    return EXIT_CODES[result] if result is not None else torchrun_exit
 
 
 if __name__ == "__main__":

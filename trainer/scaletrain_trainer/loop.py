@@ -23,6 +23,7 @@ from .metrics import MetricsReporter
 from .model import count_parameters
 from .parallel import autocast_enabled, build_parallel_model, gradient_sync
 from .precision import Precision, resolve_precision
+from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -66,41 +67,72 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     # The first step whose loss or gradients were not finite, or -1: kept on the device, so that
     # checking it costs no host sync; read at the syncs that log steps and saves make anyway.
     first_non_finite = torch.full((), -1, dtype=torch.int64, device=runtime.device)
+    skips = ConsecutiveSkips(config.on_non_finite == "skip")
+    watchdog = Watchdog(config.hang_timeout_seconds, config.output_dir, runtime.rank).start()
     try:
         while state.step < config.max_steps:
-            micro_batches = [collate(dataset, ids, runtime.device) for ids in batches.micro_batches(state.step)]
-            result = train_step(model, micro_batches, state, precision, config.grad_clip_norm, runtime.world_size)
+            with watchdog.phase(f"loading the data of step {state.step + 1}", waits_on_peers=False):
+                micro_batches = [collate(dataset, ids, runtime.device) for ids in batches.micro_batches(state.step)]
+            with watchdog.phase(f"in step {state.step + 1} (compute and its collectives)", waits_on_peers=True):
+                result = train_step(
+                    model, micro_batches, state, precision, config.grad_clip_norm, runtime.world_size, skips.enabled
+                )
             samples += len(batches.global_batch(state.step))
             tokens += result.tokens
             state.step += 1
             state.data_position = batches.position(state.step)
+            skips.count(result, state.step)
             unseen = (first_non_finite < 0) & ~result.finite
             first_non_finite = torch.where(unseen, state.step, first_non_finite)
             due_to_save = checkpoints.due(state.step) or (checkpoints.enabled and state.step == config.max_steps)
-            if state.step % config.log_every_steps == 0 or state.step == config.max_steps or due_to_save:
-                stop_if_non_finite(first_non_finite)
-            if state.step % config.log_every_steps == 0 or state.step == config.max_steps:
-                now = time.perf_counter()
-                is_lm = micro_batches[0][1].dim() > 1
-                record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm)
-                steps_done = state.step - start_step
-                reporter.log(record, eta_seconds=(now - started) / steps_done * (config.max_steps - state.step))
-                if runtime.is_main:
-                    log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
-                samples, tokens, last_log = 0, 0, now
+            with watchdog.phase(f"logging step {state.step} (a reduction across ranks)", waits_on_peers=True):
+                if state.step % config.log_every_steps == 0 or state.step == config.max_steps or due_to_save:
+                    stop_if_non_finite(first_non_finite)
+                if state.step % config.log_every_steps == 0 or state.step == config.max_steps:
+                    now = time.perf_counter()
+                    is_lm = micro_batches[0][1].dim() > 1
+                    record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm)
+                    steps_done = state.step - start_step
+                    reporter.log(record, eta_seconds=(now - started) / steps_done * (config.max_steps - state.step))
+                    if runtime.is_main:
+                        log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
+                    samples, tokens, last_log = 0, 0, now
             if checkpoints.due(state.step):
-                checkpoints.save(state)
+                with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
+                    checkpoints.save(state)
+            watchdog.step_done(state.step)
         if checkpoints.enabled:
-            checkpoints.save(state)
+            with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
+                checkpoints.save(state)
     finally:
+        watchdog.close()
         reporter.close()
     return {
         "step": state.step,
         "maxSteps": config.max_steps,
         "loss": reporter.progress().get("loss"),
         "resumedFrom": str(resumed_from) if resumed_from else None,
+        "checkpointsSetAside": checkpoints.set_aside,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+class ConsecutiveSkips:
+    """onNonFinite: skip. Counts the updates train_step dropped in a row; too many is a divergence."""
+
+    LIMIT = 10
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.in_a_row = enabled, 0
+
+    def count(self, result: StepResult, step: int) -> None:
+        if not self.enabled:
+            return
+        self.in_a_row = self.in_a_row + 1 if result.dropped else 0
+        if self.in_a_row:
+            log.warning("step %d: the gradients were not finite; update dropped (%d in a row)", step, self.in_a_row)
+        if self.in_a_row >= self.LIMIT:
+            raise NonFinite(step - self.in_a_row + 1)
 
 
 def stop_if_non_finite(first_non_finite: torch.Tensor) -> None:
@@ -122,6 +154,7 @@ class StepResult:
     loss_scale: float | None  # fp16 only
     skipped: bool  # fp16 only: the scaler found inf/nan and skipped the update
     finite: torch.Tensor  # whether the step was sound (fp16: a skipped step is; a scale below the floor is not)
+    dropped: bool = False  # onNonFinite: skip dropped this update (known on the host: it costs a sync)
 
 
 def train_step(
@@ -131,6 +164,7 @@ def train_step(
     precision: Precision,
     grad_clip_norm: float,
     world_size: int,
+    skip_non_finite: bool = False,
 ) -> StepResult:
     """One optimizer step over an accumulation window of micro-batches.
 
@@ -138,6 +172,10 @@ def train_step(
     the update equals the full-batch update exactly: with ignored or padded tokens, with uneven
     token counts across micro-batches and ranks, and in a short final window. The factor
     world_size undoes the gradient averaging of DDP/FSDP.
+
+    With `skip_non_finite`, an update whose global gradient norm is not finite is dropped, as the fp16
+    scaler drops one: the norm is the same on every rank (the gradients were all-reduced), so every
+    rank drops it alike.
     """
     local_count = sum((targets != IGNORE_INDEX).sum() for _, targets in micro_batches)
     global_count = all_reduce_sum(local_count).clamp(min=1)
@@ -157,13 +195,17 @@ def train_step(
     state.scaler.unscale_(state.optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip_norm or math.inf)
     scale_before = state.scaler.get_scale() if state.scaler.is_enabled() else None
-    state.scaler.step(state.optimizer)
+    dropped = skip_non_finite and not state.scaler.is_enabled() and not bool(torch.isfinite(grad_norm))
+    if not dropped:
+        state.scaler.step(state.optimizer)
     state.scaler.update()
     state.optimizer.zero_grad(set_to_none=True)
     state.scheduler.step()
     scale_after = state.scaler.get_scale() if state.scaler.is_enabled() else None
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-    if scale_after is None:  # a NaN loss on any rank makes the all-reduced gradients, so the norm, NaN
+    if dropped:  # nothing non-finite reached the weights
+        finite = torch.tensor(True, device=loss_sum.device)
+    elif scale_after is None:  # a NaN loss on any rank makes the all-reduced gradients, so the norm, NaN
         finite = torch.isfinite(grad_norm) & torch.isfinite(loss_sum)
     else:  # fp16: the scaler skips overflowing steps itself; giving up on every step is the failure
         finite = torch.tensor(scale_after >= MIN_LOSS_SCALE, device=loss_sum.device)
@@ -172,8 +214,9 @@ def train_step(
         tokens=global_count,
         grad_norm=grad_norm,
         loss_scale=scale_after,
-        skipped=scale_before is not None and scale_after < scale_before,
+        skipped=dropped or (scale_before is not None and scale_after < scale_before),
         finite=finite,
+        dropped=dropped,
     )
 
 
@@ -189,7 +232,9 @@ def _step_record(state: TrainState, result: StepResult, samples: int, tokens: in
     if is_lm:
         record["tokensPerSecond"] = tokens / seconds
     if result.loss_scale is not None:
-        record |= {"lossScale": result.loss_scale, "skipped": result.skipped}
+        record |= {"lossScale": result.loss_scale}
+    if result.loss_scale is not None or result.dropped:
+        record["skipped"] = result.skipped
     return record
 
 

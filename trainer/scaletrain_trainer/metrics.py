@@ -145,9 +145,13 @@ def _start_server(port: int, reporter: MetricsReporter) -> ThreadingHTTPServer |
     return server
 
 
+def termination_message_path() -> Path:
+    return Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
+
+
 def write_termination_message(summary: dict[str, Any]) -> None:
     """Kubernetes copies this file into the pod's status, where the operator and `kubectl describe` see it."""
-    path = Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
+    path = termination_message_path()
     if not path.exists():
         return
     try:

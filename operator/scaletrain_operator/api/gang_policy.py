@@ -7,7 +7,10 @@ operator (controller/reconcile.py) and `scaletrain run-local` (local/gang.py) bo
 read pods through `pod_outcome`, so they cannot disagree.
 
 The root cause is the pod that finished first, then the lowest completion index: a dead rank makes
-its peers fail right after it, so the first to fail is the likely culprit.
+its peers fail right after it, so the first to fail is the likely culprit. A stuck rank is the
+exception: its peers' hang watchdogs stop them while they wait on it (their termination messages say
+so: exit_codes.waited_on_peers), and it may never finish at all. Such victims are never the root
+cause while another failed pod is not one, or while a pod still runs.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, is_config_error
+from scaletrain_trainer.exit_codes import EXIT_CODES, FINAL, Result, final_failure, waited_on_peers
 
 from . import naming
 from .models import ScaleTrainJobSpec
@@ -26,7 +29,7 @@ from .timestamps import parse_timestamp
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"  # the Job controller's reason when activeDeadlineSeconds passed
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
-FailureReason = Literal["ConfigError", "DeadlineExceeded", "RestartLimitReached"]
+FailureReason = Literal["DeadlineExceeded", "RestartLimitReached"] | Result  # Result: a final trainer failure
 
 
 class Action(Enum):
@@ -66,7 +69,13 @@ class PodOutcome:
     def failed(self) -> bool:
         return self.phase == "Failed" and not self.stopping
 
+    @property
+    def waited_on_peers(self) -> bool:
+        return waited_on_peers(self.message)
+
     def describe(self) -> str:
+        if self.phase == "Running":
+            return f"pod {self.name} stopped advancing (its peers timed out waiting on it)"
         detail = self.reason or "Failed"
         if self.exit_code is not None:
             detail += f", exit code {self.exit_code}"
@@ -115,23 +124,30 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        """The job's exit code, as run-local returns it: 0, 78 for a config error (also one a worker
-        reported under torchrun's exit code 1), the root-cause pod's code, or 1."""
+        """The job's exit code, as run-local returns it: 0, the code of a final trainer failure (78 for a
+        config error, also one a worker reported under torchrun's exit code 1), the root-cause pod's
+        code, or 1."""
         if self.action is Action.SUCCEED:
             return 0
-        if self.reason == "ConfigError":
-            return EXIT_CONFIG_ERROR
+        if self.reason in EXIT_CODES:
+            return EXIT_CODES[self.reason]
         if self.root_cause is not None and self.root_cause.exit_code:
             return self.root_cause.exit_code
         return 1
 
 
 def root_cause(pods: Sequence[PodOutcome]) -> PodOutcome | None:
-    """The failed pod that finished first (then the lowest index); pods being stopped do not count."""
+    """The failed pod that finished first (then the lowest index); pods being stopped do not count. When
+    every failed pod waited on its peers, a pod still running is the one they waited on."""
     failed = [pod for pod in pods if pod.failed]
     if not failed:
         return None
-    return min(failed, key=lambda pod: (pod.finished_at is None, pod.finished_at or datetime.min, pod.index))
+    culprits = (
+        [pod for pod in failed if not pod.waited_on_peers]
+        or [pod for pod in pods if pod.phase == "Running" and not pod.stopping]
+        or failed
+    )
+    return min(culprits, key=lambda pod: (pod.finished_at is None, pod.finished_at or datetime.min, pod.index))
 
 
 def judge(
@@ -160,9 +176,10 @@ def judge(
     if cause is None and job_failure is None:
         return Verdict(Action.KEEP_RUNNING)
     what = cause.describe() if cause is not None else f"the gang's Job failed ({job_failure})"
-    if cause is not None and is_config_error(cause.exit_code, cause.message):
-        message = f"{what}: invalid training config, not retried. {cause.message}".strip()
-        return Verdict(Action.FAIL, message, "ConfigError", cause)
+    final = final_failure(cause.exit_code, cause.message) if cause is not None else None
+    if final is not None:
+        message = f"{what}: {FINAL[final]}, not retried. {cause.message}".strip()
+        return Verdict(Action.FAIL, message, final, cause)
     if restarts >= limits.max_restarts:
         message = f"{what}; maxRestarts ({limits.max_restarts}) reached"
         return Verdict(Action.FAIL, message, "RestartLimitReached", cause)
