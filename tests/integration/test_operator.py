@@ -70,7 +70,9 @@ def test_running_then_succeeded(team):
     done = team.wait_phase("happy", "Succeeded")
     assert done["status"]["completionTime"] and condition(done, "Succeeded")["status"] == "True"
     assert condition(done, "Running")["status"] == "False"
-    assert [reason for _, reason, _ in team.events("happy")] == ["Created", "Running", "Succeeded"]
+    # No nodes here: the scheduler may report the pods unschedulable before the test plays their kubelet.
+    said = [reason for _, reason, _ in team.events("happy") if reason != "Unschedulable"]
+    assert said == ["Created", "Running", "Succeeded"]
 
 
 def test_a_failed_rank_restarts_the_gang_up_to_max_restarts(team):

@@ -222,6 +222,20 @@ class ControlPlane:
         self._write_kubeconfig(Path(path), user={"token": token}, namespace=namespace)
         return Path(path)
 
+    def serving_certificate(self, directory: Path, name: str) -> tuple[Path, Path]:
+        """A serving certificate for 127.0.0.1 signed by the cluster's CA, for a server the API server calls
+        (an admission webhook, which it trusts through `ca_bundle`): written to DIRECTORY/NAME.crt and .key."""
+        ca_key = serialization.load_pem_private_key((self.pki / "ca.key").read_bytes(), password=None)
+        ca_name = x509.load_pem_x509_certificate(self.ca_bundle).subject
+        loopback: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        _write_leaf(directory, name, name, None, (ca_key, ca_name), server_names=loopback)
+        return directory / f"{name}.crt", directory / f"{name}.key"
+
+    @property
+    def ca_bundle(self) -> bytes:
+        """The cluster CA's certificate (PEM)."""
+        return (self.pki / "ca.crt").read_bytes()
+
     def _core(self) -> kubernetes.client.CoreV1Api:
         if self._admin_core is None:
             self._admin_core = kubernetes.client.CoreV1Api(self.api_client())

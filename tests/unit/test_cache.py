@@ -284,7 +284,7 @@ def test_a_reconcile_of_a_trusted_job_reads_nothing():
     stj = _stored(10, **RUNNING)
     cluster = RecordingCluster(stj, _children_of(stj))
     _fill(cluster, stj, _children_of(stj))
-    assert _reconcile(cluster, NAMESPACE, "demo") in (Outcome.SETTLED, Outcome.ACTED)
+    assert _reconcile(cluster, NAMESPACE, "demo").outcome in (Outcome.SETTLED, Outcome.ACTED)
     assert cluster.reads == []
 
 
@@ -320,15 +320,30 @@ def test_a_finished_job_needs_no_fresh_read_even_untrusted():
     cluster = RecordingCluster(stj, ([], [], []))
     cluster.cache.scaletrainjobs.put(stj)
     cluster.cache.distrust((NAMESPACE, "demo"))
-    assert _reconcile(cluster, NAMESPACE, "demo") is Outcome.SETTLED
+    assert _reconcile(cluster, NAMESPACE, "demo").outcome is Outcome.SETTLED
     assert cluster.reads == [] and cluster.applied == []
 
 
 def test_a_job_being_deleted_or_gone_is_left_alone():
     cluster = RecordingCluster(None, None)
     cluster.cache.distrust((NAMESPACE, "demo"))  # a child's relisted event came first
-    assert _reconcile(cluster, NAMESPACE, "demo") is Outcome.GONE
+    assert _reconcile(cluster, NAMESPACE, "demo").outcome is Outcome.GONE
     assert cluster.cache.trusted((NAMESPACE, "demo"))  # nothing kept about a job the cache does not hold
     cluster.cache.scaletrainjobs.put(_stored(10) | {"metadata": _stored(10)["metadata"] | {"deletionTimestamp": "x"}})
-    assert _reconcile(cluster, NAMESPACE, "demo") is Outcome.SETTLED
+    assert _reconcile(cluster, NAMESPACE, "demo").outcome is Outcome.SETTLED
     assert cluster.reads == [] and cluster.applied == []
+
+
+def test_a_job_the_cache_has_not_seen_yet_is_never_taken_for_one_deleted_by_hand():
+    """Another replica created demo-g0 and recorded it in the status; this cache has the status's event but
+    not yet the Job's (each kind has its own watch). From the cache the Job looks deleted, which would
+    start the next generation; that decision is made again from fresh reads, which find the Job."""
+    stj = _stored(10, **RUNNING)
+    services, jobs, pods = _children_of(stj)
+    cluster = RecordingCluster(stj, (services, jobs, pods))
+    _fill(cluster, stj, (services, [], []))
+    _reconcile(cluster, NAMESPACE, "demo")
+    assert cluster.reads == ["get stj", "list children"]
+    assert [decision.create for decision in cluster.applied] in ([], [()])
+    assert all(event.reason != "JobDeleted" for decision in cluster.applied for event in decision.events)
+    assert all((decision.status or {}).get("restarts", 0) == 0 for decision in cluster.applied)

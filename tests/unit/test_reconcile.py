@@ -22,6 +22,7 @@ from scaletrain_trainer.validation import Problem
 from support.jobs import EXAMPLES, base_job, load_yaml
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+G0 = "demo-g0, spec generation 1"  # what the Events of the first gang are about (each reason once)
 
 
 def _job(status=None, **spec):
@@ -50,6 +51,23 @@ def _pod(index, phase, exit_code=None, generation=0):
     return pod
 
 
+def _unschedulable(index, since, message="0/4 nodes are available: 4 Insufficient nvidia.com/gpu."):
+    """A pod the scheduler could not place, as it reports one: PodScheduled False, reason Unschedulable."""
+    pod = _pod(index, "Pending")
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+         "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    ]  # fmt: skip
+    return pod
+
+
+def _placed(index):
+    """A pod the scheduler placed on a node, not running yet."""
+    pod = _pod(index, "Pending")
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    return pod
+
+
 def _observed(job, children, pods=()):
     return Observed(service=render_service(job), jobs=children, pods=list(pods))
 
@@ -68,7 +86,7 @@ def test_a_new_job_gets_its_service_and_first_gang():
     )
     assert decision.status["phase"] == "Pending" and decision.status["currentJob"] == "demo-g0"
     assert [c["type"] for c in decision.status["conditions"]] == ["Created"]
-    assert decision.events == (Event("Normal", "Created", "created Job demo-g0"),)
+    assert decision.events == (Event("Normal", "Created", "created Job demo-g0", "None, spec generation 1"),)
 
 
 def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_first():
@@ -128,7 +146,7 @@ def test_running_pods_make_the_job_running_once():
     assert status["phase"] == "Running" and status["nodes"] == {"active": 2, "pending": 0, "succeeded": 0, "failed": 0}
     assert status["startTime"] == "2026-11-30T12:00:00Z"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {"Running": "True"}
-    assert decision.events == (Event("Normal", "Running", "2 of 2 nodes active"),)
+    assert decision.events == (Event("Normal", "Running", "2 of 2 nodes active", G0),)
     again = decide(_job(status=status), observed, NOW)  # the same state again: nothing new, nothing to write
     assert again == Decision()
 
@@ -139,6 +157,86 @@ def test_a_pod_still_pending_is_not_an_active_node():
     status = decide(job, observed, NOW).status
     assert status["nodes"] == {"active": 1, "pending": 1, "succeeded": 0, "failed": 0}
     assert status["message"] == "1 of 2 nodes active"
+
+
+def test_a_pod_the_scheduler_cannot_place_is_said_once_with_its_message_until_it_is_placed():
+    job = _job(status=_running())
+    waiting = _unschedulable(1, NOW - timedelta(seconds=10))
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), waiting]), NOW)
+    said = "the scheduler cannot place pod demo-g0-1-abcde: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    schedulable = next(c for c in decision.status["conditions"] if c["type"] == "Schedulable")
+    assert (schedulable["status"], schedulable["reason"], schedulable["message"]) == ("False", "Unschedulable", said)
+    assert decision.status["phase"] == "Running" and decision.status["message"] == "1 of 2 nodes active"
+    assert decision.events == (Event("Warning", "Unschedulable", said, G0),)
+    assert decision.recheck_after is None  # no scheduleTimeoutSeconds: it waits
+    # The same again (the scheduler retried): nothing to write, no second Event.
+    unchanged = _job(status=decision.status)
+    assert decide(unchanged, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), waiting]), NOW) == Decision()
+    # Another message: the condition says it, with no new Event.
+    other = _unschedulable(1, NOW - timedelta(seconds=10), message="0/5 nodes are available: 5 Insufficient cpu.")
+    changed = decide(unchanged, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), other]), NOW)
+    schedulable = next(c for c in changed.status["conditions"] if c["type"] == "Schedulable")
+    assert "5 Insufficient cpu" in schedulable["message"] and changed.events == ()
+    # Placed at last: True again.
+    placed = decide(unchanged, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _placed(1)]), NOW)
+    schedulable = next(c for c in placed.status["conditions"] if c["type"] == "Schedulable")
+    assert (schedulable["status"], schedulable["reason"]) == ("True", "Scheduled") and placed.events == ()
+    # A job whose pods were never refused a node has no such condition.
+    fresh = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    quiet = decide(fresh, _observed(fresh, {0: _child(fresh, 0)}, [_placed(0), _pod(1, "Pending")]), NOW)
+    assert "Schedulable" not in {c["type"] for c in quiet.status["conditions"]}
+
+
+def test_schedule_timeout_fails_a_gang_the_scheduler_cannot_place_and_its_job_goes_after():
+    job = _job(status=_running(phase="Pending"), scheduleTimeoutSeconds=60)
+    children = {0: _child(job, 0)}
+    early = decide(job, _observed(job, children, [_unschedulable(0, NOW - timedelta(seconds=10)), _placed(1)]), NOW)
+    assert early.status["phase"] == "Pending" and early.recheck_after == 50  # looked at again when it passes
+    waited = _job(status=early.status, scheduleTimeoutSeconds=60)
+    again = decide(waited, _observed(job, children, [_unschedulable(0, NOW - timedelta(seconds=10)), _placed(1)]), NOW)
+    assert again == Decision(recheck_after=50) and again.changes_nothing
+    late = decide(waited, _observed(job, children, [_unschedulable(0, NOW - timedelta(seconds=60)), _placed(1)]), NOW)
+    failed = next(c for c in late.status["conditions"] if c["type"] == "Failed")
+    assert late.status["phase"] == "Failed" and failed["reason"] == "Unschedulable"
+    assert "cannot place pod demo-g0-0-abcde: 0/4 nodes" in failed["message"]
+    assert "scheduleTimeoutSeconds (60) passed" in failed["message"]
+    assert late.delete_child_jobs == () and late.recheck_after is None  # the Failed status lands first
+    # Then its Job goes, with the pods that still wait for a node.
+    finished = _job(status=late.status, scheduleTimeoutSeconds=60)
+    assert decide(finished, _observed(job, children), NOW) == Decision(delete_child_jobs=("demo-g0",))
+    assert decide(finished, _observed(job, {}), NOW) == Decision()
+
+
+def test_a_current_job_deleted_by_hand_counts_as_a_gang_restart_up_to_the_limit():
+    job = _job(status=_running(), maxRestarts=1)
+    decision = decide(job, _observed(job, {}), NOW)
+    (next_gang,) = decision.create
+    assert (
+        next_gang["metadata"]["name"] == "demo-g1" and next_gang["metadata"]["annotations"][RESTARTS_ANNOTATION] == "1"
+    )
+    assert decision.status["restarts"] == 1 and decision.status["currentJob"] == "demo-g1"
+    assert decision.status["phase"] == "Restarting" and decision.delete_child_jobs == ()
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "JobDeleted"), ("Warning", "Restarting")]
+    assert "Job demo-g0 was deleted, not by the operator" in decision.events[0].message
+    assert "gang restart 1/1" in decision.events[1].message
+    first_deletion = decision.events[0]
+    # Deleted again: the limit is reached.
+    restarted = _job(status=_running(currentJob="demo-g1", restarts=1), maxRestarts=1)
+    decision = decide(restarted, _observed(restarted, {}), NOW)
+    assert decision.create == () and decision.status["phase"] == "Failed"
+    assert decision.events[0].occasion != first_deletion.occasion  # another Job's deletion: posted too
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RestartLimitReached" and "maxRestarts (1) reached" in failed["message"]
+    assert [e.reason for e in decision.events] == ["JobDeleted", "Failed"]
+
+
+def test_the_last_pods_succeeding_go_straight_to_succeeded_with_no_pending_between():
+    """All pods Succeeded means Succeeded, before the Job controller marks the Job Complete."""
+    job = _job(status=_running())
+    one_left = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Succeeded", 0), _pod(1, "Running")]), NOW)
+    assert one_left.status["phase"] == "Running" and one_left.status["message"] == "1 of 2 nodes active"
+    both = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Succeeded", 0), _pod(1, "Succeeded", 0)]), NOW)
+    assert both.status["phase"] == "Succeeded"
 
 
 def test_a_failed_rank_restarts_the_whole_gang():
@@ -181,7 +279,7 @@ def test_a_complete_job_succeeds():
     assert decision.status["phase"] == "Succeeded" and decision.status["completionTime"] == "2026-11-30T12:00:00Z"
     conditions = {c["type"]: c["status"] for c in decision.status["conditions"]}
     assert conditions == {"Running": "False", "Succeeded": "True"}
-    assert decision.events == (Event("Normal", "Succeeded", "all 2 nodes finished"),)
+    assert decision.events == (Event("Normal", "Succeeded", "all 2 nodes finished", G0),)
     finished = _job(status=decision.status)
     assert decide(finished, observed, NOW) == Decision()  # terminal: nothing more to do
 
@@ -192,7 +290,7 @@ def test_suspend_and_resume():
     decision = decide(job, _observed(job, {0: unsuspended_child}, [_pod(0, "Running")]), NOW)
     assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
     assert decision.status["phase"] == "Suspended"
-    assert decision.events == (Event("Normal", "Suspended", "spec.suspend is true"),)
+    assert decision.events == (Event("Normal", "Suspended", "spec.suspend is true", G0),)
     resumed = _job(status=decision.status)
     decision = decide(resumed, _observed(resumed, {0: _child(resumed, 0, suspend=True)}), NOW)
     assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": False})
@@ -311,5 +409,5 @@ def test_an_invalid_spec_is_failed_once_with_every_problem():
     assert decision.status["phase"] == "Failed" and decision.status["message"] == message
     assert decision.status["observedGeneration"] == 3
     assert [(c["type"], c["reason"]) for c in decision.status["conditions"]] == [("Failed", "InvalidSpec")]
-    assert decision.events == (Event("Warning", "InvalidSpec", message),)
+    assert decision.events == (Event("Warning", "InvalidSpec", message, "None, spec generation 3"),)
     assert decide_invalid(problems, decision.status, 3, NOW) == Decision()  # already said: no retry loop

@@ -284,6 +284,13 @@ class ScaleTrainJobSpec(SpecModel):
         description="Seconds each gang generation may run before the job fails with reason DeadlineExceeded "
         "(a gang restart starts the clock again); unset: no limit.",
     )
+    schedule_timeout_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="Seconds a pod of the gang may stay unschedulable (condition PodScheduled False, reason "
+        "Unschedulable) before the job fails with reason Unschedulable (a gang restart starts the clock again); "
+        "unset: it waits, with the condition Schedulable False saying why.",
+    )
     ttl_seconds_after_finished: int | None = Field(
         None,
         ge=0,
@@ -452,7 +459,9 @@ class ObjectMeta(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "PodCreationFailed"]
+ConditionType = Literal[
+    "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "PodCreationFailed", "Schedulable"
+]
 Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 
@@ -462,7 +471,8 @@ class Condition(SpecModel):
     type: ConditionType = Field(
         description="Type of condition: Created (the gang was started), Running, Restarting and Suspended (True while "
         "in that phase), Succeeded or Failed (final), PodCreationFailed (True while the Job controller cannot "
-        "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota)."
+        "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota), Schedulable (False while "
+        "the scheduler cannot place a pod of the gang, with its message; True again once it could)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition: True, False or Unknown.")
     observed_generation: int | None = Field(

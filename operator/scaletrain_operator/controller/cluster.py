@@ -13,6 +13,7 @@ is, and the generated model classes would only parse every answer into objects a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -301,11 +302,18 @@ class Cluster:
         return next((item.get("status") or {} for item in items if item["metadata"]["name"] == name), None)
 
     def post_event(self, stj: ObjectRef, event: Event) -> None:
+        """Post `event` on the ScaleTrainJob. One with an occasion is posted once: its name is made from what
+        it is about, so a repeat is refused as AlreadyExists, which means it was posted."""
         now = datetime.now(timezone.utc).isoformat()
+        if event.occasion is None:
+            naming_it = {"generateName": f"{stj.name}."}
+        else:
+            about = f"{stj.uid}/{event.reason}/{event.occasion}".encode()
+            naming_it = {"name": f"{stj.name}.{hashlib.sha256(about).hexdigest()[:16]}"}
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{stj.name}.", "namespace": stj.namespace},
+            "metadata": naming_it | {"namespace": stj.namespace},
             "involvedObject": {
                 "apiVersion": naming.API_VERSION,
                 "kind": naming.KIND,
@@ -325,4 +333,7 @@ class Cluster:
         try:
             self._request("POST", EVENTS.path(stj.namespace), body)
         except ApiException as error:  # Events are best effort
+            if error.status == 409 and event.occasion is not None:
+                log.info("Event %s for %s/%s was posted before", event.reason, stj.namespace, stj.name)
+                return
             log.warning("cannot post Event %s for %s/%s: %s", event.reason, stj.namespace, stj.name, error.reason)

@@ -3,7 +3,7 @@ the handlers can only apply a Decision, never edit one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 FailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict"]  # final failures decided outside the gang
@@ -18,6 +18,8 @@ EventReason = (
         "LossNotFinite",
         "ApiRetrying",
         "PodCreationFailed",
+        "Unschedulable",
+        "JobDeleted",
     ]
     | FailureReason
 )
@@ -25,11 +27,15 @@ EventReason = (
 
 @dataclass(frozen=True)
 class Event:
-    """A Kubernetes Event on the ScaleTrainJob."""
+    """A Kubernetes Event on the ScaleTrainJob. With an `occasion` (what it is about besides its reason, e.g.
+    a gang generation and a spec generation) it is posted once: its name is made from the job's uid, the
+    reason and the occasion, so posting it again (a decision carried out again after its status patch
+    failed, or by a restarted operator) finds it there. Without one, every post is a new Event."""
 
     type: Literal["Normal", "Warning"]
     reason: EventReason
     message: str
+    occasion: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,3 +54,10 @@ class Decision:
     status: dict[str, Any] | None = None  # a merge patch of .status; None when nothing changed
     events: tuple[Event, ...] = ()
     delete_stj: bool = False  # the ScaleTrainJob itself (its children follow through ownerReferences)
+    # Seconds until a timeout this decision waits on passes (scheduleTimeoutSeconds): decide again then,
+    # even if no watch event comes. Not a change to carry out.
+    recheck_after: float | None = None
+
+    @property
+    def changes_nothing(self) -> bool:
+        return replace(self, recheck_after=None) == Decision()

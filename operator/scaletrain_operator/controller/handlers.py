@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 import kopf
 
@@ -68,7 +68,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if "cluster" not in memo:
         memo.cluster = Cluster(connect(), timeout_seconds=config.request_timeout_seconds)
     queue = WorkQueue(
-        functools.partial(reconcile, memo.cluster, network_policy_from=config.network_policy_from),
+        functools.partial(reconcile, memo),
         RECONCILE_WORKERS,
         recheck_delay=CHILD_FOLD_SECONDS,
         on_error=functools.partial(report_failures, memo.cluster),
@@ -125,17 +125,27 @@ def take_in(memo: kopf.Memo, store: Store, event: dict[str, Any]) -> None:
     memo.queue.add(job, news, delay=0.0 if store is cache.scaletrainjobs else CHILD_FOLD_SECONDS)
 
 
-def reconcile(cluster: Cluster, job: Key, network_policy_from: str = "") -> Outcome:
+class Reconciled(NamedTuple):
+    outcome: Outcome
+    recheck_after: float | None = None  # seconds until a timeout the decision waits on passes
+
+
+def reconcile(memo: kopf.Memo, job: Key) -> Outcome:
     """Bring one ScaleTrainJob's children and status in line with its spec (the work queue runs one at a
-    time per job)."""
+    time per job). A decision that waits on a timeout (scheduleTimeoutSeconds) has the job queued again
+    for when it passes, as controller-runtime's RequeueAfter: no watch event may come by then. Each
+    reconcile asks again, so an operator restart or a lost timer costs nothing."""
     started = time.perf_counter()
     try:
-        return _reconcile(cluster, *job, network_policy_from=network_policy_from)
+        reconciled = _reconcile(memo.cluster, *job, network_policy_from=memo.config.network_policy_from)
     except Conflict as stale:  # decided from an old copy; the newer one's event reconciles it again
         log.info("not applied: %s", stale)
         return Outcome.WAITING
     finally:
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+    if reconciled.recheck_after is not None:
+        memo.queue.add(job, delay=reconciled.recheck_after)
+    return reconciled.outcome
 
 
 def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception) -> None:
@@ -147,12 +157,13 @@ def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception)
         cluster.post_event(ObjectRef(*job, uid), Event("Warning", "ApiRetrying", message))
 
 
-def _reconcile(cluster: Cluster, namespace: str, name: str, network_policy_from: str = "") -> Outcome:
+def _reconcile(cluster: Cluster, namespace: str, name: str, network_policy_from: str = "") -> Reconciled:
     cache, job, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
     raw = cache.scaletrainjobs.get(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
-        return absent
-    # A finished job's decision does not depend on its children, so an untrusted cache serves it too.
+        return Reconciled(absent)
+    # A finished job's decision depends on its children only to delete the Job of a gang that could not be
+    # scheduled, which is made again from fresh reads (needs_fresh_look), so an untrusted cache serves it too.
     if cache.trusted(job) or phase_of(raw) in FINISHED:
         decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, network_policy_from)
         if not needs_fresh_look(raw, decision):
@@ -160,7 +171,7 @@ def _reconcile(cluster: Cluster, namespace: str, name: str, network_policy_from:
     # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads).
     raw = cluster.read_scaletrainjob(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
-        return absent
+        return Reconciled(absent)
     decision = decide_from(raw, functools.partial(cluster.read_children, namespace, name), now, network_policy_from)
     cache.trust(job)
     return carry_out(cluster, raw, decision)
@@ -209,10 +220,10 @@ def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
     return irreversible or contradicting
 
 
-def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Outcome:
+def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Reconciled:
     """Apply `decision`; a child the API server refuses for good fails the job, with the server's reason."""
-    if decision == Decision():
-        return Outcome.SETTLED
+    if decision.changes_nothing:
+        return Reconciled(Outcome.SETTLED, decision.recheck_after)
     try:
         cluster.apply(ObjectRef.of(raw), decision)
     except ChildRejected as rejected:
@@ -220,4 +231,4 @@ def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Outc
         decision = decide_failed(rejected.reason, rejected.message, status, generation, datetime.now(timezone.utc))
         cluster.apply(ObjectRef.of(raw), decision)
     metrics.count(decision)
-    return Outcome.ACTED
+    return Reconciled(Outcome.ACTED, decision.recheck_after)

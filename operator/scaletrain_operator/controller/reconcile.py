@@ -4,12 +4,16 @@
 calling it again after a repeated event, an operator restart or a lost status patch reaches the same
 decision. It reads as a list of steps:
 
-1. a finished job is left alone (only its TTL, ttl.py, touches it now);
+1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for one that failed because
+   its gang could not be scheduled: its Job goes, pods and all;
 2. find the current gang generation, and render the one Job this call may create;
-3. create what is missing: the Service, and the current generation's Job;
+3. create what is missing: the Service, and the current generation's Job; a current Job that someone
+   else deleted ends its gang like a failure (counted against maxRestarts);
 4. a spec change the running gang cannot take restarts it (not counted against maxRestarts);
 5. the gang policy (api/gang_policy.py) judges the pods: succeeded, failed, or restart;
-6. otherwise patch what the Job takes in place (suspend, deadline) and report the running status.
+6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
+   the pods (Schedulable), fail a gang it could not place within scheduleTimeoutSeconds, and report the
+   running status.
 
 An invalid spec gets its own decision (`decide_invalid`), and so does a child the API server refuses
 (`decide_failed`): Failed once, never retried.
@@ -30,7 +34,7 @@ from ..api import naming
 from ..api.gang_policy import Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import NodeCounts, ScaleTrainJob
 from ..api.render import generation_free, render_job, render_network_policy, render_service
-from ..api.timestamps import timestamp
+from ..api.timestamps import parse_timestamp, timestamp
 from .decision import ChildJobPatch, Decision, Event, FailureReason
 from .status import StatusBuilder, bounded, condition
 
@@ -39,6 +43,9 @@ SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
 # write, so a status patch that was lost cannot lose a restart (and so allow one more than maxRestarts).
 RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
 SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
+JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
+SCHEDULABLE = "Schedulable"
+UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot place, and the job's when that lasts
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,50 @@ def node_counts(pods: Sequence[Mapping[str, Any]]) -> NodeCounts:
     )
 
 
+@dataclass(frozen=True)
+class Unplaced:
+    """A pod of the gang that the scheduler cannot place on any node."""
+
+    pod: str
+    message: str  # the scheduler's, e.g. "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    since: datetime  # when its PodScheduled condition turned False
+
+    def describe(self) -> str:
+        return f"the scheduler cannot place pod {self.pod}: {self.message}"
+
+
+def _pod_scheduled(pod: Mapping[str, Any]) -> dict[str, Any]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+
+
+def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
+    """Not past Pending, not being deleted, and not yet placed on a node."""
+    pending = (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    return pending and pod["metadata"].get("deletionTimestamp") is None and _pod_scheduled(pod).get("status") != "True"
+
+
+def unplaced(pods: Sequence[Mapping[str, Any]], now: datetime) -> Unplaced | None:
+    """The pod the scheduler has been unable to place for longest (PodScheduled False, reason Unschedulable),
+    or None. (A pod it has not looked at yet has no PodScheduled condition: it is not unplaced.)"""
+    found = []
+    for pod in filter(_waits_for_a_node, pods):
+        scheduled = _pod_scheduled(pod)
+        if scheduled.get("status") == "False" and scheduled.get("reason") == UNSCHEDULABLE:
+            since = scheduled.get("lastTransitionTime")
+            found.append(
+                Unplaced(
+                    pod["metadata"]["name"], scheduled.get("message", ""), parse_timestamp(since) if since else now
+                )
+            )
+    return min(found, key=lambda waiting: (waiting.since, waiting.pod), default=None)
+
+
+def all_placed(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
+    """Whether every pod of the gang exists and was placed on a node (or is past that)."""
+    return len(pods) >= nodes and not any(map(_waits_for_a_node, pods))
+
+
 def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
     conditions = (child_job.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
@@ -106,6 +157,20 @@ def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | N
 
 def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
     return bool((child_job.get("spec") or {}).get("suspend"))
+
+
+def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[str, Any] | None) -> bool:
+    """Whether someone else deleted the current generation's Job: the status names it, and neither it nor a
+    newer generation's Job exists. The status names a Job only once it was created (cluster.apply patches
+    the status after its creates went through), and the operator deletes a gang's Job only after creating
+    the next generation's, so a gap like this is not the operator's doing.
+
+    Nor can a watch cache that is behind pass for a deletion (say, the status came from another replica's
+    patch, and the event of the Job it created is still on its way): the decision a deletion leads to
+    creates a Job, or finishes the job, and handlers.needs_fresh_look makes either again from fresh reads:
+    a GET of the job, then a LIST of its Jobs, which holds every Job created before the status naming it."""
+    recorded = job.status.current_job if job.status else None
+    return current is None and recorded is not None and naming.generation_of(recorded) == generation
 
 
 def judge_gang(
@@ -133,19 +198,30 @@ class _Draft:
     create: list[dict[str, Any]] = field(default_factory=list)
     delete_child_jobs: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    recheck_after: float | None = None
 
     def done(self, status: dict[str, Any], patch_child_job: ChildJobPatch | None = None) -> Decision:
         before = self.status.before.phase
         phase = status["phase"]
         if phase != before and phase in ("Running", "Suspended", "Succeeded"):
             self.events.append(Event("Normal", phase, status["message"]))
+        when = occasion(self.status.before.current_job, self.status.generation)
         return Decision(
             create=tuple(self.create),
             delete_child_jobs=tuple(self.delete_child_jobs),
             patch_child_job=patch_child_job,
             status=self.status.changes(status),
-            events=tuple(self.events),
+            events=tuple(replace(event, occasion=when) for event in self.events),
+            recheck_after=self.recheck_after,
         )
+
+
+def occasion(current_job: str | None, generation: int | None) -> str:
+    """What a decision's Events are about: the gang its status named when it was decided from (the Job a
+    restart or a deletion ends, not the one it starts) and the spec generation (so that a resumed job gets
+    a Running Event again). Each reason is posted once per occasion; a decision carried out again after
+    its status patch failed is decided from the same status, so its Events are the same ones."""
+    return f"{current_job}, spec generation {generation}"
 
 
 def decide(job: ScaleTrainJob, observed: Observed, now: datetime, network_policy_from: str = "") -> Decision:
@@ -161,18 +237,21 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, network_policy
 def _decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
     status = StatusBuilder(job, now)
     if status.finished:
-        return Decision()
+        return _finished(status, observed)
     generation = current_generation(job, observed)
     current = observed.jobs.get(generation)
-    # The one render of this call: the Job it would create. That is the current generation's when it is
-    # missing, else the next one's, for a restart; either way its hash tells whether the spec changed.
-    desired = with_spec_hash(render_job(job, generation if current is None else generation + 1))
+    deleted = current_job_deleted(job, generation, current)
+    # The one render of this call: the Job it would create. That is the current generation's when it was
+    # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
+    desired = with_spec_hash(render_job(job, generation if current is None and not deleted else generation + 1))
     draft = _Draft(status)
     if observed.service is None:
         draft.create.append(render_service(job))
     draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
 
     restarts = status.fields["restarts"] = restarts_counted(job, current)
+    if deleted:
+        return _replace_deleted(job, draft, naming.child_job_name(job.name, generation), desired, restarts)
     if current is None:  # first start, or a restart whose create did not happen yet
         return _start_gang(job, draft, with_restarts(desired, restarts))
     status.fields["currentJob"] = current["metadata"]["name"]
@@ -183,11 +262,38 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
     if verdict.action is Action.SUCCEED:
         return draft.done(status.phase("Succeeded", verdict.message))
     if verdict.action is Action.FAIL:
-        draft.events.append(Event("Warning", "Failed", verdict.message))
-        return draft.done(status.phase("Failed", verdict.message, verdict.reason))
+        return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
         return _restart(draft, current, with_restarts(desired, restarts + 1), verdict.message, counted=True)
     return _keep_running(job, draft, current, observed.pods)
+
+
+def _finished(status: StatusBuilder, observed: Observed) -> Decision:
+    """A finished job is left alone, but for one that failed because its gang could not be scheduled: its
+    Job goes, or the pods still waiting for a node would start a gang once the scheduler finds room. This
+    comes after the Failed status landed (the failing decision deletes nothing), so a status patch that
+    fails cannot leave a job whose gang is gone but that never failed (it would pass for a Job deleted by
+    hand)."""
+    failed = status.conditions.get("Failed") or {}
+    if failed.get("reason") != UNSCHEDULABLE:
+        return Decision()
+    return Decision(delete_child_jobs=tuple(job["metadata"]["name"] for _, job in sorted(observed.jobs.items())))
+
+
+def _fail(draft: _Draft, message: str, reason: str | None) -> Decision:
+    draft.events.append(Event("Warning", "Failed", message))
+    return draft.done(draft.status.phase("Failed", message, reason))
+
+
+def _replace_deleted(job: ScaleTrainJob, draft: _Draft, gone: str, desired: dict[str, Any], restarts: int) -> Decision:
+    """Someone deleted the current generation's Job (and so its pods): that ends the gang as a failure
+    would, so the gang policy counts it against maxRestarts, and the next generation starts."""
+    verdict = judge([], GangLimits.of(job.spec), restarts, job_failure=JOB_DELETED)
+    message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
+    draft.events.append(Event("Warning", "JobDeleted", message))
+    if verdict.action is Action.FAIL:
+        return _fail(draft, verdict.message, verdict.reason)
+    return _restart(draft, None, with_restarts(desired, restarts + 1), verdict.message, counted=True)
 
 
 def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> Decision:
@@ -204,11 +310,13 @@ def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> D
 
 
 def _restart(
-    draft: _Draft, current: Mapping[str, Any], desired: dict[str, Any], message: str, *, counted: bool
+    draft: _Draft, current: Mapping[str, Any] | None, desired: dict[str, Any], message: str, *, counted: bool
 ) -> Decision:
-    """The whole gang goes (its Job, with its pods) and the next generation starts from the last checkpoint."""
+    """The whole gang goes (its Job, with its pods, unless it is gone already) and the next generation
+    starts from the last checkpoint."""
     status = draft.status
-    draft.delete_child_jobs.append(current["metadata"]["name"])
+    if current is not None:
+        draft.delete_child_jobs.append(current["metadata"]["name"])
     draft.create.append(desired)
     if counted:
         status.fields["restarts"] += 1
@@ -221,7 +329,8 @@ def _restart(
 def _keep_running(
     job: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
 ) -> Decision:
-    """The gang goes on: apply what its Job takes in place, and say how it is doing."""
+    """The gang goes on: apply what its Job takes in place, and say how it is doing; unless the scheduler
+    could not place a pod of it within scheduleTimeoutSeconds, which fails the job."""
     spec, status = job.spec, draft.status
     suspended = child_job_suspended(current)
     in_place: dict[str, Any] = {}
@@ -236,11 +345,34 @@ def _keep_running(
         return draft.done(status.phase("Suspended", "spec.suspend is true"), patch)
     if suspended:
         return draft.done(status.phase("Pending", f"waiting for Kueue to admit it from queue {spec.queue_name}"), patch)
+    waiting = _report_placement(draft, pods, spec.nodes)
+    if waiting is not None and spec.schedule_timeout_seconds is not None:
+        waited = (status.now - waiting.since).total_seconds()
+        if waited >= spec.schedule_timeout_seconds:
+            message = f"{waiting.describe()}; scheduleTimeoutSeconds ({spec.schedule_timeout_seconds}) passed"
+            return _fail(draft, message, UNSCHEDULABLE)
+        draft.recheck_after = spec.schedule_timeout_seconds - waited  # no event may come by then
     if any((p.get("status") or {}).get("phase") == "Running" for p in pods):
         status.fields["startTime"] = timestamp(status.before.start_time or status.now)
         nodes = status.fields["nodes"]["active"]
         return draft.done(status.phase("Running", f"{nodes} of {spec.nodes} nodes active"), patch)
     return draft.done(_waiting(status), patch)
+
+
+def _report_placement(draft: _Draft, pods: Sequence[Mapping[str, Any]], nodes: int) -> Unplaced | None:
+    """Whether the scheduler can place the gang's pods, as the condition Schedulable: False, with the
+    scheduler's message, while it cannot place one (and a Warning Event when it turns False), True again
+    once every pod was placed. Returns the pod that has waited longest, if one waits."""
+    status = draft.status
+    waiting = unplaced(pods, status.now)
+    said = status.conditions.get(SCHEDULABLE)
+    if waiting is not None:
+        if said is None or said["status"] == "True":
+            draft.events.append(Event("Warning", UNSCHEDULABLE, waiting.describe()))
+        status.set(SCHEDULABLE, False, UNSCHEDULABLE, waiting.describe(), shown_when_false=True)
+    elif said is not None and all_placed(pods, nodes):
+        status.set(SCHEDULABLE, True, "Scheduled", "every pod of the gang was placed on a node")
+    return waiting
 
 
 def _waiting(status: StatusBuilder) -> dict[str, Any]:
@@ -268,4 +400,7 @@ def decide_failed(
         return Decision()
     failed = condition("Failed", True, reason, message, now, generation)
     status = {"phase": "Failed", "message": message, "conditions": [failed], "observedGeneration": generation}
-    return Decision(status=status, events=(Event("Warning", reason, message),))
+    return Decision(
+        status=status,
+        events=(Event("Warning", reason, message, occasion(stored_status.get("currentJob"), generation)),),
+    )

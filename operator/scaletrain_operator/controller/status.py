@@ -46,11 +46,13 @@ class StatusBuilder:
     def finished(self) -> bool:
         return self.before.phase in FINISHED
 
-    def set(self, kind: str, status: bool, reason: str, message: str = "") -> None:
+    def set(self, kind: str, status: bool, reason: str, message: str = "", *, shown_when_false: bool = False) -> None:
+        """A condition that is not there reads as False, so a False one is added only `shown_when_false`: for
+        a condition whose False is the news (Schedulable)."""
         old = self.conditions.get(kind)
         if old and (old["status"] == "True") == status:
-            self.conditions[kind] = old | {"reason": reason, "message": message}
-        elif old or status:
+            self.conditions[kind] = old | {"reason": reason, "message": bounded(message)}
+        elif old or status or shown_when_false:
             self.conditions[kind] = condition(kind, status, reason, message, self.now, self.generation)
 
     def phase(self, phase: Phase, message: str = "", reason: str | None = None) -> dict[str, Any]:
