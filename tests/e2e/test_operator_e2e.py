@@ -20,6 +20,7 @@ from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
 TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
 CHECKPOINT_EVERY = 5
 NODES = [FakeNode("cpu-node-1"), FakeNode("cpu-node-2")]
+PROGRESS_INTERVAL = 0.3  # seconds between the operator's reads of rank 0's progress
 
 
 def paced(seconds_per_read=0.01):
@@ -35,7 +36,7 @@ def cluster(control_plane, tmp_path_factory):
     install = install_watching(control_plane, namespace, workdir)
     # Rank 0's /progress by its pod IP: the operator runs on this machine, outside the pods' DNS.
     env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
-    args = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
+    args = ("--progress-interval", str(PROGRESS_INTERVAL), "--liveness-port", "0", "--metrics-port", "0")
     with (
         Kubelet(control_plane.api_client(), NODES, workdir / "kubelet") as kubelet,
         operator_process(install, *args, env=env),
@@ -73,6 +74,10 @@ def wait_phase(team, name, phase, timeout=TIMEOUT):
 def steps(directory):
     path = directory / "out" / "metrics.jsonl"
     return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _text(path):
+    return path.exists() and path.read_text()
 
 
 def pods_of(team, job_name):
@@ -158,6 +163,31 @@ def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_
     assert status["restarts"] == 1
 
 
+def test_a_gang_that_stops_whole_is_found_by_its_silence_and_restarted_as_hung(cluster, tmp_path):
+    """Every rank stops (SIGSTOP, as a frozen node would leave them): no watchdog can act and no pod exits.
+    Rank 0's progress promised a report within its hang timeout plus a logging interval; the operator
+    restarts the gang once that promise and its polling lag have passed."""
+    # In step 16 (8 reads per step and rank), some 3 s in: the operator has read rank 0's progress by then.
+    stop = plugin_data(
+        "StoppingSynthetic", stop_at_read=8 * 15 + 2, stop_rank=None, stop_generation=0, record_dir=str(tmp_path),
+        seconds_per_read=0.02,
+    )  # fmt: skip
+    submit_training(cluster, "e2e-frozen", {"data": stop, "maxSteps": 20, "hangTimeoutSeconds": HANG_TIMEOUT})
+    stopped_at = float(cluster.kube.wait_until(lambda: _text(tmp_path / "stopped-at"), timeout=TIMEOUT))
+    hung = cluster.kube.wait_until(
+        lambda: [message for _, reason, message in cluster.events("e2e-frozen") if reason == "Hang"],
+        timeout=TIMEOUT,
+        interval=0.1,
+    )
+    found_in = time.time() - stopped_at
+    # The promise: the hang timeout, a logging interval (1 step) and a second; then the operator's lag.
+    lag = PROGRESS_INTERVAL + 2.0
+    assert found_in <= HANG_TIMEOUT + 2 + lag + 2, f"found after {found_in:.1f} s"
+    assert "rank 0 reported no progress since step" in hung[0]
+    status = wait_phase(cluster, "e2e-frozen", "Succeeded")
+    assert status["restarts"] == 1
+
+
 def test_exhausted_restarts_fail_the_job_with_the_reason(cluster):
     crash_every_time = plugin_data("CrashingSynthetic", crash_at_read=3, crash_rank=1)
     submit_training(cluster, "e2e-doomed", {"data": crash_every_time}, maxRestarts=1)
@@ -175,6 +205,17 @@ def test_a_config_error_fails_the_job_without_restarts(cluster):
     assert "exit code 78" in status["message"] and "/nonexistent/corpus.txt" in status["message"]
     time.sleep(1.0)  # and it stays that way: no second generation
     assert cluster.kube.get("jobs", cluster.namespace, "e2e-misconfigured-g1") is None
+
+
+def test_a_config_error_only_a_worker_finds_fails_the_job_without_restarts(cluster, tmp_path):
+    """Token ids beyond vocabSize, found inside torchrun: the pods exit 78 all the same."""
+    tokens = tmp_path / "tokens.bin"
+    tokens.write_bytes(bytes(range(200)) * 40)  # uint16 ids up to 0xC7C6; the test GPT's vocabSize is 64
+    submit_training(cluster, "e2e-bad-ids", {"data": {"source": "tokens", "path": str(tokens)}})
+    status = wait_phase(cluster, "e2e-bad-ids", "Failed")
+    failed = condition(cluster.stj("e2e-bad-ids"), "Failed")
+    assert failed["reason"] == "ConfigError" and status["restarts"] == 0
+    assert "exit code 78" in status["message"] and "model.vocabSize is 64" in status["message"]
 
 
 def test_suspend_stops_the_gang_and_resume_continues_from_the_checkpoint(cluster):

@@ -124,6 +124,18 @@ def test_a_config_error_found_in_the_pod_fails_at_once(tmp_path):
     assert not (workdir / "logs" / "old.log").exists() and (workdir / "notes.txt").exists()
 
 
+def test_a_config_error_only_a_worker_finds_fails_at_once(tmp_path):
+    """Token ids beyond vocabSize: found by the workers' data checks inside torchrun, which exits 1 for any
+    failed worker; the pod still exits 78 (the launcher reads the worker's result), and nothing restarts."""
+    tokens = tmp_path / "tokens.bin"
+    tokens.write_bytes(bytes(range(200)) * 40)  # uint16 ids up to 0xC7C6; the test GPT's vocabSize is 64
+    job = tiny_job("local-bad-ids", {"data": {"source": "tokens", "path": str(tokens)}}, maxRestarts=3)
+    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    assert result.returncode == 78, result.stdout + result.stderr
+    assert "invalid training config, not retried" in result.stdout and "0 restart(s)" in result.stdout
+    assert "exit code 78" in result.stdout and "model.vocabSize is 64" in result.stdout
+
+
 def test_a_passed_deadline_ends_the_run_without_restarts(tmp_path):
     job = tiny_job(
         "local-late",

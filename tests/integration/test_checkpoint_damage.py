@@ -60,13 +60,17 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_one_before_resumed(dam
     do_damage(newest)
 
     # A longer run resumes: from step-15, the last sound one, so steps 16-20 are trained again.
-    resumed = run_trainer(tmp_path, config_for(tmp_path, STRAIGHT | {"maxSteps": 22}, checkpoints=True))
+    (tmp_path / "termination-log").touch()
+    env = {"SCALETRAIN_TERMINATION_LOG": str(tmp_path / "termination-log")}
+    resumed = run_trainer(tmp_path, config_for(tmp_path, STRAIGHT | {"maxSteps": 22}, checkpoints=True), env=env)
 
     assert resumed.returncode == 0, resumed.output[-3000:]
     assert "checkpoint" in resumed.output and named in resumed.output, resumed.output[-3000:]
     assert "moved aside to step-00000020.corrupt" in resumed.output
     assert "resumed from" in resumed.output and "step-00000015 at step 15" in resumed.output
     assert (tmp_path / "checkpoints" / "step-00000020.corrupt").is_dir()
+    summary = json.loads((tmp_path / "termination-log").read_text())
+    assert summary["checkpointsSetAside"] == ["step-00000020.corrupt"]  # also served as progress, for an Event
     records = resumed.metrics()
     assert [r["step"] for r in records] == list(range(16, 23))
     assert [r["loss"] for r in records[:5]] == [r["loss"] for r in straight.metrics()[15:]]

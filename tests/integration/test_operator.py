@@ -195,7 +195,7 @@ class _Progress(http.server.BaseHTTPRequestHandler):
     """Rank 0's /progress, as the trainer serves it (with a field status.progress does not keep)."""
 
     def do_GET(self):  # noqa: N802
-        body = json.dumps(RANK0_PROGRESS | {"tokensPerSecond": 128.0}).encode()
+        body = json.dumps(getattr(self.server, "progress", RANK0_PROGRESS) | {"tokensPerSecond": 128.0}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -216,6 +216,24 @@ def test_progress_of_rank_zero_reaches_the_status(team):
         assert progress == RANK0_PROGRESS
     finally:
         server.shutdown()
+
+
+def test_damaged_checkpoints_rank_zero_set_aside_get_one_warning_event(team):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
+    server.progress = RANK0_PROGRESS | {"checkpointsSetAside": ["step-00000020.corrupt"]}
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        team.submit("resumed", training={"metricsPort": server.server_address[1], "checkpoint": {"dir": "/ckpt"}})
+        team.start_pods("resumed-g0")
+        team.wait_status("resumed", lambda s: (s.get("progress") or {}).get("checkpointsSetAside"))
+        time.sleep(1.0)  # several more passes: one Event, not one per pass
+    finally:
+        server.shutdown()
+    warnings = [message for _, reason, message in team.events("resumed") if reason == "CheckpointSetAside"]
+    assert warnings == [
+        "damaged checkpoints moved aside in /ckpt: step-00000020.corrupt; training resumed from the newest sound "
+        "one (rank 0's log says what was wrong)"
+    ]
 
 
 def test_hostile_progress_endpoints_delay_no_other_jobs_ttl(team):

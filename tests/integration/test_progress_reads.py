@@ -13,7 +13,7 @@ from scaletrain_operator.api.progress import read_progress
 from support.hostile_http import SHAPES, HostileServer
 
 DEADLINE = 1.0
-WORTHLESS = sorted(set(SHAPES) - {"nan", "wrong-types"})
+WORTHLESS = sorted(set(SHAPES) - {"nan", "wrong-types", "long-set-aside"})
 
 
 def _read(server: HostileServer) -> tuple[dict | None, float, int]:
@@ -44,7 +44,13 @@ def test_a_nan_loss_is_left_out_and_reported_as_not_finite():
 def test_fields_of_the_wrong_type_or_range_are_left_out():
     with HostileServer("wrong-types") as server:
         progress, _, _ = _read(server)
-    assert progress == {}  # a negative step, strings for numbers, an infinite ETA, a date that is not one
+    assert progress == {}  # a negative step, strings for numbers, an infinite ETA, a date that is not one, a path
+
+
+def test_a_list_of_set_aside_checkpoints_longer_than_the_status_keeps_is_left_out():
+    with HostileServer("long-set-aside") as server:
+        progress, _, _ = _read(server)
+    assert progress == {"step": 3}
 
 
 def test_nothing_listening_gives_none():

@@ -67,6 +67,8 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "samplesPerSecond",
         "etaSeconds",
         "updatedAt",
+        "staleAfter",
+        "checkpointsSetAside",
     }
 
 

@@ -17,6 +17,7 @@ from scaletrain_operator.controller.reconcile import (
     decide_invalid,
     with_spec_hash,
 )
+from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.controller.ttl import decide_ttl
 from scaletrain_trainer.validation import Problem
 from support.jobs import EXAMPLES, base_job, load_yaml
@@ -91,7 +92,9 @@ def test_a_new_job_gets_its_service_and_first_gang():
 
 def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_first():
     job = _job()
-    first = decide(job, Observed(service=None, jobs={}, pods=[]), NOW, network_policy_from="ops")
+    first = decide(
+        job, Observed(service=None, jobs={}, pods=[]), NOW, settings=OperatorConfig(network_policy_from="ops")
+    )
     assert [o["kind"] for o in first.create] == ["NetworkPolicy", "Service", "Job"]
     policy = first.create[0]
     own_pods = policy["spec"]["podSelector"]["matchLabels"]
@@ -102,10 +105,10 @@ def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_fi
     assert from_operator["ports"] == [{"protocol": "TCP", "port": 9400}]
     running = _job(status=_running())
     observed = _observed(running, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=137)])
-    restart = decide(running, observed, NOW, network_policy_from="ops")
+    restart = decide(running, observed, NOW, settings=OperatorConfig(network_policy_from="ops"))
     assert [o["kind"] for o in restart.create] == ["NetworkPolicy", "Job"]  # made again if it went missing
     steady = _observed(running, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Running")])
-    assert decide(running, steady, NOW, network_policy_from="ops").create == ()
+    assert decide(running, steady, NOW, settings=OperatorConfig(network_policy_from="ops")).create == ()
     assert [o["kind"] for o in decide(job, Observed(service=None, jobs={}, pods=[]), NOW).create] == ["Service", "Job"]
 
 
@@ -411,3 +414,42 @@ def test_an_invalid_spec_is_failed_once_with_every_problem():
     assert [(c["type"], c["reason"]) for c in decision.status["conditions"]] == [("Failed", "InvalidSpec")]
     assert decision.events == (Event("Warning", "InvalidSpec", message, "None, spec generation 3"),)
     assert decide_invalid(problems, decision.status, 3, NOW) == Decision()  # already said: no retry loop
+
+
+def _reported(at_seconds, promised_seconds, running_since_seconds=-60):
+    """A Running job whose rank 0 last reported `at_seconds` from NOW, promising the next within
+    `promised_seconds` (progress.staleAfter); its gang turned Running `running_since_seconds` from NOW."""
+
+    def moment(seconds):
+        return (NOW + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    running = {
+        "type": "Running",
+        "status": "True",
+        "reason": "Running",
+        "lastTransitionTime": moment(running_since_seconds),
+    }
+    progress = {"step": 7, "updatedAt": moment(at_seconds), "staleAfter": moment(at_seconds + promised_seconds)}
+    return _running(progress=progress, conditions=[running])
+
+
+def test_a_running_gang_silent_past_its_promise_and_the_polling_lag_is_restarted_as_hung():
+    lag = OperatorConfig().progress_interval_seconds + OperatorConfig().progress_timeout_seconds
+    pods = [_pod(0, "Running"), _pod(1, "Running")]
+
+    def decide_for(status):
+        job = _job(status=status, maxRestarts=2)
+        return decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
+
+    # Due 10 s ago: within the polling lag, it may have reported meanwhile. Look again when that runs out.
+    waiting = decide_for(_reported(at_seconds=-40, promised_seconds=30))
+    assert waiting.delete_child_jobs == () and waiting.recheck_after == lag - 10
+    # Due longer ago than the lag: hung. The gang restarts, counted against maxRestarts.
+    hung = decide_for(_reported(at_seconds=-40 - lag, promised_seconds=30))
+    assert hung.delete_child_jobs == ("demo-g0",) and hung.status["restarts"] == 1
+    assert [(e.type, e.reason) for e in hung.events] == [("Warning", "Hang"), ("Warning", "Restarting")]
+    assert "rank 0 reported no progress since step 7" in hung.events[0].message
+    assert "gang restart 1/2" in hung.events[1].message
+    # Progress from before the gang turned Running is an earlier gang's: it promises nothing about this one.
+    earlier = decide_for(_reported(at_seconds=-300, promised_seconds=30, running_since_seconds=-10))
+    assert earlier.delete_child_jobs == () and earlier.recheck_after is None

@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
@@ -265,9 +266,13 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
     port = free_port()
     reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
     try:
-        reporter.log({"step": 10, "loss": 2.5, "samplesPerSecond": 40.0, "tokensPerSecond": 640.0}, eta_seconds=9.0)
+        reporter.log(
+            {"step": 10, "loss": 2.5, "samplesPerSecond": 40.0, "tokensPerSecond": 640.0},
+            eta_seconds=9.0,
+            next_report_within=30.0,
+        )
         progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
-        assert progress | {"updatedAt": None} == {
+        assert progress | {"updatedAt": None, "staleAfter": None} == {
             "step": 10,
             "maxSteps": 100,
             "loss": 2.5,
@@ -275,7 +280,11 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
             "tokensPerSecond": 640.0,
             "etaSeconds": 9.0,
             "updatedAt": None,
+            "staleAfter": None,
         }
+        # The next report is promised 30 s on (rounded up, plus a second: the timestamps are whole seconds).
+        promised = datetime.fromisoformat(progress["staleAfter"]) - datetime.fromisoformat(progress["updatedAt"])
+        assert promised == timedelta(seconds=31)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert "scaletrain_step 10\n" in metrics and "# TYPE scaletrain_loss gauge" in metrics
     finally:
@@ -287,7 +296,11 @@ def test_a_diverged_loss_is_served_as_strict_json_null_and_flagged(tmp_path):
     port = free_port()
     reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
     try:
-        reporter.log({"step": 10, "loss": float("nan"), "samplesPerSecond": float("inf")}, eta_seconds=9.0)
+        reporter.log(
+            {"step": 10, "loss": float("nan"), "samplesPerSecond": float("inf")},
+            eta_seconds=9.0,
+            next_report_within=30.0,
+        )
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10).read().decode()
         progress = json.loads(body, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
         assert progress["loss"] is None and progress["lossFinite"] is False and progress["samplesPerSecond"] is None
@@ -321,7 +334,7 @@ def test_a_busy_port_does_not_stop_training(tmp_path):
     first = MetricsReporter(str(tmp_path / "a"), port, max_steps=10, enabled=True)
     second = MetricsReporter(str(tmp_path / "b"), port, max_steps=20, enabled=True)
     try:
-        second.log({"step": 1, "loss": 1.0}, eta_seconds=1.0)
+        second.log({"step": 1, "loss": 1.0}, eta_seconds=1.0, next_report_within=30.0)
         assert json.loads((tmp_path / "b" / "metrics.jsonl").read_text())["step"] == 1
         served = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
         assert served["maxSteps"] == 10  # the port still belongs to the first

@@ -209,8 +209,8 @@ class TrainingConfig(SpecModel):
         le=86400,
         description="Stop a rank when no optimizer step completes for this long (checkpoint saves excepted): dump "
         "every thread's stack to outputDir/hang-rank<R>.txt and exit 75. Default: the larger of 300 s and 10 × "
-        "the median step time. The operator restarts a Running gang whose progress is older than this "
-        "(reason Hang).",
+        "the median step time. Rank 0's progress promises its next report within this plus a logging interval; "
+        "the operator restarts a Running gang silent past that (Event Hang).",
     )
 
     model_config = with_cel_rules(

@@ -27,6 +27,7 @@ from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
+SAVE_COLLECTIVES = 3  # a save's barriers and gathers, each bounded by distributedTimeoutSeconds
 MIN_LOSS_SCALE = 1.0  # fp16: a scale the scaler had to halve below this means every step overflows
 
 
@@ -60,6 +61,8 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     if resumed_from is not None:
         check_data_position(state, batches.position(state.step))
     reporter = MetricsReporter(config.output_dir, config.metrics_port, config.max_steps, enabled=runtime.is_main)
+    if checkpoints.set_aside:
+        reporter.report_set_aside(checkpoints.set_aside)
     dist.barrier()
 
     start_step, started, last_log = state.step, time.perf_counter(), time.perf_counter()
@@ -93,17 +96,19 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                     is_lm = micro_batches[0][1].dim() > 1
                     record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm)
                     steps_done = state.step - start_step
-                    reporter.log(record, eta_seconds=(now - started) / steps_done * (config.max_steps - state.step))
+                    eta = (now - started) / steps_done * (config.max_steps - state.step)
+                    # The next report comes a logging interval on, unless this rank hangs: then the
+                    # watchdog ends it within its timeout, or, stopped itself, it goes silent.
+                    within = config.log_every_steps * watchdog.typical_step_seconds + watchdog.timeout
+                    reporter.log(record, eta_seconds=eta, next_report_within=within)
                     if runtime.is_main:
                         log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
                     samples, tokens, last_log = 0, 0, now
             if checkpoints.due(state.step):
-                with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
-                    checkpoints.save(state)
+                save(checkpoints, state, watchdog, reporter, config)
             watchdog.step_done(state.step)
         if checkpoints.enabled:
-            with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
-                checkpoints.save(state)
+            save(checkpoints, state, watchdog, reporter, config)
     finally:
         watchdog.close()
         reporter.close()
@@ -115,6 +120,20 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
         "checkpointsSetAside": checkpoints.set_aside,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def save(
+    checkpoints: CheckpointManager,
+    state: TrainState,
+    watchdog: Watchdog,
+    reporter: MetricsReporter,
+    config: TrainingConfig,
+) -> None:
+    """A checkpoint save, unwatched by the hang watchdog (a large model's may outlast many steps). Its
+    collectives keep their timeouts, a few of which the progress promise allows for."""
+    reporter.promise_report_within(SAVE_COLLECTIVES * config.distributed_timeout_seconds + watchdog.timeout)
+    with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
+        checkpoints.save(state)
 
 
 class ConsecutiveSkips:

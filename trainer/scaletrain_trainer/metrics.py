@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,16 +48,33 @@ class MetricsReporter:
         with self._lock:
             return dict(self._progress)
 
-    def log(self, record: dict[str, Any], eta_seconds: float) -> None:
+    def log(self, record: dict[str, Any], eta_seconds: float, next_report_within: float) -> None:
+        """Append `record`, and serve it as the progress, promising the next report within
+        `next_report_within` seconds (staleAfter: the operator takes a gang silent past it for hung)."""
         if not self.enabled:
             return
         with self.path.open("a") as file:
             file.write(json.dumps(record) + "\n")
         keys = ("step", "loss", "samplesPerSecond", "tokensPerSecond")
+        now = datetime.now(timezone.utc)
         with self._lock:
             self._progress.update({k: record[k] for k in keys if k in record})
             self._progress["etaSeconds"] = eta_seconds
-            self._progress["updatedAt"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            self._progress["updatedAt"] = now.isoformat(timespec="seconds")
+        self.promise_report_within(next_report_within, now)
+
+    def report_set_aside(self, checkpoints: list[str]) -> None:
+        """Damaged checkpoints moved aside while resuming: served with the progress, so the operator can
+        post an Event naming them (the trainer has no API access)."""
+        with self._lock:
+            self._progress["checkpointsSetAside"] = list(checkpoints)
+
+    def promise_report_within(self, seconds: float, now: datetime | None = None) -> None:
+        """Move the promise of the next report (a checkpoint save about to take a while). Rounded up to
+        whole seconds, as the timestamps are."""
+        due = (now or datetime.now(timezone.utc)) + timedelta(seconds=math.ceil(seconds) + 1)
+        with self._lock:
+            self._progress["staleAfter"] = due.isoformat(timespec="seconds")
 
     def close(self) -> None:
         if self._server is not None:

@@ -49,11 +49,16 @@ class Watchdog:
         self._thread = threading.Thread(target=self._watch, name="scaletrain-watchdog", daemon=True)
 
     @property
+    def typical_step_seconds(self) -> float:
+        """The median step time after the warm-up steps (0 before there are any)."""
+        typical = self.step_seconds[WARMUP_STEPS:]
+        return statistics.median(typical) if typical else 0.0
+
+    @property
     def timeout(self) -> float:
         if self.configured is not None:
             return self.configured
-        typical = self.step_seconds[WARMUP_STEPS:]
-        return max(MIN_AUTO_TIMEOUT, AUTO_FACTOR * statistics.median(typical)) if typical else MIN_AUTO_TIMEOUT
+        return max(MIN_AUTO_TIMEOUT, AUTO_FACTOR * self.typical_step_seconds)
 
     def start(self) -> Watchdog:
         self.last_progress = time.monotonic()

@@ -521,6 +521,18 @@ class Progress(SpecModel):
         description="Estimated seconds until maxSteps, at the average step time since the trainer (re)started.",
     )
     updated_at: Timestamp | None = Field(None, description="When rank 0 last logged progress (RFC 3339).")
+    checkpoints_set_aside: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        None,
+        max_length=16,
+        description="Damaged checkpoints rank 0 moved aside (step-N.corrupt in checkpoint.dir) while resuming, "
+        "trying the one before each; a Warning Event CheckpointSetAside names them.",
+    )
+    stale_after: Timestamp | None = Field(
+        None,
+        description="When rank 0 promised its next progress report by: its hang timeout plus a logging interval "
+        "after the last one (longer during a checkpoint save). A Running gang still silent then (plus the "
+        "operator's polling lag) is taken for hung and restarted (Event Hang).",
+    )
 
 
 class ScaleTrainJobStatus(SpecModel):

@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import math
+import re
 import socket
 import time
 import urllib.parse
@@ -23,11 +24,23 @@ from .timestamps import parse_timestamp
 log = logging.getLogger(__name__)
 
 # The fields of status.progress, as the trainer's /progress names them, and their JSON types.
-PROGRESS_KEYS = ("step", "maxSteps", "loss", "samplesPerSecond", "etaSeconds", "updatedAt")
+PROGRESS_KEYS = (
+    "step",
+    "maxSteps",
+    "loss",
+    "samplesPerSecond",
+    "etaSeconds",
+    "updatedAt",
+    "staleAfter",
+    "checkpointsSetAside",
+)
+TIMESTAMP_KEYS = frozenset({"updatedAt", "staleAfter"})
 INTEGER_KEYS = frozenset({"step", "maxSteps"})
 MINIMUM = {"step": 0, "maxSteps": 1, "samplesPerSecond": 0, "etaSeconds": 0}  # status.progress's schema
 MAX_ANSWER_BYTES = 64 * 1024  # headers and body; a real progress answer is ~300 bytes
-MAX_TEXT = 64  # updatedAt: a timestamp
+MAX_TEXT = 64  # updatedAt and staleAfter: timestamps; a checkpoint directory's name
+MAX_SET_ASIDE = 16  # checkpointsSetAside: damaged checkpoints named (a resume sets aside a few at most)
+SET_ASIDE_NAME = re.compile(r"^step-\d+\.corrupt(-\d+)?$")
 CHUNK_BYTES = 4096
 
 
@@ -108,7 +121,10 @@ def parse_progress(body: bytes) -> dict[str, Any]:
 
 
 def fits(key: str, value: Any) -> bool:
-    if key == "updatedAt":
+    if key == "checkpointsSetAside":
+        names = value if isinstance(value, list) and len(value) <= MAX_SET_ASIDE else [None]
+        return all(isinstance(name, str) and SET_ASIDE_NAME.match(name) for name in names)
+    if key in TIMESTAMP_KEYS:
         return isinstance(value, str) and len(value) <= MAX_TEXT and is_timestamp(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False

@@ -20,6 +20,8 @@ EventReason = (
         "PodCreationFailed",
         "Unschedulable",
         "JobDeleted",
+        "Hang",
+        "CheckpointSetAside",
     ]
     | FailureReason
 )

@@ -38,7 +38,7 @@ from .cluster import ChildRejected, Cluster, Conflict, ObjectRef, connect, descr
 from .decision import Decision, Event
 from .housekeeping import Housekeeping
 from .reconcile import Observed, decide, decide_failed, decide_invalid
-from .settings import OperatorConfig
+from .settings import DEFAULTS, OperatorConfig
 from .status import FINISHED
 from .workqueue import Outcome, WorkQueue
 
@@ -137,7 +137,7 @@ def reconcile(memo: kopf.Memo, job: Key) -> Outcome:
     reconcile asks again, so an operator restart or a lost timer costs nothing."""
     started = time.perf_counter()
     try:
-        reconciled = _reconcile(memo.cluster, *job, network_policy_from=memo.config.network_policy_from)
+        reconciled = _reconcile(memo.cluster, *job, settings=memo.config)
     except Conflict as stale:  # decided from an old copy; the newer one's event reconciles it again
         log.info("not applied: %s", stale)
         return Outcome.WAITING
@@ -157,7 +157,7 @@ def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception)
         cluster.post_event(ObjectRef(*job, uid), Event("Warning", "ApiRetrying", message))
 
 
-def _reconcile(cluster: Cluster, namespace: str, name: str, network_policy_from: str = "") -> Reconciled:
+def _reconcile(cluster: Cluster, namespace: str, name: str, settings: OperatorConfig = DEFAULTS) -> Reconciled:
     cache, job, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
     raw = cache.scaletrainjobs.get(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
@@ -165,14 +165,14 @@ def _reconcile(cluster: Cluster, namespace: str, name: str, network_policy_from:
     # A finished job's decision depends on its children only to delete the Job of a gang that could not be
     # scheduled, which is made again from fresh reads (needs_fresh_look), so an untrusted cache serves it too.
     if cache.trusted(job) or phase_of(raw) in FINISHED:
-        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, network_policy_from)
+        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, settings)
         if not needs_fresh_look(raw, decision):
             return carry_out(cluster, raw, decision)
     # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads).
     raw = cluster.read_scaletrainjob(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
         return Reconciled(absent)
-    decision = decide_from(raw, functools.partial(cluster.read_children, namespace, name), now, network_policy_from)
+    decision = decide_from(raw, functools.partial(cluster.read_children, namespace, name), now, settings)
     cache.trust(job)
     return carry_out(cluster, raw, decision)
 
@@ -192,7 +192,10 @@ def phase_of(stj: dict[str, Any]) -> str | None:
 
 
 def decide_from(
-    raw: dict[str, Any], observe: Callable[[int | None], Observed], now: datetime, network_policy_from: str = ""
+    raw: dict[str, Any],
+    observe: Callable[[int | None], Observed],
+    now: datetime,
+    settings: OperatorConfig = DEFAULTS,
 ) -> Decision:
     """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
     (not at all for an invalid spec)."""
@@ -201,7 +204,7 @@ def decide_from(
     except ProblemsError as error:
         return decide_invalid(error.problems, raw.get("status") or {}, raw["metadata"].get("generation"), now)
     hint = naming.generation_of(job.status.current_job) if job.status and job.status.current_job else None
-    return decide(job, observe(hint), now, network_policy_from)
+    return decide(job, observe(hint), now, settings)
 
 
 def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:

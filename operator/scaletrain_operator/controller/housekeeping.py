@@ -131,7 +131,8 @@ class Housekeeping:
 
     def copy_progress(self, raw: dict[str, Any]) -> None:
         """Rank 0's /progress into status.progress; nothing when it cannot be read. A loss that turned
-        non-finite is removed from the status, and a Warning Event says so once."""
+        non-finite is removed from the status, and a Warning Event says so once; so does one for damaged
+        checkpoints the trainer set aside while resuming."""
         try:
             job = parse_job(raw)
         except ProblemsError:  # an edited spec that reconciling is about to mark invalid
@@ -159,11 +160,20 @@ class Housekeeping:
         diverged = progress.get("lossFinite") is False
         # A merge patch: null removes the loss the status still shows, or the flag of a recovered loss.
         patch = progress | ({"loss": None} if diverged else {"lossFinite": None})
+        patch.setdefault("checkpointsSetAside", None)  # an earlier gang's, which this one did not report
         self.cluster.patch_status(where, {"progress": patch})
-        was_diverged = job.status.progress is not None and job.status.progress.loss_finite is False
+        before = job.status.progress
+        was_diverged = before is not None and before.loss_finite is False
         if diverged and not was_diverged:
             message = f"rank 0 reports a non-finite loss at step {progress.get('step', '?')}: the run diverged"
             self.cluster.post_event(where, Event("Warning", "LossNotFinite", message))
+        set_aside = progress.get("checkpointsSetAside") or []
+        if set_aside and set_aside != (before.checkpoints_set_aside if before else None):
+            message = (
+                f"damaged checkpoints moved aside in {job.spec.training.checkpoint.dir}: {', '.join(set_aside)}; "
+                "training resumed from the newest sound one (rank 0's log says what was wrong)"
+            )
+            self.cluster.post_event(where, Event("Warning", "CheckpointSetAside", message))
 
 
 def phase_of(raw: dict[str, Any]) -> str | None:

@@ -10,7 +10,9 @@ decision. It reads as a list of steps:
 3. create what is missing: the Service, and the current generation's Job; a current Job that someone
    else deleted ends its gang like a failure (counted against maxRestarts);
 4. a spec change the running gang cannot take restarts it (not counted against maxRestarts);
-5. the gang policy (api/gang_policy.py) judges the pods: succeeded, failed, or restart;
+5. the gang policy (api/gang_policy.py) judges the pods: succeeded, failed, or restart; a Running gang
+   whose rank 0 reported no progress by the time it promised (progress.staleAfter) is hung, which ends
+   it like a failure;
 6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
    the pods (Schedulable), fail a gang it could not place within scheduleTimeoutSeconds, and report the
    running status.
@@ -36,6 +38,7 @@ from ..api.models import NodeCounts, ScaleTrainJob
 from ..api.render import generation_free, render_job, render_network_policy, render_service
 from ..api.timestamps import parse_timestamp, timestamp
 from .decision import ChildJobPatch, Decision, Event, FailureReason
+from .settings import DEFAULTS, OperatorConfig
 from .status import StatusBuilder, bounded, condition
 
 SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
@@ -44,6 +47,7 @@ SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
 RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
 SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
 JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
+HANG = "Hang"  # and of a Running gang whose progress stalled
 SCHEDULABLE = "Schedulable"
 UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot place, and the job's when that lasts
 
@@ -200,6 +204,10 @@ class _Draft:
     events: list[Event] = field(default_factory=list)
     recheck_after: float | None = None
 
+    def recheck_in(self, seconds: float) -> None:
+        """Decide again in `seconds` at the latest: a timeout this decision waits on passes then."""
+        self.recheck_after = seconds if self.recheck_after is None else min(self.recheck_after, seconds)
+
     def done(self, status: dict[str, Any], patch_child_job: ChildJobPatch | None = None) -> Decision:
         before = self.status.before.phase
         phase = status["phase"]
@@ -224,17 +232,24 @@ def occasion(current_job: str | None, generation: int | None) -> str:
     return f"{current_job}, spec generation {generation}"
 
 
-def decide(job: ScaleTrainJob, observed: Observed, now: datetime, network_policy_from: str = "") -> Decision:
+def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig = DEFAULTS) -> Decision:
     """What to do next for `job`, given its children; see the module docstring. With
-    `network_policy_from` (the operator's namespace), whatever starts a gang first makes sure of the
-    job's NetworkPolicy (creating it again is a no-op)."""
-    decision = _decide(job, observed, now)
-    if network_policy_from and decision.create:
-        return replace(decision, create=(render_network_policy(job, network_policy_from), *decision.create))
+    `settings.network_policy_from` (the operator's namespace), whatever starts a gang first makes sure of
+    the job's NetworkPolicy (creating it again is a no-op)."""
+    decision = _decide(job, observed, now, progress_lag(settings))
+    if settings.network_policy_from and decision.create:
+        policy = render_network_policy(job, settings.network_policy_from)
+        return replace(decision, create=(policy, *decision.create))
     return decision
 
 
-def _decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
+def progress_lag(settings: OperatorConfig) -> float:
+    """How old the progress in the status may be: housekeeping copies it in once a poll interval, each
+    read taking up to its timeout."""
+    return settings.progress_interval_seconds + settings.progress_timeout_seconds
+
+
+def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, progress_lag_seconds: float) -> Decision:
     status = StatusBuilder(job, now)
     if status.finished:
         return _finished(status, observed)
@@ -251,7 +266,9 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
 
     restarts = status.fields["restarts"] = restarts_counted(job, current)
     if deleted:
-        return _replace_deleted(job, draft, naming.child_job_name(job.name, generation), desired, restarts)
+        gone = naming.child_job_name(job.name, generation)
+        message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
+        return _gang_ended(job, draft, None, desired, restarts, JOB_DELETED, message)
     if current is None:  # first start, or a restart whose create did not happen yet
         return _start_gang(job, draft, with_restarts(desired, restarts))
     status.fields["currentJob"] = current["metadata"]["name"]
@@ -265,6 +282,11 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime) -> Decision:
         return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
         return _restart(draft, current, with_restarts(desired, restarts + 1), verdict.message, counted=True)
+    if (due := progress_due(job)) is not None:
+        overdue = (now - due).total_seconds() - progress_lag_seconds
+        if overdue >= 0:
+            return _gang_ended(job, draft, current, desired, restarts, HANG, stalled_message(job, due))
+        draft.recheck_in(-overdue)  # the trainer may go silent: look again when its promise runs out
     return _keep_running(job, draft, current, observed.pods)
 
 
@@ -285,15 +307,46 @@ def _fail(draft: _Draft, message: str, reason: str | None) -> Decision:
     return draft.done(draft.status.phase("Failed", message, reason))
 
 
-def _replace_deleted(job: ScaleTrainJob, draft: _Draft, gone: str, desired: dict[str, Any], restarts: int) -> Decision:
-    """Someone deleted the current generation's Job (and so its pods): that ends the gang as a failure
-    would, so the gang policy counts it against maxRestarts, and the next generation starts."""
-    verdict = judge([], GangLimits.of(job.spec), restarts, job_failure=JOB_DELETED)
-    message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
-    draft.events.append(Event("Warning", "JobDeleted", message))
+def _gang_ended(
+    job: ScaleTrainJob,
+    draft: _Draft,
+    current: Mapping[str, Any] | None,
+    desired: dict[str, Any],
+    restarts: int,
+    failure: str,
+    why: str,
+) -> Decision:
+    """The gang ended with no pod failing: someone else deleted its Job (and so its pods), or it hung. The
+    gang policy takes that as a failure, counted against maxRestarts, and the next generation starts."""
+    verdict = judge([], GangLimits.of(job.spec), restarts, job_failure=failure)
+    draft.events.append(Event("Warning", failure, why))
     if verdict.action is Action.FAIL:
         return _fail(draft, verdict.message, verdict.reason)
-    return _restart(draft, None, with_restarts(desired, restarts + 1), verdict.message, counted=True)
+    return _restart(draft, current, with_restarts(desired, restarts + 1), verdict.message, counted=True)
+
+
+def progress_due(job: ScaleTrainJob) -> datetime | None:
+    """When rank 0 of the running gang promised its next progress report by (progress.staleAfter: the
+    trainer's hang timeout plus a logging interval from its last report), if the progress in the status
+    is this gang's: reported since the job last turned Running. Before its first report (start-up,
+    resuming from a checkpoint), none: the trainer's own watchdog and collective timeouts cover that."""
+    status = job.status
+    if status is None or status.phase != "Running" or status.progress is None:
+        return None
+    progress = status.progress
+    running = next((c for c in status.conditions if c.type == "Running" and c.status == "True"), None)
+    if running is None or progress.stale_after is None or progress.updated_at is None:
+        return None
+    return progress.stale_after if progress.updated_at >= running.last_transition_time else None
+
+
+def stalled_message(job: ScaleTrainJob, due: datetime) -> str:
+    progress = job.status.progress if job.status else None
+    step = progress.step if progress else "?"
+    return (
+        f"rank 0 reported no progress since step {step} and was due to by {timestamp(due)} (its hang timeout "
+        "plus a logging interval): the gang is taken for hung"
+    )
 
 
 def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> Decision:
@@ -351,7 +404,7 @@ def _keep_running(
         if waited >= spec.schedule_timeout_seconds:
             message = f"{waiting.describe()}; scheduleTimeoutSeconds ({spec.schedule_timeout_seconds}) passed"
             return _fail(draft, message, UNSCHEDULABLE)
-        draft.recheck_after = spec.schedule_timeout_seconds - waited  # no event may come by then
+        draft.recheck_in(spec.schedule_timeout_seconds - waited)  # no event may come by then
     if any((p.get("status") or {}).get("phase") == "Running" for p in pods):
         status.fields["startTime"] = timestamp(status.before.start_time or status.now)
         nodes = status.fields["nodes"]["active"]

@@ -41,3 +41,6 @@ class OperatorConfig:
 
 
 _PARSERS = {"namespaces": lambda raw: [name for name in raw.split(",") if name]}
+
+
+DEFAULTS = OperatorConfig()  # the settings of an operator given none (frozen: shared safely)
