@@ -172,7 +172,10 @@ def test_a_gang_that_stops_whole_is_found_by_its_silence_and_restarted_as_hung(c
         "StoppingSynthetic", stop_at_read=8 * 15 + 2, stop_rank=None, stop_generation=0, record_dir=str(tmp_path),
         seconds_per_read=0.02,
     )  # fmt: skip
-    submit_training(cluster, "e2e-frozen", {"data": stop, "maxSteps": 20, "hangTimeoutSeconds": HANG_TIMEOUT})
+    # No save before the stop: a save promises the next report only after its collectives' timeouts, and a
+    # freeze right after one would be found that much later (the operator may not read the promise renewed).
+    training = {"data": stop, "maxSteps": 20, "hangTimeoutSeconds": HANG_TIMEOUT, "checkpoint": {"everySteps": 50}}
+    submit_training(cluster, "e2e-frozen", training)
     stopped_at = float(cluster.kube.wait_until(lambda: _text(tmp_path / "stopped-at"), timeout=TIMEOUT))
     hung = cluster.kube.wait_until(
         lambda: [message for _, reason, message in cluster.events("e2e-frozen") if reason == "Hang"],

@@ -218,6 +218,30 @@ def test_progress_of_rank_zero_reaches_the_status(team):
         server.shutdown()
 
 
+def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_loss(team, control_plane):
+    """The last poll found step 190, an ETA and a loss as the trainer logs it; rank 0's termination message
+    holds the final step, which the Succeeded status shows, however long rank 0's endpoint still answers."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
+    server.progress = RANK0_PROGRESS | {"step": 190, "maxSteps": 200, "loss": 5.3174591064453125}
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        team.submit("finished", training={"metricsPort": server.server_address[1], "maxSteps": 200})
+        pods = team.start_pods("finished-g0")
+        polled = team.wait_status("finished", lambda s: s.get("progress"))["progress"]
+        assert (polled["step"], polled["loss"], polled["etaSeconds"]) == (190, 5.317, 70.0)
+        summary = {"result": "Succeeded", "step": 200, "maxSteps": 200, "loss": 1.0987654321, "seconds": 21.3}
+        team.set_pod_phase(pods[0], "Succeeded", termination_message=json.dumps(summary))
+        team.set_pod_phase(pods[1], "Succeeded")
+        team.wait_phase("finished", "Succeeded")
+        time.sleep(1.0)  # several more housekeeping passes
+    finally:
+        server.shutdown()
+    progress = team.stj("finished")["status"]["progress"]
+    assert (progress["step"], progress["loss"]) == (200, 1.099) and "etaSeconds" not in progress
+    table = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished").stdout.splitlines()
+    assert table[1].split()[:6] == ["finished", "Succeeded", "2", "200", "1.099", "0"]
+
+
 def test_damaged_checkpoints_rank_zero_set_aside_get_one_warning_event(team):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
     server.progress = RANK0_PROGRESS | {"checkpointsSetAside": ["step-00000020.corrupt"]}

@@ -1,4 +1,5 @@
-"""Builders for test objects: a minimal valid ScaleTrainJob, patches over it, and the repo's files."""
+"""Builders for test objects: a minimal valid ScaleTrainJob, patches over it (and merge patches, as the
+API server applies them), and the repo's files."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def patched(doc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
             out[key] = patched(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
+    return out
+
+
+def merge_patched(target: Any, patch: Any) -> Any:
+    """`target` with the JSON merge patch `patch` applied (RFC 7386), as the API server applies the
+    operator's status patches: mappings merge, null removes, the rest replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patched(out.get(key), value)
     return out
 
 

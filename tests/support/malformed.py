@@ -208,7 +208,41 @@ MALFORMED = [
         "env-rank-reserved",
         {"spec": {"env": [{"name": "WORLD_SIZE", "value": "8"}]}},
         "spec.env[0].name",
-        "set by ScaleTrain",
+        "WORLD_SIZE is set by ScaleTrain from nodes × procsPerNode; remove it",
+        OPERATOR,
+    ),
+    (
+        "env-rank-with-one-process-per-node",
+        {"spec": {"env": [{"name": "RANK", "value": "0"}]}},
+        "spec.env[0].name",
+        "RANK is set by ScaleTrain from the node rank, with procsPerNode 1",
+        OPERATOR,
+    ),
+    (
+        "pod-template-env-rank-reserved",
+        {"spec": {"podTemplate": {"spec": {"containers": [{"name": "trainer", "env": [{"name": "MASTER_PORT"}]}]}}}},
+        "spec.podTemplate.spec.containers[0].env[0].name",
+        "MASTER_PORT is set by ScaleTrain from masterPort",
+        OPERATOR,
+    ),
+    (
+        "pod-template-gpu-limit",
+        {
+            "spec": {
+                "podTemplate": {
+                    "spec": {"containers": [{"name": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+                }
+            }
+        },
+        "spec.podTemplate.spec.containers[0].resources.limits.nvidia.com/gpu",
+        "set gpusPerNode instead",
+        OPERATOR,
+    ),
+    (
+        "master-port-is-the-metrics-port",
+        {"spec": {"masterPort": 9400}},
+        "spec.masterPort",
+        "9400 is training.metricsPort too",
         OPERATOR,
     ),
     (

@@ -236,9 +236,12 @@ class Team:
         all_created.__name__ = f"the Job controller created the pods of {job_name}"
         return self.kube.wait_until(all_created, timeout)
 
-    def set_pod_phase(self, pod: dict[str, Any], phase: str, exit_code: int | None = None) -> dict[str, Any]:
+    def set_pod_phase(
+        self, pod: dict[str, Any], phase: str, exit_code: int | None = None, termination_message: str = ""
+    ) -> dict[str, Any]:
         """Report `pod` in `phase`, as its kubelet would: Running with its container running, or
-        Succeeded/Failed with the container terminated with `exit_code` (0 for Succeeded)."""
+        Succeeded/Failed with the container terminated with `exit_code` (0 for Succeeded), the trainer
+        container with `termination_message` (what it left in its termination-message file)."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         if phase == "Running":
             state = {"running": {"startedAt": now}}
@@ -246,9 +249,15 @@ class Team:
             code = 0 if phase == "Succeeded" else exit_code
             reason = "Completed" if code == 0 else "Error"
             state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}}
+
+        def state_of(container: dict[str, Any]) -> dict[str, Any]:
+            if termination_message and container["name"] == naming.TRAINER_CONTAINER:
+                return {"terminated": state["terminated"] | {"message": termination_message}}
+            return state
+
         containers = [
             {"name": c["name"], "image": c["image"], "imageID": "", "ready": phase == "Running", "restartCount": 0,
-             "state": state}
+             "state": state_of(c)}
             for c in pod["spec"]["containers"]
         ]  # fmt: skip
         status = {"phase": phase, "startTime": now, "containerStatuses": containers}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from scaletrain_operator.api.crd import crd_yaml
 from support.cli import run_cli
 from support.jobs import REPO
+from support.kube_schema import fields_without_description
 
 
 def test_checked_in_crd_is_not_stale():
@@ -75,3 +76,14 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
 def test_cel_rule_for_batch_divisibility_is_present(crd_schema):
     rules = crd_schema["properties"]["spec"]["x-kubernetes-validations"]
     assert any("globalBatchSize %" in r["rule"] and r["fieldPath"] == ".training.globalBatchSize" for r in rules)
+
+
+def test_every_spec_and_status_field_has_a_description_for_kubectl_explain(crd_schema):
+    """At every depth, the training config the spec embeds (trainer/scaletrain_trainer/config.py) included:
+    a field's description is its pydantic Field's, else its model's docstring."""
+    undescribed = []
+    for name in ("spec", "status"):
+        schema = crd_schema["properties"][name]
+        undescribed += [name] if "description" not in schema else []
+        undescribed += fields_without_description(schema, name)
+    assert undescribed == []

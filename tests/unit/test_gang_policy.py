@@ -105,3 +105,8 @@ def test_the_job_exit_code_follows_the_verdict():
 def test_limits_come_from_the_spec():
     spec = parse_job(base_job(maxRestarts=5, activeDeadlineSeconds=60)).spec
     assert GangLimits.of(spec) == GangLimits(nodes=2, max_restarts=5, active_deadline_seconds=60)
+
+
+def test_a_termination_message_that_is_not_the_trainers_is_just_text():
+    deep = pod(0, "Failed", 1, 5, message="[" * 4000)  # too deep for the JSON parser: RecursionError
+    assert judge([deep], LIMITS, 0).action is Action.RESTART

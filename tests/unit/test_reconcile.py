@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 from scaletrain_operator.api.models import parse_job
@@ -20,7 +21,7 @@ from scaletrain_operator.controller.reconcile import (
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.controller.ttl import decide_ttl
 from scaletrain_trainer.validation import Problem
-from support.jobs import EXAMPLES, base_job, load_yaml
+from support.jobs import EXAMPLES, base_job, load_yaml, merge_patched
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 G0 = "demo-g0, spec generation 1"  # what the Events of the first gang are about (each reason once)
@@ -42,13 +43,12 @@ def _child(job, generation, conditions=(), suspend=None):
     return child
 
 
-def _pod(index, phase, exit_code=None, generation=0):
+def _pod(index, phase, exit_code=None, generation=0, termination_message=""):
     metadata = {"name": f"demo-g{generation}-{index}-abcde", "annotations": {COMPLETION_INDEX: str(index)}}
     pod = {"metadata": metadata, "status": {"phase": phase}}
     if exit_code is not None:
-        pod["status"]["containerStatuses"] = [
-            {"name": "trainer", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
-        ]
+        terminated = {"exitCode": exit_code, "reason": "Error", "message": termination_message}
+        pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
     return pod
 
 
@@ -240,6 +240,25 @@ def test_the_last_pods_succeeding_go_straight_to_succeeded_with_no_pending_betwe
     assert one_left.status["phase"] == "Running" and one_left.status["message"] == "1 of 2 nodes active"
     both = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Succeeded", 0), _pod(1, "Succeeded", 0)]), NOW)
     assert both.status["phase"] == "Succeeded"
+
+
+def test_succeeded_shows_rank_zeros_final_step_and_rounded_loss_from_its_termination_message_and_no_eta():
+    last_poll = {"step": 190, "maxSteps": 200, "loss": 1.5, "samplesPerSecond": 40.0, "etaSeconds": 2.5}
+    job = _job(status=_running(progress=last_poll))
+    summary = {"result": "Succeeded", "step": 200, "maxSteps": 200, "loss": 1.0987654321, "resumedFrom": None,
+               "checkpointsSetAside": [], "seconds": 21.3}  # fmt: skip
+    pods = [_pod(0, "Succeeded", 0, termination_message=json.dumps(summary)), _pod(1, "Succeeded", 0)]
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
+    assert decision.status["phase"] == "Succeeded"
+    final = merge_patched(last_poll, decision.status["progress"])
+    assert final == {"step": 200, "maxSteps": 200, "loss": 1.099, "samplesPerSecond": 40.0, "checkpointsSetAside": []}
+    # A custom command's message holds no progress: only the ETA goes; a job never polled gets no progress.
+    pods[0] = _pod(0, "Succeeded", 0, termination_message="done")
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
+    polled_without_eta = {key: value for key, value in last_poll.items() if key != "etaSeconds"}
+    assert merge_patched(last_poll, decision.status["progress"]) == polled_without_eta
+    never_polled = _job(status=_running())
+    assert "progress" not in decide(never_polled, _observed(never_polled, {0: _child(job, 0)}, pods), NOW).status
 
 
 def test_a_failed_rank_restarts_the_whole_gang():

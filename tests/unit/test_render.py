@@ -25,7 +25,7 @@ POD_TEMPLATE = {
                 "name": "trainer",
                 "image": "ignored:latest",
                 "workingDir": "/workspace",
-                "env": [{"name": "FROM_TEMPLATE", "value": "1"}, {"name": "WORLD_SIZE", "value": "999"}],
+                "env": [{"name": "FROM_TEMPLATE", "value": "1"}, {"name": "PYTHONUNBUFFERED", "value": "0"}],
             },
         ],
         "volumes": [{"name": "scratch", "emptyDir": {}}],
@@ -136,8 +136,24 @@ def test_rank_env_for_torchrun_and_plain_launchers():
     assert env["PET_MASTER_ADDR"] == env["MASTER_ADDR"] == "demo-g1-0.demo"
     assert env["PET_MASTER_PORT"] == env["MASTER_PORT"] == "29500"
     assert env["WORLD_SIZE"] == "32"
+    assert env["PET_RDZV_ENDPOINT"] == "$(MASTER_ADDR):$(MASTER_PORT)"  # c10d rendezvous without an endpoint
+    assert "RANK" not in env and "LOCAL_RANK" not in env  # 8 processes per pod: torchrun sets each worker's
     assert env["SCALETRAIN_BACKEND"] == "nccl"
     assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+def test_one_process_per_node_gets_rank_and_local_rank_as_pytorchjob_sets_them():
+    env = _env(_children(base_job(masterPort=23456)))
+    assert env["RANK"] == env["NODE_RANK"] and env["LOCAL_RANK"] == "0"
+    assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "23456"
+    job = _children(base_job(masterPort=23456))
+    (service,) = [child for child in job if child["kind"] == "Service"]
+    assert service["spec"]["ports"][0]["port"] == 23456
+
+
+def test_rank_and_local_rank_are_the_users_with_several_processes_per_node():
+    document = base_job(procsPerNode=2, env=[{"name": "LOCAL_RANK", "value": "0"}], training={"globalBatchSize": 16})
+    assert _env(_children(document))["LOCAL_RANK"] == "0"
 
 
 def test_cpu_job_uses_gloo_without_nccl_env():
@@ -281,7 +297,7 @@ def test_pod_template_is_merged_under_the_rendered_pod():
     assert trainer["image"] == "ghcr.io/scaletrain/trainer:0.1.0"  # rendered wins
     assert trainer["workingDir"] == "/workspace"  # template fills what rendering leaves open
     env = _env(children)
-    assert env["FROM_TEMPLATE"] == "1" and env["WORLD_SIZE"] == "2"
+    assert env["FROM_TEMPLATE"] == "1" and env["PYTHONUNBUFFERED"] == "1"  # the rendered one wins
     assert spec["restartPolicy"] == "Never" and spec["terminationGracePeriodSeconds"] == 120
     assert [v["name"] for v in spec["volumes"]] == ["scratch", "scaletrain-shm"]
     assert {"key": "spot", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]

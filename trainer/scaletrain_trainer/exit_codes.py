@@ -58,7 +58,7 @@ def summary_of(termination_message: str) -> dict:
     """The trainer's termination message as a mapping ({} when it is not one of the trainer's)."""
     try:
         summary = json.loads(termination_message)
-    except ValueError:
+    except (ValueError, RecursionError):  # the pod's own text: anything up to 4 KiB, e.g. 4000 brackets
         return {}
     return summary if isinstance(summary, dict) else {}
 

@@ -97,10 +97,7 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                     record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm)
                     steps_done = state.step - start_step
                     eta = (now - started) / steps_done * (config.max_steps - state.step)
-                    # The next report comes a logging interval on, unless this rank hangs: then the
-                    # watchdog ends it within its timeout, or, stopped itself, it goes silent.
-                    within = config.log_every_steps * watchdog.typical_step_seconds + watchdog.timeout
-                    reporter.log(record, eta_seconds=eta, next_report_within=within)
+                    reporter.log(record, eta_seconds=eta, next_report_within=next_report_within(config, watchdog))
                     if runtime.is_main:
                         log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
                     samples, tokens, last_log = 0, 0, now
@@ -134,6 +131,14 @@ def save(
     reporter.promise_report_within(SAVE_COLLECTIVES * config.distributed_timeout_seconds + watchdog.timeout)
     with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
         checkpoints.save(state)
+    reporter.promise_report_within(next_report_within(config, watchdog))  # back to the steps' pace
+
+
+def next_report_within(config: TrainingConfig, watchdog: Watchdog) -> float:
+    """Seconds until the next progress report is due: a logging interval at the typical step time, plus
+    the hang timeout (a rank that hangs meanwhile is ended by its watchdog, or, stopped itself, goes
+    silent, which the operator takes for a hang once this has passed)."""
+    return config.log_every_steps * watchdog.typical_step_seconds + watchdog.timeout
 
 
 class ConsecutiveSkips:

@@ -182,6 +182,18 @@ _SAMPLES_PER_MICRO_STEP = (
 )
 
 
+def _template_container_env(pod_template: Any, container: str) -> tuple[tuple[Any, ...], list[Any]] | None:
+    """Where the env of `container` is in a podTemplate, and its names, if the template has that container
+    with an env list (other shapes are _pod_template_problems')."""
+    pod_spec = pod_template.get("spec") if isinstance(pod_template, dict) else None
+    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+    for index, item in enumerate(containers if isinstance(containers, list) else []):
+        if isinstance(item, dict) and item.get("name") == container and isinstance(item.get("env"), list):
+            names = [var.get("name") if isinstance(var, dict) else None for var in item["env"]]
+            return ("podTemplate", "spec", "containers", index, "env"), names
+    return None
+
+
 class ScaleTrainJobSpec(SpecModel):
     """What to train and how: the trainer image, the gang's size and placement, training and lifecycle."""
 
@@ -208,6 +220,13 @@ class ScaleTrainJobSpec(SpecModel):
         None, ge=1, le=256, description="Processes per pod; default gpusPerNode, or 1 on CPU."
     )
     gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs per pod; 0 runs on CPU with gloo.")
+    master_port: int = Field(
+        naming.DEFAULT_MASTER_PORT,
+        ge=1024,
+        le=65535,
+        description="The rendezvous port on the gang's rank-0 pod: MASTER_PORT and PET_MASTER_PORT in every pod. "
+        "29500 is torchrun's default; PyTorchJob's is 23456.",
+    )
     gpu_resource: str = Field(
         "nvidia.com/gpu",
         pattern=r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+$",
@@ -358,21 +377,29 @@ class ScaleTrainJobSpec(SpecModel):
                 yield Problem(
                     ("resources", section, self.gpu_resource), "set gpusPerNode instead of requesting GPUs here"
                 )
+        if self.master_port == self.training.metrics_port:
+            yield Problem(("masterPort",), f"{self.master_port} is training.metricsPort too; give them different ports")
         yield from self._env_problems()
         yield from self._pod_template_problems()
         yield from self._volume_problems()
         yield from self._kubernetes_problems()
 
     def _env_problems(self) -> Iterator[Problem]:
-        seen: set[str] = set()
-        for index, var in enumerate(self.env):
-            if var.name in naming.RANK_ENV:
-                yield Problem(
-                    ("env", index, "name"), f"{var.name} is set by ScaleTrain from nodes/procsPerNode; remove it"
-                )
-            elif var.name in seen:
-                yield Problem(("env", index, "name"), f"{var.name} is set twice; keep one")
-            seen.add(var.name)
+        """spec.env, and the env of the trainer container in podTemplate (merged into it): none of the
+        names ScaleTrain sets (naming.env_set_by_scaletrain), each named once."""
+        set_by_scaletrain = naming.env_set_by_scaletrain(self.resolved_procs_per_node)
+        sources: list[tuple[tuple[Any, ...], list[Any]]] = [(("env",), [var.name for var in self.env])]
+        if (template_env := _template_container_env(self.pod_template, naming.TRAINER_CONTAINER)) is not None:
+            sources.append(template_env)
+        for where, names in sources:
+            seen: set[str] = set()
+            for index, name in enumerate(names):
+                if name in set_by_scaletrain:
+                    message = f"{name} is set by ScaleTrain from {set_by_scaletrain[name]}; remove it"
+                    yield Problem((*where, index, "name"), message)
+                elif name in seen:
+                    yield Problem((*where, index, "name"), f"{name} is set twice; keep one")
+                seen.add(name)
 
     def _pod_template_problems(self) -> Iterator[Problem]:
         """The shape of a PodTemplateSpec, as far as rendering reads it; its contents are the cluster's to
@@ -392,6 +419,18 @@ class ScaleTrainJobSpec(SpecModel):
             for index, item in enumerate(items):
                 if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                     yield Problem(("podTemplate", "spec", key, index), "must be a mapping with a name")
+                elif key != "volumes":
+                    yield from self._template_gpu_problems(item, ("podTemplate", "spec", key, index))
+
+    def _template_gpu_problems(self, container: dict[str, Any], where: tuple[Any, ...]) -> Iterator[Problem]:
+        """GPUs come from gpusPerNode, which also sets the backend, the process count and the toleration: a
+        GPU limit in the template would give a gloo job GPUs it never uses, on nodes it cannot tolerate."""
+        resources = container.get("resources")
+        for section in ("limits", "requests"):
+            values = resources.get(section) if isinstance(resources, dict) else None
+            if isinstance(values, dict) and self.gpu_resource in values:
+                message = "set gpusPerNode instead of giving a container GPUs in podTemplate"
+                yield Problem((*where, "resources", section, self.gpu_resource), message)
 
     def _kubernetes_problems(self) -> Iterator[Problem]:
         """Kubernetes' rules for what the pods get, which the API server would apply to the Job."""
@@ -504,11 +543,16 @@ class NodeCounts(SpecModel):
 
 
 class Progress(SpecModel):
-    """Training progress as rank 0 reports it, copied in by the operator while the job is Running."""
+    """Training progress as rank 0 reports it: copied in by the operator while the job is Running, and the
+    final step and loss from rank 0's termination message once it succeeded."""
 
     step: int = Field(0, ge=0, description="Optimizer steps completed.")
     max_steps: int | None = Field(None, ge=1, description="Optimizer steps the job trains for (training.maxSteps).")
-    loss: float | None = Field(None, description="Training loss of the last logged step (absent when not finite).")
+    loss: float | None = Field(
+        None,
+        description="Training loss of the last logged step, rounded to 4 significant digits (metrics.jsonl has it "
+        "whole); absent when not finite.",
+    )
     loss_finite: bool | None = Field(
         None, description="False when the last logged loss was NaN or infinite: the run diverged. Absent otherwise."
     )
@@ -518,7 +562,8 @@ class Progress(SpecModel):
     eta_seconds: float | None = Field(
         None,
         ge=0,
-        description="Estimated seconds until maxSteps, at the average step time since the trainer (re)started.",
+        description="Estimated seconds until maxSteps, at the average step time since the trainer (re)started; "
+        "removed once the job succeeded.",
     )
     updated_at: Timestamp | None = Field(None, description="When rank 0 last logged progress (RFC 3339).")
     checkpoints_set_aside: list[Annotated[str, Field(max_length=64)]] | None = Field(

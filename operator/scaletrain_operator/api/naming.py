@@ -21,7 +21,7 @@ DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 
 TRAINER_CONTAINER = "trainer"
 SHM_VOLUME = "scaletrain-shm"
-RENDEZVOUS_PORT = 29500
+DEFAULT_MASTER_PORT = 29500  # torchrun's; PyTorchJob's is 23456
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -34,29 +34,34 @@ LABEL_GENERATION = f"{GROUP}/generation"
 APP_NAME = "scaletrain"
 MANAGER = "scaletrain-operator"
 
-# Env the renderer sets from the job's shape: a user value would break the rank layout.
-RANK_ENV = frozenset(
-    {
-        "PET_NNODES",
-        "PET_NPROC_PER_NODE",
-        "PET_NODE_RANK",
-        "PET_MASTER_ADDR",
-        "PET_MASTER_PORT",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "NNODES",
-        "NODE_RANK",
-        "NPROC_PER_NODE",
-        "WORLD_SIZE",
-        "RANK",
-        "LOCAL_RANK",
-        "JOB_COMPLETION_INDEX",
-        "SCALETRAIN_CONFIG",
-        "SCALETRAIN_BACKEND",
-        "SCALETRAIN_JOB_NAME",
-        "SCALETRAIN_GENERATION",
-    }
-)
+# Env the renderer sets, each with where its value comes from (what a user would change instead): a
+# user value would break the rank layout. RANK and LOCAL_RANK are set only with one process per node,
+# as PyTorchJob sets them for `python train.py` in each pod; with more, torchrun sets each worker's.
+RENDERED_ENV = {
+    "PET_NNODES": "nodes",
+    "PET_NPROC_PER_NODE": "procsPerNode",
+    "PET_NODE_RANK": "the pod's completion index",
+    "PET_MASTER_ADDR": "the gang's rank-0 pod",
+    "PET_MASTER_PORT": "masterPort",
+    "PET_RDZV_ENDPOINT": "the gang's rank-0 pod and masterPort",
+    "MASTER_ADDR": "the gang's rank-0 pod",
+    "MASTER_PORT": "masterPort",
+    "NNODES": "nodes",
+    "NODE_RANK": "the pod's completion index",
+    "NPROC_PER_NODE": "procsPerNode",
+    "WORLD_SIZE": "nodes × procsPerNode",
+    "JOB_COMPLETION_INDEX": "the Job controller",
+    "SCALETRAIN_CONFIG": "training",
+    "SCALETRAIN_BACKEND": "backend",
+    "SCALETRAIN_JOB_NAME": "the job's name",
+    "SCALETRAIN_GENERATION": "the gang generation",
+}
+SINGLE_PROCESS_RANK_ENV = {"RANK": "the node rank, with procsPerNode 1", "LOCAL_RANK": "0, with procsPerNode 1"}
+
+
+def env_set_by_scaletrain(procs_per_node: int) -> dict[str, str]:
+    """The env ScaleTrain sets in the trainer container, by name, each with where its value comes from."""
+    return RENDERED_ENV | (SINGLE_PROCESS_RANK_ENV if procs_per_node == 1 else {})
 
 
 def service_name(job_name: str) -> str:

@@ -1,4 +1,5 @@
 """Reading rank 0's /progress endpoint: the operator copies it into status.progress, run-local draws it.
+The same fields come from rank 0's termination message once the job succeeded (`final_progress`).
 
 The endpoint is served by a pod, which runs the tenant's code: one read must not stall or break the
 operator's pass over every job. So a read has one deadline for connecting and the whole answer, a
@@ -41,6 +42,7 @@ MAX_ANSWER_BYTES = 64 * 1024  # headers and body; a real progress answer is ~300
 MAX_TEXT = 64  # updatedAt and staleAfter: timestamps; a checkpoint directory's name
 MAX_SET_ASIDE = 16  # checkpointsSetAside: damaged checkpoints named (a resume sets aside a few at most)
 SET_ASIDE_NAME = re.compile(r"^step-\d+\.corrupt(-\d+)?$")
+LOSS_DIGITS = 4  # significant digits of the loss in the status: kubectl's Loss column cannot round it
 CHUNK_BYTES = 4096
 
 
@@ -118,6 +120,28 @@ def parse_progress(body: bytes) -> dict[str, Any]:
         progress.pop("loss", None)
         progress["lossFinite"] = False
     return progress
+
+
+def status_patch(progress: dict[str, Any]) -> dict[str, Any]:
+    """`progress` as the operator writes it to status.progress: the loss rounded to LOSS_DIGITS significant
+    digits (metrics.jsonl keeps it whole), in a merge patch whose nulls remove what it replaces: the loss
+    the status still shows once it turned non-finite, the flag of a recovered loss, and an earlier gang's
+    damaged checkpoints, which this one did not report."""
+    diverged = progress.get("lossFinite") is False
+    patch = {"checkpointsSetAside": None} | progress | ({"loss": None} if diverged else {"lossFinite": None})
+    if patch.get("loss") is not None:
+        patch["loss"] = float(f"{patch['loss']:.{LOSS_DIGITS}g}")
+    return patch
+
+
+def final_progress(termination_message: str) -> dict[str, Any]:
+    """status.progress from rank 0's termination message after it succeeded: the trainer's summary
+    (`{"result": "Succeeded", "step", "maxSteps", "loss", ...}`), kept and checked as a /progress answer
+    is. {} when the message holds no progress (a custom command's, or none)."""
+    try:
+        return parse_progress(termination_message.encode())
+    except (Unreadable, ValueError, RecursionError):  # the message is the tenant's too
+        return {}
 
 
 def fits(key: str, value: Any) -> bool:

@@ -39,7 +39,7 @@ def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {naming.LABEL_JOB_NAME: job.name},
-            "ports": [{"name": "rendezvous", "port": naming.RENDEZVOUS_PORT, "targetPort": naming.RENDEZVOUS_PORT}],
+            "ports": [{"name": "rendezvous", "port": job.spec.master_port, "targetPort": job.spec.master_port}],
         },
     }
 
@@ -123,7 +123,7 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "args": spec.args if spec.args is not None else ([] if spec.command is not None else DEFAULT_TORCHRUN_ARGS),
         "env": render_env(job, generation),
         "ports": [
-            {"name": "rendezvous", "containerPort": naming.RENDEZVOUS_PORT},
+            {"name": "rendezvous", "containerPort": spec.master_port},
             {"name": "metrics", "containerPort": spec.training.metrics_port},
         ],
         "resources": _resources(spec),
@@ -162,7 +162,13 @@ def generation_free(rendered_job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
-    """Rank layout for torchrun (PET_*) and for plain launchers, backend settings, and the config.
+    """Rank layout for torchrun (PET_*) and for plain launchers, backend settings, and the config
+    (naming.RENDERED_ENV says where each comes from).
+
+    With one process per node, RANK (the node rank) and LOCAL_RANK too, as PyTorchJob sets them for a
+    plain `python train.py` in each pod; torchrun sets its workers' own, so with more it is left to it.
+    PET_RDZV_ENDPOINT refers to MASTER_ADDR and MASTER_PORT (Kubernetes expands `$(VAR)` from the
+    variables before it), so that `torchrun --rdzv-backend=c10d` without an endpoint meets on rank 0.
 
     User env comes last; a user variable with the name of a backend default replaces it in place.
     """
@@ -173,9 +179,10 @@ def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
         {"name": "PET_NPROC_PER_NODE", "value": str(spec.resolved_procs_per_node)},
         {"name": "PET_NODE_RANK", "valueFrom": _completion_index()},
         {"name": "PET_MASTER_ADDR", "value": master},
-        {"name": "PET_MASTER_PORT", "value": str(naming.RENDEZVOUS_PORT)},
+        {"name": "PET_MASTER_PORT", "value": str(spec.master_port)},
         {"name": "MASTER_ADDR", "value": master},
-        {"name": "MASTER_PORT", "value": str(naming.RENDEZVOUS_PORT)},
+        {"name": "MASTER_PORT", "value": str(spec.master_port)},
+        {"name": "PET_RDZV_ENDPOINT", "value": "$(MASTER_ADDR):$(MASTER_PORT)"},
         {"name": "NNODES", "value": str(spec.nodes)},
         {"name": "NODE_RANK", "valueFrom": _completion_index()},
         {"name": "NPROC_PER_NODE", "value": str(spec.resolved_procs_per_node)},
@@ -184,7 +191,10 @@ def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
         {"name": "SCALETRAIN_JOB_NAME", "value": job.name},
         {"name": "SCALETRAIN_GENERATION", "value": str(generation)},
         {"name": CONFIG_ENV, "value": spec.training.to_json()},
-    ] + [{"name": name, "value": value} for name, value in backend_env_defaults(spec).items()]
+    ]
+    if spec.resolved_procs_per_node == 1:
+        rendered += [{"name": "RANK", "valueFrom": _completion_index()}, {"name": "LOCAL_RANK", "value": "0"}]
+    rendered += [{"name": name, "value": value} for name, value in backend_env_defaults(spec).items()]
     index = {var["name"]: position for position, var in enumerate(rendered)}
     for var in spec.env:
         entry = var.model_dump(mode="json", by_alias=True, exclude_none=True)

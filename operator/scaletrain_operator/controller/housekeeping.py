@@ -19,7 +19,7 @@ from scaletrain_trainer.validation import ProblemsError
 
 from ..api import naming
 from ..api.models import parse_job
-from ..api.progress import read_progress
+from ..api.progress import read_progress, status_patch
 from ..api.timestamps import parse_timestamp
 from . import metrics, peering
 from .cluster import Cluster, Conflict, ObjectRef
@@ -130,9 +130,10 @@ class Housekeeping:
             self.cluster.post_event(where, Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}"))
 
     def copy_progress(self, raw: dict[str, Any]) -> None:
-        """Rank 0's /progress into status.progress; nothing when it cannot be read. A loss that turned
-        non-finite is removed from the status, and a Warning Event says so once; so does one for damaged
-        checkpoints the trainer set aside while resuming."""
+        """Rank 0's /progress into status.progress (as api/progress.status_patch writes it); nothing when
+        it cannot be read, or when the job changed meanwhile. A loss that turned non-finite is removed
+        from the status, and a Warning Event says so once; so does one for damaged checkpoints the trainer
+        set aside while resuming."""
         try:
             job = parse_job(raw)
         except ProblemsError:  # an edited spec that reconciling is about to mark invalid
@@ -156,15 +157,17 @@ class Housekeeping:
         progress = read_progress(url, self.config.progress_timeout_seconds)
         if progress is None:
             return
-        where = ObjectRef(job.metadata.namespace, job.name, job.metadata.uid)
-        diverged = progress.get("lossFinite") is False
-        # A merge patch: null removes the loss the status still shows, or the flag of a recovered loss.
-        patch = progress | ({"loss": None} if diverged else {"lossFinite": None})
-        patch.setdefault("checkpointsSetAside", None)  # an earlier gang's, which this one did not report
-        self.cluster.patch_status(where, {"progress": patch})
+        # Only onto the version read: a read that lands after the job succeeded would overwrite the final
+        # progress (from rank 0's termination message) with an older step and an ETA.
+        where = ObjectRef.of(raw)
+        try:
+            self.cluster.patch_status(where, {"progress": status_patch(progress)})
+        except Conflict as stale:  # the next pass reads again, from the newer copy
+            log.info("progress not copied: %s", stale)
+            return
         before = job.status.progress
         was_diverged = before is not None and before.loss_finite is False
-        if diverged and not was_diverged:
+        if progress.get("lossFinite") is False and not was_diverged:
             message = f"rank 0 reports a non-finite loss at step {progress.get('step', '?')}: the run diverged"
             self.cluster.post_event(where, Event("Warning", "LossNotFinite", message))
         set_aside = progress.get("checkpointsSetAside") or []

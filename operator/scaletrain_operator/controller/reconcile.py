@@ -35,6 +35,7 @@ from scaletrain_trainer.validation import Problem
 from ..api import naming
 from ..api.gang_policy import Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import NodeCounts, ScaleTrainJob
+from ..api.progress import final_progress, status_patch
 from ..api.render import generation_free, render_job, render_network_policy, render_service
 from ..api.timestamps import parse_timestamp, timestamp
 from .decision import ChildJobPatch, Decision, Event, FailureReason
@@ -277,7 +278,7 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, progress_lag_
     status.fields["nodes"] = node_counts(observed.pods).model_dump(mode="json", by_alias=True)
     verdict = judge_gang(job, current, observed.pods, restarts)
     if verdict.action is Action.SUCCEED:
-        return draft.done(status.phase("Succeeded", verdict.message))
+        return _succeed(draft, observed.pods, verdict.message)
     if verdict.action is Action.FAIL:
         return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
@@ -300,6 +301,17 @@ def _finished(status: StatusBuilder, observed: Observed) -> Decision:
     if failed.get("reason") != UNSCHEDULABLE:
         return Decision()
     return Decision(delete_child_jobs=tuple(job["metadata"]["name"] for _, job in sorted(observed.jobs.items())))
+
+
+def _succeed(draft: _Draft, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
+    """Succeeded, with rank 0's final step and loss from its termination message: the last progress read
+    may be a logging interval or a poll behind, and its ETA is moot now."""
+    status = draft.status
+    rank_0 = next((outcome for outcome in map(pod_outcome, pods) if outcome.index == 0), None)
+    final = final_progress(rank_0.message) if rank_0 is not None else {}
+    if final or status.before.progress is not None:
+        status.fields["progress"] = status_patch(final) | {"etaSeconds": None}
+    return draft.done(status.phase("Succeeded", message))
 
 
 def _fail(draft: _Draft, message: str, reason: str | None) -> Decision:
