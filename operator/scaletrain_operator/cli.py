@@ -12,9 +12,10 @@ from typing import Any
 
 import yaml
 
-from scaletrain_trainer.documents import DocumentError, load_documents, read_bounded
+from scaletrain_trainer.documents import EXPONENT_FLOAT, DocumentError, load_documents, read_bounded
 from scaletrain_trainer.validation import Problem, ProblemsError
 
+from .api.convert import ConversionError, Finding, convert
 from .api.crd import crd_yaml
 from .api.models import ScaleTrainJob, parse_job
 from .api.naming import DNS_1123_LABEL, MAX_RESTARTS
@@ -90,13 +91,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         for job in jobs:
             spec = job.spec
+            runs = (
+                f"{spec.training.accumulation_steps(spec.world_size)} accumulation step(s) per optimizer step"
+                if spec.training is not None
+                else "its own command, without a training block"
+            )
             print(
                 f"{path}: ScaleTrainJob {job.name} is valid: {spec.nodes} node(s) × "
                 f"{spec.resolved_procs_per_node} process(es) = "
-                f"world size {spec.world_size}, backend {spec.resolved_backend}, "
-                f"{spec.training.accumulation_steps(spec.world_size)} accumulation step(s) per optimizer step"
+                f"world size {spec.world_size}, backend {spec.resolved_backend}, {runs}"
             )
     return status
+
+
+class KubernetesDumper(yaml.SafeDumper):
+    """Quotes the strings Kubernetes' YAML reader would take for numbers (`2e-5`, which YAML 1.1 does not):
+    an argument or env value written plain would come back as a float."""
+
+
+KubernetesDumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -109,7 +122,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 "(the operator sets them)",
                 file=sys.stderr,
             )
-    sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False, width=120))
+    sys.stdout.write(yaml.dump_all(children, Dumper=KubernetesDumper, sort_keys=False, width=120))
     return 0
 
 
@@ -129,6 +142,18 @@ def cmd_run_local(args: argparse.Namespace) -> int:
         return run_local(job, args.workdir or Path("scaletrain-runs") / job.name, fresh=args.fresh)
     except OSError as error:  # a command that does not exist, a workdir that cannot be written, ...
         raise InputError(f"run-local: {error}") from None
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    try:
+        conversion = convert(read_documents(args.file))
+    except ConversionError as error:
+        _print_findings(f"{args.file}: cannot convert to a ScaleTrainJob", error.findings)
+        return EXIT_INVALID
+    if conversion.unmapped:
+        _print_findings(f"{args.file}: not carried over to the ScaleTrainJob", conversion.unmapped)
+    sys.stdout.write(yaml.dump(conversion.job, Dumper=KubernetesDumper, sort_keys=False, width=120))
+    return 0
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -176,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_local.set_defaults(handler=cmd_run_local)
 
+    convert_ = commands.add_parser(
+        "convert",
+        help="print the ScaleTrainJob for a Kubeflow PyTorchJob, or a TrainJob with its runtime in the same file; "
+        "list on stderr what it does not carry over",
+    )
+    convert_.add_argument("file", help="PyTorchJob or TrainJob (+ runtime) YAML file, or - for stdin")
+    convert_.set_defaults(handler=cmd_convert)
+
     crd = commands.add_parser("crd", help="print the ScaleTrainJob CustomResourceDefinition")
     crd.set_defaults(handler=cmd_crd)
     return parser
@@ -191,6 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProblemsError as error:
         _print_problems(args.file, error.problems)
         return EXIT_INVALID
+
+
+def _print_findings(header: str, findings: Sequence[Finding]) -> None:
+    print(f"{header} ({len(findings)}):", file=sys.stderr)
+    for finding in findings:
+        print(f"  {finding}", file=sys.stderr)
 
 
 def _print_problems(path: str, problems: Sequence[Problem]) -> None:

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
-from support.jobs import EXAMPLES, patched
+from support.jobs import DELETE, EXAMPLES, patched
 from support.kube import Kube
 from support.kubelet import FakeNode, Kubelet
 from support.operator_harness import Team, condition, install_watching, operator_process
 from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
 
+SCRIPTS = Path(__file__).resolve().parent / "scripts"  # scripts of one's own, on the pods' PYTHONPATH
 TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
 CHECKPOINT_EVERY = 5
 NODES = [FakeNode("cpu-node-1"), FakeNode("cpu-node-2")]
@@ -87,6 +89,14 @@ def pods_of(team, job_name):
     )
 
 
+def master_alias_addresses(team, job_name):
+    """The ready addresses behind the job's master alias, as the EndpointSlice controller lists them: what a
+    cluster's DNS answers for NAME-master."""
+    slices = team.kube.list("endpointslices", team.namespace, f"kubernetes.io/service-name={job_name}-master")
+    endpoints = [endpoint for each in slices for endpoint in each.get("endpoints") or []]
+    return sorted(address for e in endpoints if (e.get("conditions") or {}).get("ready") for address in e["addresses"])
+
+
 def test_the_cpu_example_goes_pending_running_succeeded_with_progress(cluster):
     """examples/cpu-gloo.yaml as a user applies it: its claim provided, its pods scheduled onto the
     nodes, trained, and its progress in the status."""
@@ -113,6 +123,13 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
     cluster.kubelet.running(cluster.namespace, node_1["metadata"]["name"]).stop(grace_seconds=0)  # a lost node
     killed_at = max(steps(directory))
 
+    def rank_0_of_the_new_gang():
+        pods = [p for p in pods_of(cluster, "e2e-fault-g1") if "-g1-0-" in p["metadata"]["name"]]
+        return pods and pods[0]["status"].get("podIP")
+
+    # The master alias is the new gang's rank 0 alone, while it runs: a hardcoded endpoint finds it.
+    new_rank_0 = cluster.kube.wait_until(rank_0_of_the_new_gang, timeout=TIMEOUT, interval=0.1)
+    cluster.kube.wait_until(lambda: master_alias_addresses(cluster, "e2e-fault") == [new_rank_0], timeout=30)
     status = wait_phase(cluster, "e2e-fault", "Succeeded")
     events = cluster.events("e2e-fault")
     assert status["restarts"] == 1 and status["currentJob"] == "e2e-fault-g1", "\n".join(map(str, events))
@@ -156,6 +173,34 @@ def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_
     assert "no optimizer step completed" in hang_dump and "while in step" in hang_dump
     assert 'File "' in hang_dump  # the stacks of every thread follow
     status = wait_phase(cluster, "e2e-hang", "Succeeded")
+    assert status["restarts"] == 1
+
+
+def test_a_gang_that_stops_whole_is_found_by_its_silence_and_restarted_as_hung(cluster, tmp_path):
+    """Every rank stops (SIGSTOP, as a frozen node would leave them): no watchdog can act and no pod exits.
+    Rank 0's progress promised a report within its hang timeout plus a logging interval; the operator
+    restarts the gang once that promise and its polling lag have passed."""
+    # In step 16 (8 reads per step and rank), some 3 s in: the operator has read rank 0's progress by then.
+    stop = plugin_data(
+        "StoppingSynthetic", stop_at_read=8 * 15 + 2, stop_rank=None, stop_generation=0, record_dir=str(tmp_path),
+        seconds_per_read=0.02,
+    )  # fmt: skip
+    # No save before the stop: a save promises the next report only after its collectives' timeouts, and a
+    # freeze right after one would be found that much later (the operator may not read the promise renewed).
+    training = {"data": stop, "maxSteps": 20, "hangTimeoutSeconds": HANG_TIMEOUT, "checkpoint": {"everySteps": 50}}
+    submit_training(cluster, "e2e-frozen", training)
+    stopped_at = float(cluster.kube.wait_until(lambda: _text(tmp_path / "stopped-at"), timeout=TIMEOUT))
+    hung = cluster.kube.wait_until(
+        lambda: [message for _, reason, message in cluster.events("e2e-frozen") if reason == "Hang"],
+        timeout=TIMEOUT,
+        interval=0.1,
+    )
+    found_in = time.time() - stopped_at
+    # The promise: the hang timeout, a logging interval (1 step) and a second; then the operator's lag.
+    lag = PROGRESS_INTERVAL + 2.0
+    assert found_in <= HANG_TIMEOUT + 2 + lag + 2, f"found after {found_in:.1f} s"
+    assert "rank 0 reported no progress since step" in hung[0]
+    status = wait_phase(cluster, "e2e-frozen", "Succeeded")
     assert status["restarts"] == 1
 
 
@@ -222,3 +267,20 @@ def test_a_finished_job_expires_with_its_children_after_its_ttl(cluster):
     cluster.kube.wait_until(lambda: cluster.stj("e2e-expiring") is None, timeout=TIMEOUT)
     for kind in ("jobs", "services", "pods"):
         cluster.kube.wait_until(lambda kind=kind: cluster.children("e2e-expiring", kind) == [], timeout=60)
+
+
+def test_a_script_of_ones_own_without_a_training_block_shows_its_progress_and_succeeds(cluster):
+    """The progress protocol (docs/api.md): rank 0 serves JSON at /progress on $SCALETRAIN_METRICS_PORT,
+    and its termination message holds the final progress."""
+    env = [
+        {"name": "PYTHONPATH", "value": str(SCRIPTS)},
+        {"name": "OMP_NUM_THREADS", "value": "1"},
+        {"name": "STEPS", "value": "40"},
+        {"name": "SECONDS_PER_STEP", "value": "0.1"},
+    ]
+    cluster.submit("e2e-own", training=DELETE, command=["python", "-m", "progress_protocol"], env=env)
+    running = cluster.wait_status("e2e-own", lambda status: (status.get("progress") or {}).get("step", 0) > 0)
+    assert running["phase"] == "Running" and running["progress"]["maxSteps"] == 40
+    status = wait_phase(cluster, "e2e-own", "Succeeded")
+    assert status["progress"]["step"] == 40 and status["progress"]["loss"] == 0.025
+    assert status["restarts"] == 0

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from scaletrain_operator.local.gang import POD_NETWORK_ENV
-from scaletrain_operator.local.pod_network import LOOPBACK
+from scaletrain_operator.local.pod_network import LOOPBACK, NAMESPACES, why_no_namespaces
 from scaletrain_operator.local.processes import processes_with_env, signal_processes
-from support.jobs import REPO, base_job, patched
+from support.jobs import DELETE, REPO, base_job, patched
 from support.process_tree import descendants, survivors
 from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, plugin_data
 
@@ -94,6 +94,35 @@ def test_a_two_node_job_runs_to_the_end_on_its_volume(tmp_path, network):
     assert (scratch(workdir) / "checkpoints" / "step-00000020").is_dir()
     assert re.search(r"^step \d+/20  loss \d", result.stderr, re.MULTILINE)  # progress lines (no terminal here)
     assert processes_of("local-ok") == []
+
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPT_ENV = [{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}]
+
+
+def test_a_master_alias_written_into_the_args_survives_a_gang_restart(tmp_path):
+    """`NAME-master` is rank 0 of whichever gang runs: a script's hardcoded endpoint works after a restart,
+    where the first gang's rank-0 name (NAME-g0-0.NAME) would point at a pod that is gone."""
+    if (missing := why_no_namespaces()) is not None:
+        pytest.skip(f"per-pod network namespaces (the pods' own DNS): {missing}")
+    own = "python -m allreduce --master local-alias-master --port $MASTER_PORT"
+    crash_first_gang = f'[ "$SCALETRAIN_GENERATION$NODE_RANK" = 01 ] && exit 3; exec {own}'
+    job = base_job(nodes=2, training=DELETE, command=["sh", "-c", crash_first_gang], env=SCRIPT_ENV, maxRestarts=1)
+    job["metadata"] = {"name": "local-alias"}
+    workdir = tmp_path / "work"
+    result = run_local(write_job(tmp_path, job), "--workdir", workdir, cwd=tmp_path, env={POD_NETWORK_ENV: NAMESPACES})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "local-alias: Succeeded" in result.stdout and "1 restart(s)" in result.stdout
+    logs = sorted((workdir / "logs").glob("local-alias-g1-*.log"))
+    assert [("of 2: sum 3, master local-alias-master" in log.read_text()) for log in logs] == [True, True]
+
+
+def test_a_job_of_ones_own_script_without_a_training_block_runs_to_the_end(tmp_path):
+    job = base_job(nodes=2, training=DELETE, command=["python", "-m", "allreduce"], env=SCRIPT_ENV)
+    job["metadata"] = {"name": "local-own"}
+    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "local-own: Succeeded" in result.stdout and "steps" not in result.stdout  # no trainer metrics
 
 
 def test_a_dead_node_restarts_the_gang_which_resumes_from_the_checkpoint(tmp_path):

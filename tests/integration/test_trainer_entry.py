@@ -70,6 +70,14 @@ def test_pod_launcher_checks_the_config_before_torchrun(tmp_path):
     assert "globalBatchSize: 12 is not divisible by microBatchSize × world size (2 × 8 = 16)" in result.stderr
 
 
+def test_the_pod_launcher_runs_a_module_of_ones_own_without_a_training_config():
+    """A job without a training block, with args of its own: nothing to check, torchrun runs the module."""
+    env = {k: v for k, v in os.environ.items() if k != "SCALETRAIN_CONFIG"} | {"OMP_NUM_THREADS": "1"}
+    result = _module("scaletrain_trainer.launch", "--standalone", "--nproc-per-node=1", "--module", "platform", env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Linux" in result.stdout
+
+
 def test_a_config_error_only_a_worker_finds_is_the_pods_exit_code_not_torchruns_1(tmp_path):
     """Token ids beyond vocabSize are found by the workers' data checks, inside torchrun."""
     tokens = tmp_path / "tokens.bin"

@@ -42,9 +42,11 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 # namespace gets its `default` ServiceAccount (pods need it) and token secrets, pods can mount
 # kube-root-ca.crt, pods left on a deleted fake Node are cleaned up, a PersistentVolumeClaim binds
 # to its PersistentVolume (the scheduler holds back pods with unbound claims), and a ResourceQuota
-# counts what it limits (its admission plugin enforces only a quota whose usage is known).
+# counts what it limits (its admission plugin enforces only a quota whose usage is known). Services
+# get their EndpointSlices, which a cluster's DNS answers from (the master alias, api/render.py).
 CONTROLLERS = (
     "job-controller",
+    "endpointslice-controller",
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",

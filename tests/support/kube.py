@@ -43,6 +43,7 @@ RESOURCES = {
     "jobs": Resource("batch/v1", "jobs"),
     "pods": Resource("v1", "pods"),
     "services": Resource("v1", "services"),
+    "endpointslices": Resource("discovery.k8s.io/v1", "endpointslices"),
     "events": Resource("v1", "events"),
     "serviceaccounts": Resource("v1", "serviceaccounts"),
     "namespaces": Resource("v1", "namespaces", namespaced=False),

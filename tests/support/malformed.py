@@ -36,7 +36,13 @@ MALFORMED = [
         "unknown field",
         SCHEMA,
     ),
-    ("training-missing", {"spec": {"training": DELETE}}, "spec.training", "required field is missing", SCHEMA),
+    (
+        "training-missing",
+        {"spec": {"training": DELETE}},
+        "spec.training",
+        "only a job with a command or args of its own may leave it out",
+        CEL,
+    ),
     (
         "global-batch-missing",
         {"spec": {"training": {"globalBatchSize": DELETE}}},
@@ -223,6 +229,25 @@ MALFORMED = [
         {"spec": {"podTemplate": {"spec": {"containers": [{"name": "trainer", "env": [{"name": "MASTER_PORT"}]}]}}}},
         "spec.podTemplate.spec.containers[0].env[0].name",
         "MASTER_PORT is set by ScaleTrain from masterPort",
+        OPERATOR,
+    ),
+    (
+        "pod-template-env-of-a-rank-env-container",
+        {
+            "spec": {
+                "rankEnvContainers": ["pytorch"],
+                "podTemplate": {"spec": {"containers": [{"name": "pytorch", "env": [{"name": "WORLD_SIZE"}]}]}},
+            }
+        },
+        "spec.podTemplate.spec.containers[0].env[0].name",
+        "WORLD_SIZE is set by ScaleTrain",
+        OPERATOR,
+    ),
+    (
+        "rank-env-container-not-in-template",
+        {"spec": {"rankEnvContainers": ["trainer", "pytorch"]}},
+        "spec.rankEnvContainers[1]",
+        "no container pytorch in podTemplate.spec.containers",
         OPERATOR,
     ),
     (

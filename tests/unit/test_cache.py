@@ -8,7 +8,7 @@ import pytest
 
 from scaletrain_operator.api import naming
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_job, render_service
+from scaletrain_operator.api.render import render_job, render_master_alias, render_service
 from scaletrain_operator.controller import cache as cache_module
 from scaletrain_operator.controller.cache import Cache, Store, children_view
 from scaletrain_operator.controller.decision import Decision, Event
@@ -135,7 +135,7 @@ def test_children_view_takes_the_service_the_jobs_not_being_deleted_and_the_newe
         pods=[_obj("demo-g0-0", 5, generation=0), _obj("demo-g1-0", 6, generation=1)],
         generation_hint=None,
     )  # fmt: skip
-    assert view.service["metadata"]["name"] == "demo"
+    assert list(view.services) == ["demo"]
     assert sorted(view.jobs) == [0, 1]
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g1-0"]
 
@@ -158,7 +158,7 @@ def test_only_children_owned_by_the_job_count_and_pods_only_through_its_jobs():
     ]
     view = children_view("demo", uid="stj", services=[_obj("demo", 1)], jobs=[ours, foreign], pods=pods,
                          generation_hint=None)  # fmt: skip
-    assert view.service is None  # a Service of the right name and labels that is not ours
+    assert view.services == {}  # a Service of the right name and labels that is not ours
     assert list(view.jobs) == [0]
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g0-0"]
 
@@ -166,7 +166,7 @@ def test_only_children_owned_by_the_job_count_and_pods_only_through_its_jobs():
 def test_without_jobs_the_pods_are_those_of_the_generation_the_status_names():
     pods = [_obj("demo-g0-0", 5, generation=0), _obj("demo-g3-0", 6, generation=3)]
     view = children_view("demo", uid=None, services=[], jobs=[], pods=pods, generation_hint=3)
-    assert view.service is None and view.jobs == {}
+    assert view.services == {} and view.jobs == {}
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g3-0"]
 
 
@@ -263,11 +263,12 @@ def _child_job(stj, generation, version):
 
 
 def _children_of(stj):
-    """A Service, the Job of generation 0 and its two pods, Running."""
-    service = render_service(parse_job(stj))
-    service["metadata"] |= {"namespace": NAMESPACE, "resourceVersion": "2"}
+    """The Services, the Job of generation 0 and its two pods, Running."""
+    services = [render_service(parse_job(stj)), render_master_alias(parse_job(stj))]
+    for service in services:
+        service["metadata"] |= {"namespace": NAMESPACE, "resourceVersion": "2"}
     pods = [_owned(_obj(f"demo-g0-{i}", 4 + i, generation=0, status={"phase": "Running"}), "job-0") for i in range(2)]
-    return [service], [_child_job(stj, 0, 3)], pods
+    return services, [_child_job(stj, 0, 3)], pods
 
 
 def _fill(cluster, stj, children):

@@ -372,6 +372,21 @@ def test_a_pods_hosts_file_names_it_and_the_other_pods_of_its_namespace():
     assert resolv_conf("team-a").startswith("search team-a.svc.cluster.local svc.cluster.local cluster.local\n")
 
 
+def test_a_headless_service_names_the_pods_it_selects_in_every_hosts_file():
+    """The master alias: a name for rank 0 of whichever generation is running (api/render.py)."""
+    index_0 = (("batch.kubernetes.io/job-completion-index", "0"), ("scaletrain.io/job-name", "job"))
+    rank_0 = PodSandbox(PodIdentity("team-a", "job-g1-0", "job", index_0), "10.244.3.2")
+    rank_1 = PodSandbox(PodIdentity("team-a", "job-g1-1", "job", (("scaletrain.io/job-name", "job"),)), "10.244.3.3")
+    alias = {"job-master": {"scaletrain.io/job-name": "job", "batch.kubernetes.io/job-completion-index": "0"}}
+    hosts = hosts_file(rank_1, [rank_0, rank_1], alias)
+    assert hosts.endswith(
+        "10.244.3.2\tjob-g1-0.job.team-a.svc.cluster.local job-g1-0.job.team-a.svc job-g1-0.job "
+        "job-master.team-a.svc.cluster.local job-master.team-a.svc job-master\n"
+    )
+    assert hosts_file(rank_1, [rank_1], alias).count("job-master") == 0  # no rank 0 running: no address
+    assert hosts_file(rank_1, [rank_0, rank_1], {"everything": {}}).count("everything") == 0  # selects nothing
+
+
 def test_indexed_pods_are_what_the_job_controller_makes():
     job = render_job(parse_job(base_job(nodes=3, training={"globalBatchSize": 12, "microBatchSize": 4})), 2)
     pods = indexed_pods(job)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
-from scaletrain_operator.api.render import render_job, render_service
+from scaletrain_operator.api.render import render_job, render_master_alias, render_service
 from scaletrain_operator.controller import peering
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event
 from scaletrain_operator.controller.reconcile import (
@@ -70,7 +70,8 @@ def _placed(index):
 
 
 def _observed(job, children, pods=()):
-    return Observed(service=render_service(job), jobs=children, pods=list(pods))
+    services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
+    return Observed(services=services, jobs=children, pods=list(pods))
 
 
 def _running(**status):
@@ -79,10 +80,11 @@ def _running(**status):
 
 def test_a_new_job_gets_its_service_and_first_gang():
     job = _job()
-    decision = decide(job, Observed(service=None, jobs={}, pods=[]), NOW)
-    assert [(o["kind"], o["metadata"]["name"]) for o in decision.create] == [("Service", "demo"), ("Job", "demo-g0")]
+    decision = decide(job, Observed(services={}, jobs={}, pods=[]), NOW)
+    created = [(o["kind"], o["metadata"]["name"]) for o in decision.create]
+    assert created == [("Service", "demo"), ("Service", "demo-master"), ("Job", "demo-g0")]
     assert (
-        decision.create[1]["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        decision.create[-1]["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
         == _child(job, 0)["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
     )
     assert decision.status["phase"] == "Pending" and decision.status["currentJob"] == "demo-g0"
@@ -93,9 +95,9 @@ def test_a_new_job_gets_its_service_and_first_gang():
 def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_first():
     job = _job()
     first = decide(
-        job, Observed(service=None, jobs={}, pods=[]), NOW, settings=OperatorConfig(network_policy_from="ops")
+        job, Observed(services={}, jobs={}, pods=[]), NOW, settings=OperatorConfig(network_policy_from="ops")
     )
-    assert [o["kind"] for o in first.create] == ["NetworkPolicy", "Service", "Job"]
+    assert [o["kind"] for o in first.create] == ["NetworkPolicy", "Service", "Service", "Job"]
     policy = first.create[0]
     own_pods = policy["spec"]["podSelector"]["matchLabels"]
     assert own_pods.items() <= _child(job, 0)["spec"]["template"]["metadata"]["labels"].items()
@@ -109,7 +111,11 @@ def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_fi
     assert [o["kind"] for o in restart.create] == ["NetworkPolicy", "Job"]  # made again if it went missing
     steady = _observed(running, {0: _child(_job(), 0)}, [_pod(0, "Running"), _pod(1, "Running")])
     assert decide(running, steady, NOW, settings=OperatorConfig(network_policy_from="ops")).create == ()
-    assert [o["kind"] for o in decide(job, Observed(service=None, jobs={}, pods=[]), NOW).create] == ["Service", "Job"]
+    assert [o["kind"] for o in decide(job, Observed(services={}, jobs={}, pods=[]), NOW).create] == [
+        "Service",
+        "Service",
+        "Job",
+    ]
 
 
 def test_the_restart_count_travels_with_each_gangs_job_so_a_lost_status_patch_cannot_lose_it():
@@ -469,6 +475,21 @@ def test_a_running_gang_silent_past_its_promise_and_the_polling_lag_is_restarted
     assert [(e.type, e.reason) for e in hung.events] == [("Warning", "Hang"), ("Warning", "Restarting")]
     assert "rank 0 reported no progress since step 7" in hung.events[0].message
     assert "gang restart 1/2" in hung.events[1].message
-    # Progress from before the gang turned Running is an earlier gang's: it promises nothing about this one.
-    earlier = decide_for(_reported(at_seconds=-300, promised_seconds=30, running_since_seconds=-10))
-    assert earlier.delete_child_jobs == () and earlier.recheck_after is None
+    # Reported before the operator marked the job Running (a busy operator may be seconds late): it counts.
+    early = decide_for(_reported(at_seconds=-40 - lag, promised_seconds=30, running_since_seconds=-5))
+    assert early.delete_child_jobs == ("demo-g0",)
+
+
+def test_a_gang_that_stops_running_leaves_no_promise_for_the_next_one():
+    """Suspended, restarting or finished: the promise in progress.staleAfter was that gang's. Kept, it would
+    have the next gang (or the same Job resumed) taken for hung at once."""
+    promised = _reported(at_seconds=-10, promised_seconds=30)
+    job = _job(status=promised, suspend=True)
+    suspended = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")]), NOW)
+    assert suspended.status["phase"] == "Suspended"
+    assert suspended.status["progress"] == {"staleAfter": None}  # a merge patch: removes only the promise
+    job = _job(status=promised)
+    restarting = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Failed", 1)]), NOW)
+    assert restarting.status["phase"] == "Restarting" and restarting.status["progress"] == {"staleAfter": None}
+    running = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")]), NOW)
+    assert "progress" not in (running.status or {})

@@ -10,8 +10,9 @@ import pytest
 
 from scaletrain_operator.api.merge import merge_under
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_children
-from support.jobs import EXAMPLES, base_job, load_yaml
+from scaletrain_operator.api.render import generation_free, render_children, render_job
+from scaletrain_trainer.validation import ProblemsError
+from support.jobs import DELETE, EXAMPLES, base_job, load_yaml
 
 KUBERNETES_VERSION = "1.33"
 
@@ -78,7 +79,7 @@ def _children(document, generation=0):
 
 
 def _pod(children):
-    return children[1]["spec"]["template"]
+    return children[-1]["spec"]["template"]
 
 
 def _container(children, name="trainer"):
@@ -92,7 +93,7 @@ def _env(children):
 @pytest.mark.parametrize("name", SPECS)
 def test_every_child_validates_against_kubernetes_schemas(name):
     children = _children(SPECS[name])
-    assert [c["kind"] for c in children] == ["Service", "Job"]
+    assert [c["kind"] for c in children] == ["Service", "Service", "Job"]
     for child in children:
         kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
 
@@ -101,6 +102,17 @@ def test_every_child_validates_against_kubernetes_schemas(name):
 def test_examples_render_to_valid_children(path):
     for child in _children(load_yaml(path)):
         kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_master_alias_is_rank_0_of_any_generation_while_it_is_ready():
+    alias = _children(base_job(), generation=4)[1]
+    assert alias["metadata"]["name"] == "demo-master" and alias["spec"]["clusterIP"] == "None"
+    assert alias["spec"]["selector"] == {
+        "scaletrain.io/job-name": "demo",
+        "batch.kubernetes.io/job-completion-index": "0",
+    }
+    assert "publishNotReadyAddresses" not in alias["spec"]  # a terminating rank 0 of an earlier gang drops out
+    assert alias["metadata"]["ownerReferences"][0]["kind"] == "ScaleTrainJob"
 
 
 def test_headless_service_publishes_not_ready_pods():
@@ -113,7 +125,7 @@ def test_headless_service_publishes_not_ready_pods():
 
 def test_indexed_job_gang_settings():
     children = _children(base_job(nodes=3, training={"globalBatchSize": 12}), generation=2)
-    job = children[1]
+    job = children[-1]
     assert job["metadata"]["name"] == "demo-g2"
     assert job["spec"] | {"template": None} == {
         "completionMode": "Indexed",
@@ -147,8 +159,8 @@ def test_one_process_per_node_gets_rank_and_local_rank_as_pytorchjob_sets_them()
     assert env["RANK"] == env["NODE_RANK"] and env["LOCAL_RANK"] == "0"
     assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "23456"
     job = _children(base_job(masterPort=23456))
-    (service,) = [child for child in job if child["kind"] == "Service"]
-    assert service["spec"]["ports"][0]["port"] == 23456
+    for service in (child for child in job if child["kind"] == "Service"):
+        assert service["spec"]["ports"][0]["port"] == 23456
 
 
 def test_rank_and_local_rank_are_the_users_with_several_processes_per_node():
@@ -237,7 +249,7 @@ def test_labels_and_owner_references():
                 "blockOwnerDeletion": True,
             }
         ]
-    assert children[1]["metadata"]["labels"]["scaletrain.io/generation"] == "3"
+    assert children[-1]["metadata"]["labels"]["scaletrain.io/generation"] == "3"
     assert _pod(children)["metadata"]["labels"]["scaletrain.io/generation"] == "3"
     assert "scaletrain.io/generation" not in children[0]["metadata"]["labels"]  # the Service outlives generations
 
@@ -269,10 +281,10 @@ def test_security_defaults_and_opt_out():
 
 
 def test_kueue_queue_creates_a_suspended_labelled_job():
-    job = _children(SPECS["kueue-queued"])[1]
+    job = _children(SPECS["kueue-queued"])[-1]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
     assert job["spec"]["suspend"] is True and job["spec"]["activeDeadlineSeconds"] == 86400
-    assert _children(base_job(suspend=True))[1]["spec"]["suspend"] is True
+    assert _children(base_job(suspend=True))[-1]["spec"]["suspend"] is True
 
 
 def test_command_and_args_defaults_and_overrides():
@@ -334,7 +346,7 @@ def test_merge_replaces_same_named_env_and_volume_items_whole():
         {"name": "data", "mountPath": "/data/a", "subPath": "a"},
         {"name": "data", "mountPath": "/data/b", "subPath": "b"},
     ]
-    kubernetes_validate.validate(children[1], KUBERNETES_VERSION, strict=True)
+    kubernetes_validate.validate(children[-1], KUBERNETES_VERSION, strict=True)
 
 
 def test_merge_under_list_rules_and_purity():
@@ -360,8 +372,8 @@ def test_rendering_is_pure_and_deterministic():
     document = SPECS["gpu-64-nodes"]
     job = parse_job(document)
     first = render_children(job, 1)
-    first[1]["spec"]["template"]["spec"]["affinity"]["mutated"] = True
-    first[1]["spec"]["template"]["spec"]["containers"][0]["env"].clear()
+    first[-1]["spec"]["template"]["spec"]["affinity"]["mutated"] = True
+    first[-1]["spec"]["template"]["spec"]["containers"][0]["env"].clear()
     assert render_children(job, 1) == _children(document, 1)
     assert "mutated" not in job.spec.affinity
 
@@ -371,7 +383,47 @@ def test_longest_allowed_name_fits_every_hostname():
 
     document = base_job(nodes=MAX_NODES, training={"globalBatchSize": 4 * MAX_NODES})
     document["metadata"]["name"] = "a" * MAX_NAME_LENGTH
-    job = render_children(parse_job(document), MAX_RESTARTS)[1]
+    job = render_children(parse_job(document), MAX_RESTARTS)[-1]
     last_hostname = f"{job['metadata']['name']}-{MAX_NODES - 1}"
     assert len(last_hostname) == 63
     kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+
+
+def test_a_job_of_its_own_script_needs_no_training_block_and_gets_no_trainer_config():
+    for own in ({"command": ["python", "train.py"]}, {"args": ["--module", "my_train"]}):
+        document = base_job(training=DELETE, **own)
+        children = _children(document)
+        env = _env(children)
+        assert "SCALETRAIN_CONFIG" not in env
+        # Where rank 0 may serve /progress for `kubectl get stj` (docs/api.md): the trainer's default port.
+        assert env["SCALETRAIN_METRICS_PORT"] == "9400"
+        assert {"name": "metrics", "containerPort": 9400} in _container(children)["ports"]
+        assert env["WORLD_SIZE"] == "2" and env["RANK"] == env["NODE_RANK"]  # the rank env is all there
+
+
+def test_training_is_still_required_for_the_built_in_trainer():
+    with pytest.raises(ProblemsError) as error:
+        parse_job(base_job(training=DELETE))
+    assert [p.path for p in error.value.problems] == [("spec", "training")]
+
+
+def test_rank_env_containers_get_the_trainers_env_over_their_own():
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "team/train:1", "env": [{"name": "OWN"}]}]}}
+    document = base_job(
+        rankEnvContainers=["trainer", "pytorch"], podTemplate=template, env=[{"name": "HF_HOME", "value": "/cache"}]
+    )
+    children = _children(document, generation=3)
+    pytorch = _container(children, "pytorch")
+    assert pytorch["image"] == "team/train:1"
+    assert [var["name"] for var in pytorch["env"]] == ["OWN"] + [var["name"] for var in _container(children)["env"]]
+    env = {var["name"]: var.get("value") for var in pytorch["env"]}
+    assert env["MASTER_ADDR"] == "demo-g3-0.demo" and env["HF_HOME"] == "/cache"
+    # Not rendered for a container not named: a sidecar keeps its own env only.
+    sidecar = {"spec": {"containers": [{"name": "log-shipper", "image": "fluent/fluent-bit:3.0"}]}}
+    assert "env" not in _container(_children(base_job(podTemplate=sidecar)), "log-shipper")
+
+
+def test_the_rank_env_of_other_containers_does_not_make_generations_differ():
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "team/train:1"}]}}
+    job = parse_job(base_job(rankEnvContainers=["pytorch"], podTemplate=template))
+    assert generation_free(render_job(job, 0)) == generation_free(render_job(job, 1))

@@ -4,13 +4,14 @@ it (the CRD's OpenAPI schema, its CEL rules, or only the operator), and that cla
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 import yaml
 
 from support.cli import run_cli
-from support.jobs import EXAMPLES, base_job, patched
+from support.jobs import DELETE, EXAMPLES, base_job, patched
 from support.malformed import MALFORMED
 
 
@@ -152,7 +153,7 @@ def test_examples_validate_and_render(path):
     rendered = run_cli("render", str(path), "-n", "elsewhere")
     assert rendered.returncode == 0, rendered.stderr
     children = list(yaml.safe_load_all(rendered.stdout))
-    assert [c["kind"] for c in children] == ["Service", "Job"]
+    assert [c["kind"] for c in children] == ["Service", "Service", "Job"]
     assert {c["metadata"]["namespace"] for c in children} == {"elsewhere"}
     assert "ownerReferences omitted" in rendered.stderr
 
@@ -167,6 +168,18 @@ def test_render_output_equals_the_renderer(tmp_path):
     rendered = run_cli("render", str(path), "--generation", "2")
     assert list(yaml.safe_load_all(rendered.stdout)) == render_children(parse_job(document), 2)
     assert run_cli("render", str(path), "--generation", "-1").returncode == 2
+
+
+def test_render_quotes_what_kubernetes_would_read_as_a_number_and_validate_says_what_runs(tmp_path):
+    """`2e-5` is a string to PyYAML but a float to Kubernetes' YAML reader: written plain, an argument
+    would reach the API server as a number and be refused."""
+    path = tmp_path / "job.yaml"
+    job = base_job(training=DELETE, command=["python", "train.py"], args=["--lr", "2e-5"])
+    path.write_text(json.dumps(job))  # JSON quotes it (yaml.safe_dump would not)
+    rendered = run_cli("render", str(path))
+    assert rendered.returncode == 0 and "- '2e-5'" in rendered.stdout
+    validated = run_cli("validate", str(path))
+    assert validated.returncode == 0 and "its own command, without a training block" in validated.stdout
 
 
 def test_render_rejects_an_invalid_job_without_output(tmp_path):

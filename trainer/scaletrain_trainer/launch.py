@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .__main__ import config_error
-from .config import load_training_config
+from .config import CONFIG_ENV, load_training_config
 from .exit_codes import EXIT_CODES, result_of
 from .metrics import termination_message_path
 from .validation import Problem, ProblemsError
@@ -37,8 +37,10 @@ def preflight(environ: dict[str, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # A job without a training block (args of its own, e.g. `--module my_train`) has no config to check.
     try:
-        preflight(dict(os.environ))
+        if CONFIG_ENV in os.environ:
+            preflight(dict(os.environ))
     except ProblemsError as error:
         return config_error(error)
     # `python -m torch.distributed.run` is torchrun, without depending on PATH. It runs as a child, not

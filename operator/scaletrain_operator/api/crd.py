@@ -55,7 +55,7 @@ def structural_schema(node: Any, defs: dict[str, Any]) -> Any:
         if len(variants) != 1:
             raise ValueError(f"a structural schema cannot express the union {node['anyOf']}")
         rest = {k: v for k, v in node.items() if k != "anyOf"}
-        node = {**structural_schema(variants[0], defs), **rest}
+        return structural_schema({**variants[0], **rest}, defs)  # converted once: a $ref is resolved there
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROPPED_KEYS or (key == "default" and value is None):

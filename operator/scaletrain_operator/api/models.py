@@ -175,6 +175,13 @@ class PodSecurity(SpecModel):
     )
 
 
+# Where a job without a training block serves /progress: where the built-in trainer would.
+DEFAULT_METRICS_PORT: int = TrainingConfig.model_fields["metrics_port"].default
+TRAINING_REQUIRED = (
+    "required: the built-in trainer needs it (e.g. {globalBatchSize: 16, microBatchSize: 4, maxSteps: 200}); "
+    "only a job with a command or args of its own may leave it out"
+)
+
 # CEL: samples in one micro-step of the whole gang (microBatchSize × nodes × processes per node).
 _SAMPLES_PER_MICRO_STEP = (
     "self.training.microBatchSize * self.nodes * "
@@ -182,16 +189,14 @@ _SAMPLES_PER_MICRO_STEP = (
 )
 
 
-def _template_container_env(pod_template: Any, container: str) -> tuple[tuple[Any, ...], list[Any]] | None:
-    """Where the env of `container` is in a podTemplate, and its names, if the template has that container
-    with an env list (other shapes are _pod_template_problems')."""
+def _template_containers(pod_template: Any) -> list[tuple[int, dict[str, Any]]]:
+    """The containers of a podTemplate, with their index, as far as they are mappings (other shapes are
+    _pod_template_problems')."""
     pod_spec = pod_template.get("spec") if isinstance(pod_template, dict) else None
     containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
-    for index, item in enumerate(containers if isinstance(containers, list) else []):
-        if isinstance(item, dict) and item.get("name") == container and isinstance(item.get("env"), list):
-            names = [var.get("name") if isinstance(var, dict) else None for var in item["env"]]
-            return ("podTemplate", "spec", "containers", index, "env"), names
-    return None
+    return [
+        (i, item) for i, item in enumerate(containers if isinstance(containers, list) else []) if isinstance(item, dict)
+    ]
 
 
 class ScaleTrainJobSpec(SpecModel):
@@ -287,8 +292,20 @@ class ScaleTrainJobSpec(SpecModel):
     pod_template: KubeObject | None = Field(
         None, description="A PodTemplateSpec merged under the rendered pod (sidecars, init containers, ...)."
     )
+    rank_env_containers: list[Annotated[str, Field(pattern=naming.DNS_1123_LABEL, max_length=63)]] = Field(
+        default_factory=lambda: [naming.TRAINER_CONTAINER],
+        min_length=1,
+        max_length=16,
+        description="Containers that get the rank env (MASTER_ADDR, WORLD_SIZE, PET_*, ...) and spec.env: the "
+        "trainer (always), and containers of podTemplate by name, e.g. pytorch for a template copied from a "
+        "PyTorchJob; default [trainer].",
+    )
     # Training
-    training: TrainingConfig
+    training: TrainingConfig | None = Field(
+        None,
+        description="The built-in trainer's config; required unless command or args is set (a script of your "
+        "own, which then gets no training config and reports progress as docs/api.md describes).",
+    )
     # Lifecycle
     max_restarts: int = Field(3, ge=0, le=naming.MAX_RESTARTS, description="Gang restarts on failure.")
     suspend: bool = Field(
@@ -321,9 +338,15 @@ class ScaleTrainJobSpec(SpecModel):
         cel_rule(
             # A zero divisor is already refused by the fields' minimums; the rule then stays quiet
             # instead of adding "modulus by zero".
-            f"{_SAMPLES_PER_MICRO_STEP} == 0 || self.training.globalBatchSize % ({_SAMPLES_PER_MICRO_STEP}) == 0",
+            f"!has(self.training) || {_SAMPLES_PER_MICRO_STEP} == 0 || "
+            f"self.training.globalBatchSize % ({_SAMPLES_PER_MICRO_STEP}) == 0",
             "training.globalBatchSize must be divisible by training.microBatchSize × nodes × procsPerNode",
             ".training.globalBatchSize",
+        ),
+        cel_rule(
+            "has(self.training) || has(self.command) || has(self.args)",
+            TRAINING_REQUIRED,
+            ".training",
         ),
         cel_rule(
             "self.backend != 'nccl' || self.gpusPerNode > 0",
@@ -336,7 +359,7 @@ class ScaleTrainJobSpec(SpecModel):
             ".procsPerNode",
         ),
         cel_rule(
-            "!self.training.syncBatchNorm || self.gpusPerNode > 0",
+            "!has(self.training) || !self.training.syncBatchNorm || self.gpusPerNode > 0",
             "training.syncBatchNorm needs GPUs",
             ".training.syncBatchNorm",
         ),
@@ -359,10 +382,13 @@ class ScaleTrainJobSpec(SpecModel):
             return "nccl" if self.gpus_per_node > 0 else "gloo"
         return self.backend
 
+    @property
+    def metrics_port(self) -> int:
+        """Where rank 0 serves /progress (and the built-in trainer its metrics)."""
+        return self.training.metrics_port if self.training is not None else DEFAULT_METRICS_PORT
+
     def problems(self) -> Iterator[Problem]:
-        yield from (
-            Problem(("training",) + p.path, p.message) for p in self.training.accumulation_problems(self.world_size)
-        )
+        yield from self._training_problems()
         if self.backend == "nccl" and self.gpus_per_node == 0:
             yield Problem(("backend",), "nccl needs GPUs: set gpusPerNode > 0, or use backend gloo (or auto) on CPU")
         if self.procs_per_node is not None and 0 < self.gpus_per_node < self.procs_per_node:
@@ -370,27 +396,39 @@ class ScaleTrainJobSpec(SpecModel):
                 ("procsPerNode",),
                 f"{self.procs_per_node} exceeds gpusPerNode ({self.gpus_per_node}): each process drives one GPU",
             )
-        if self.training.sync_batch_norm and self.gpus_per_node == 0:
-            yield Problem(("training", "syncBatchNorm"), "SyncBatchNorm needs GPUs: set gpusPerNode > 0 or turn it off")
         for section in ("requests", "limits"):
             if self.gpu_resource in getattr(self.resources, section):
                 yield Problem(
                     ("resources", section, self.gpu_resource), "set gpusPerNode instead of requesting GPUs here"
                 )
-        if self.master_port == self.training.metrics_port:
-            yield Problem(("masterPort",), f"{self.master_port} is training.metricsPort too; give them different ports")
+        if self.master_port == self.metrics_port:
+            where = "training.metricsPort" if self.training is not None else "the progress port"
+            yield Problem(("masterPort",), f"{self.master_port} is {where} too; give them different ports")
+        yield from self._rank_env_container_problems()
         yield from self._env_problems()
         yield from self._pod_template_problems()
         yield from self._volume_problems()
         yield from self._kubernetes_problems()
 
+    def _training_problems(self) -> Iterator[Problem]:
+        if self.training is None:
+            if self.command is None and self.args is None:
+                yield Problem(("training",), TRAINING_REQUIRED)
+            return
+        for problem in self.training.accumulation_problems(self.world_size):
+            yield Problem(("training",) + problem.path, problem.message)
+        if self.training.sync_batch_norm and self.gpus_per_node == 0:
+            yield Problem(("training", "syncBatchNorm"), "SyncBatchNorm needs GPUs: set gpusPerNode > 0 or turn it off")
+
     def _env_problems(self) -> Iterator[Problem]:
-        """spec.env, and the env of the trainer container in podTemplate (merged into it): none of the
+        """spec.env, and the env in podTemplate of each container that gets the rank env: none of the
         names ScaleTrain sets (naming.env_set_by_scaletrain), each named once."""
         set_by_scaletrain = naming.env_set_by_scaletrain(self.resolved_procs_per_node)
         sources: list[tuple[tuple[Any, ...], list[Any]]] = [(("env",), [var.name for var in self.env])]
-        if (template_env := _template_container_env(self.pod_template, naming.TRAINER_CONTAINER)) is not None:
-            sources.append(template_env)
+        for index, container in _template_containers(self.pod_template):
+            if container.get("name") in self.rank_env_containers and isinstance(container.get("env"), list):
+                names = [var.get("name") if isinstance(var, dict) else None for var in container["env"]]
+                sources.append((("podTemplate", "spec", "containers", index, "env"), names))
         for where, names in sources:
             seen: set[str] = set()
             for index, name in enumerate(names):
@@ -400,6 +438,21 @@ class ScaleTrainJobSpec(SpecModel):
                 elif name in seen:
                     yield Problem((*where, index, "name"), f"{name} is set twice; keep one")
                 seen.add(name)
+
+    def _rank_env_container_problems(self) -> Iterator[Problem]:
+        """Each name is the trainer or a container of podTemplate, once: a name that matches nothing would
+        leave the script it meant without ranks, silently."""
+        containers = _template_containers(self.pod_template)
+        in_template = {container["name"] for _, container in containers if isinstance(container.get("name"), str)}
+        for index, name in enumerate(self.rank_env_containers):
+            if name in self.rank_env_containers[:index]:
+                yield Problem(("rankEnvContainers", index), f"{name} is listed twice; keep one")
+            elif name != naming.TRAINER_CONTAINER and name not in in_template:
+                message = (
+                    f"no container {name} in podTemplate.spec.containers; name the trainer "
+                    f"({naming.TRAINER_CONTAINER}) or a container the template defines"
+                )
+                yield Problem(("rankEnvContainers", index), message)
 
     def _pod_template_problems(self) -> Iterator[Problem]:
         """The shape of a PodTemplateSpec, as far as rendering reads it; its contents are the cluster's to

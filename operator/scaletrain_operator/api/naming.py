@@ -20,9 +20,11 @@ DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # volume names
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # claim names
 
 TRAINER_CONTAINER = "trainer"
+METRICS_PORT_ENV = "SCALETRAIN_METRICS_PORT"  # where rank 0 serves /progress: a script of one's own reads it
 SHM_VOLUME = "scaletrain-shm"
 DEFAULT_MASTER_PORT = 29500  # torchrun's; PyTorchJob's is 23456
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_LABEL = COMPLETION_INDEX_ANNOTATION  # the Job controller sets both (PodIndexLabel, GA in 1.32)
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 LABEL_NAME = "app.kubernetes.io/name"
@@ -52,6 +54,7 @@ RENDERED_ENV = {
     "WORLD_SIZE": "nodes × procsPerNode",
     "JOB_COMPLETION_INDEX": "the Job controller",
     "SCALETRAIN_CONFIG": "training",
+    METRICS_PORT_ENV: "training.metricsPort",
     "SCALETRAIN_BACKEND": "backend",
     "SCALETRAIN_JOB_NAME": "the job's name",
     "SCALETRAIN_GENERATION": "the gang generation",
@@ -67,6 +70,12 @@ def env_set_by_scaletrain(procs_per_node: int) -> dict[str, str]:
 def service_name(job_name: str) -> str:
     """The headless Service: one per ScaleTrainJob, stable across gang restarts."""
     return job_name
+
+
+def master_alias(job_name: str) -> str:
+    """The Service whose DNS name is the current gang's rank-0 pod, whatever its generation: for a
+    rendezvous endpoint written into a script or its args (`NAME-master:29500`)."""
+    return f"{job_name}-master"
 
 
 def generation_of(child_job: str) -> int:

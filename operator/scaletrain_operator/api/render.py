@@ -25,8 +25,8 @@ COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTA
 
 
 def render_children(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> list[dict[str, Any]]:
-    """The Service and the generation's Job, in creation order."""
-    return [render_service(job, namespace), render_job(job, generation, namespace)]
+    """The Services and the generation's Job, in creation order."""
+    return [render_service(job, namespace), render_master_alias(job, namespace), render_job(job, generation, namespace)]
 
 
 def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
@@ -44,6 +44,23 @@ def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str
     }
 
 
+def render_master_alias(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
+    """Headless, selecting rank 0 of any generation, and only while it is ready: a terminating rank 0 of
+    the gang before drops out, so after a gang restart the name is the new rank 0 alone. (The Service
+    above publishes not-ready pods: ranks must resolve each other before they are ready. Here a restart
+    could otherwise leave two addresses under one name.)"""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, naming.master_alias(job.name), namespace, job_labels(job)),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {naming.LABEL_JOB_NAME: job.name, naming.COMPLETION_INDEX_LABEL: "0"},
+            "ports": [{"name": "rendezvous", "port": job.spec.master_port, "targetPort": job.spec.master_port}],
+        },
+    }
+
+
 def render_network_policy(job: ScaleTrainJob, operator_namespace: str, namespace: str | None = None) -> dict[str, Any]:
     """The job's pods accept connections only from each other (rendezvous, and the ports NCCL and gloo
     pick at run time) and, on the progress and metrics port, from the operator's pods in
@@ -53,7 +70,7 @@ def render_network_policy(job: ScaleTrainJob, operator_namespace: str, namespace
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
         "podSelector": {"matchLabels": {naming.LABEL_NAME: naming.APP_NAME, naming.LABEL_COMPONENT: "operator"}},
     }
-    metrics = {"protocol": "TCP", "port": job.spec.training.metrics_port}
+    metrics = {"protocol": "TCP", "port": job.spec.metrics_port}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -102,7 +119,7 @@ def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "spec": {
             "subdomain": naming.service_name(job.name),
             "restartPolicy": "Never",
-            "containers": [_trainer_container(job, generation)],
+            "containers": [_trainer_container(job, generation), *_rank_env_only(job, generation)],
             "volumes": [v.model_dump(mode="json", by_alias=True) for v in spec.volumes]
             + [{"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}],
             "securityContext": _pod_security(spec),
@@ -124,7 +141,7 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "env": render_env(job, generation),
         "ports": [
             {"name": "rendezvous", "containerPort": spec.master_port},
-            {"name": "metrics", "containerPort": spec.training.metrics_port},
+            {"name": "metrics", "containerPort": spec.metrics_port},
         ],
         "resources": _resources(spec),
         "volumeMounts": [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in spec.volume_mounts]
@@ -134,6 +151,12 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
     return container
+
+
+def _rank_env_only(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
+    """The rank env for podTemplate's containers named in rankEnvContainers, merged into each by name."""
+    names = [name for name in job.spec.rank_env_containers if name != naming.TRAINER_CONTAINER]
+    return [{"name": name, "env": render_env(job, generation)} for name in names]
 
 
 # Pod Security "restricted" for the trainer: no privilege, no capabilities, the runtime's seccomp profile.
@@ -155,8 +178,8 @@ def generation_free(rendered_job: Mapping[str, Any]) -> dict[str, Any]:
     shape["metadata"].pop("name")
     for metadata in (shape["metadata"], shape["spec"]["template"]["metadata"]):
         metadata["labels"].pop(naming.LABEL_GENERATION)
-    for container in shape["spec"]["template"]["spec"]["containers"]:
-        if container["name"] == naming.TRAINER_CONTAINER:
+    for container in shape["spec"]["template"]["spec"]["containers"]:  # the trainer, and rankEnvContainers
+        if "env" in container:
             container["env"] = [var for var in container["env"] if var["name"] not in GENERATION_ENV]
     return shape
 
@@ -190,8 +213,10 @@ def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
         {"name": "SCALETRAIN_BACKEND", "value": spec.resolved_backend},
         {"name": "SCALETRAIN_JOB_NAME", "value": job.name},
         {"name": "SCALETRAIN_GENERATION", "value": str(generation)},
-        {"name": CONFIG_ENV, "value": spec.training.to_json()},
+        {"name": naming.METRICS_PORT_ENV, "value": str(spec.metrics_port)},
     ]
+    if spec.training is not None:
+        rendered.append({"name": CONFIG_ENV, "value": spec.training.to_json()})
     if spec.resolved_procs_per_node == 1:
         rendered += [{"name": "RANK", "valueFrom": _completion_index()}, {"name": "LOCAL_RANK", "value": "0"}]
     rendered += [{"name": name, "value": value} for name, value in backend_env_defaults(spec).items()]

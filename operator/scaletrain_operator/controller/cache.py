@@ -226,7 +226,7 @@ def children_view(
     pods: list[dict[str, Any]],
     generation_hint: int | None,
 ) -> Observed:
-    """A ScaleTrainJob's children as the decide layer sees them: its Service, its Jobs by gang generation
+    """A ScaleTrainJob's children as the decide layer sees them: its Services, its Jobs by gang generation
     (those not being deleted), and the pods of the newest generation. Found by label, kept only when
     owned: a Service or Job whose ownerReferences name the ScaleTrainJob (`uid`), a pod owned by one of
     those Jobs. Anyone can put the labels on an object; only the API server sets a uid, so a foreign
@@ -236,7 +236,8 @@ def children_view(
         jobs = [j for j in jobs if owned_by(j, uid)]
         job_uids = {j["metadata"].get("uid") for j in jobs}
         pods = [p for p in pods if any(owned_by(p, job_uid) for job_uid in job_uids)]
-    service = next((s for s in services if s["metadata"]["name"] == naming.service_name(name)), None)
+    named = {naming.service_name(name), naming.master_alias(name)}
+    by_name = {s["metadata"]["name"]: s for s in services if s["metadata"]["name"] in named}
     by_generation = {}
     for job in jobs:
         generation = (job["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION)
@@ -244,4 +245,4 @@ def children_view(
             by_generation[int(generation)] = job
     current = str(max(by_generation, default=generation_hint or 0))
     gang = [p for p in pods if (p["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == current]
-    return Observed(service=service, jobs=by_generation, pods=gang)
+    return Observed(services=by_name, jobs=by_generation, pods=gang)

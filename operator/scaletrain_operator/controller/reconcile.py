@@ -36,7 +36,7 @@ from ..api import naming
 from ..api.gang_policy import Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import NodeCounts, ScaleTrainJob
 from ..api.progress import final_progress, status_patch
-from ..api.render import generation_free, render_job, render_network_policy, render_service
+from ..api.render import generation_free, render_job, render_master_alias, render_network_policy, render_service
 from ..api.timestamps import parse_timestamp, timestamp
 from .decision import ChildJobPatch, Decision, Event, FailureReason
 from .settings import DEFAULTS, OperatorConfig
@@ -57,7 +57,7 @@ UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot pl
 class Observed:
     """The children of one ScaleTrainJob, as listed from the API server."""
 
-    service: dict[str, Any] | None
+    services: dict[str, dict[str, Any]]  # by name: the headless Service and the master alias
     jobs: dict[int, dict[str, Any]]  # by gang generation
     pods: list[dict[str, Any]]  # of the current generation
 
@@ -261,8 +261,8 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, progress_lag_
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
     desired = with_spec_hash(render_job(job, generation if current is None and not deleted else generation + 1))
     draft = _Draft(status)
-    if observed.service is None:
-        draft.create.append(render_service(job))
+    draft.create += [service for service in (render_service(job), render_master_alias(job))
+                     if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
 
     restarts = status.fields["restarts"] = restarts_counted(job, current)
@@ -339,17 +339,14 @@ def _gang_ended(
 
 def progress_due(job: ScaleTrainJob) -> datetime | None:
     """When rank 0 of the running gang promised its next progress report by (progress.staleAfter: the
-    trainer's hang timeout plus a logging interval from its last report), if the progress in the status
-    is this gang's: reported since the job last turned Running. Before its first report (start-up,
-    resuming from a checkpoint), none: the trainer's own watchdog and collective timeouts cover that."""
+    trainer's hang timeout plus a logging interval from its last report). Any other phase clears the
+    promise (StatusBuilder.phase), so one in the status of a Running job is this gang's. Before its first
+    report (start-up, resuming from a checkpoint), none: the trainer's own watchdog and collective
+    timeouts cover that."""
     status = job.status
     if status is None or status.phase != "Running" or status.progress is None:
         return None
-    progress = status.progress
-    running = next((c for c in status.conditions if c.type == "Running" and c.status == "True"), None)
-    if running is None or progress.stale_after is None or progress.updated_at is None:
-        return None
-    return progress.stale_after if progress.updated_at >= running.last_transition_time else None
+    return status.progress.stale_after
 
 
 def stalled_message(job: ScaleTrainJob, due: datetime) -> str:

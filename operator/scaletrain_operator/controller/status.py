@@ -63,6 +63,9 @@ class StatusBuilder:
         if phase in FINISHED:
             self.fields["completionTime"] = timestamp(self.now)
             self.set(phase, True, reason or phase, message)
+        promised = self.before.progress is not None and self.before.progress.stale_after is not None
+        if phase != "Running" and promised:  # the gang that promised is gone or stopped: the next one promises anew
+            self.fields["progress"] = self.fields.get("progress", {}) | {"staleAfter": None}
         return {
             **self.fields,
             "phase": phase,

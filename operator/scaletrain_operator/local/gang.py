@@ -31,7 +31,7 @@ from ..api import naming
 from ..api.gang_policy import DEADLINE_EXCEEDED, Action, GangLimits, Verdict, judge, pod_outcome
 from ..api.models import ScaleTrainJob
 from ..api.progress import read_progress
-from ..api.render import render_job
+from ..api.render import render_job, render_master_alias, render_service
 from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
 from .job_controller import indexed_pods
 from .pod_network import AUTO, NetworkError, PodNetwork, free_port, open_network
@@ -94,6 +94,9 @@ def pod_network() -> PodNetwork:
 
 
 def with_metrics_port(job: ScaleTrainJob, port: int) -> ScaleTrainJob:
+    """The job with its trainer's metrics port moved; a job without a training block keeps the default."""
+    if job.spec.training is None:
+        return job
     training = job.spec.training.model_copy(update={"metrics_port": port})
     return job.model_copy(update={"spec": job.spec.model_copy(update={"training": training})})
 
@@ -104,10 +107,15 @@ class Gang:
     def __init__(self, job: ScaleTrainJob, generation: int, executor: PodExecutor, gpus: list[str]):
         self.executor, self.gpus, self.per_node = executor, gpus, job.spec.gpus_per_node
         self.specs = indexed_pods(render_job(job, generation))
-        self.metrics_port = job.spec.training.metrics_port
+        self.metrics_port = job.spec.metrics_port
         training, rank_0 = job.spec.training, self.specs[0]
-        self.metrics_path = executor.host_path(rank_0, naming.TRAINER_CONTAINER, f"{training.output_dir}/metrics.jsonl")
-        checkpoints = training.checkpoint.dir
+        # A script of one's own (no training block) writes neither: its progress is what /progress says.
+        self.metrics_path = (
+            executor.host_path(rank_0, naming.TRAINER_CONTAINER, f"{training.output_dir}/metrics.jsonl")
+            if training is not None
+            else None
+        )
+        checkpoints = training.checkpoint.dir if training is not None else None
         self.checkpoint_dir = executor.host_path(rank_0, naming.TRAINER_CONTAINER, checkpoints) if checkpoints else None
         self.pods: list[RunningPod] = []
 
@@ -204,6 +212,8 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     if executor.network.shares_host_ports:  # another run's rank 0 may hold the job's metrics port
         job = with_metrics_port(job, free_port())
     started, restarts = time.monotonic(), 0
+    for service in (render_service(job), render_master_alias(job)):  # their DNS names, in every gang
+        executor.network.publish(service)
     with ProgressView(job) as view:
         view.say(
             f"{job.name}: {spec.nodes} node(s) × {spec.resolved_procs_per_node} process(es), "
@@ -212,7 +222,9 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
         view.say(f"pod network: {executor.network_mode} ({executor.network_reason})")
         gang = Gang(job, restarts, executor, gpus)
         first_metrics = gang.metrics_path
-        offset = first_metrics.stat().st_size if first_metrics.exists() else 0  # earlier runs' records
+        offset = (
+            first_metrics.stat().st_size if first_metrics and first_metrics.exists() else 0
+        )  # earlier runs' records
         while (verdict := _run_gang(gang, view, limits, restarts)).action is Action.RESTART:
             restarts += 1
             view.say(verdict.message)

@@ -67,16 +67,20 @@ class NetworkError(OSError):
 
 @dataclass(frozen=True)
 class PodIdentity:
-    """What the network needs to know of a pod: its names."""
+    """What the network needs to know of a pod: its names, and its labels (which Services select it)."""
 
     namespace: str
     hostname: str
     subdomain: str | None
+    labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, pod: Pod) -> PodIdentity:
-        namespace = pod["metadata"].get("namespace") or "default"
-        return cls(namespace, pod_hostname(pod), pod["spec"].get("subdomain"))
+        labels = tuple(sorted((pod["metadata"].get("labels") or {}).items()))
+        return cls(namespace_of(pod), pod_hostname(pod), pod["spec"].get("subdomain"), labels)
+
+    def selected_by(self, selector: Mapping[str, str]) -> bool:
+        return bool(selector) and selector.items() <= dict(self.labels).items()
 
     def dns_names(self) -> list[str]:
         """The names a headless Service named after the pod's subdomain gives it, longest first."""
@@ -104,6 +108,11 @@ class PodNetwork(abc.ABC):
     reason: str  # why this mode, in words, for a log line
     host_ip: str  # status.hostIP: the host's address as the pods see it
     shares_host_ports: bool  # whether pods listen in the host's port space
+
+    def publish(self, service: Mapping[str, Any]) -> None:
+        """A headless Service's name for the pods it selects, as a cluster's DNS answers it; only where
+        pods have a DNS of their own (a network namespace each), so nothing on the loopback."""
+        return None
 
     @abc.abstractmethod
     def attach(self, identity: PodIdentity) -> PodSandbox:
@@ -196,6 +205,7 @@ class NamespaceNetwork(PodNetwork):
         self.reason = f"a network namespace per pod, on bridge {self.bridge} ({self.subnet}, the host at {gateway})"
         self._free_ips = list(self.subnet.hosts())[1:]
         self._sandboxes: dict[str, PodSandbox] = {}  # by netns name, the attached ones
+        self._services: dict[tuple[str, str], Mapping[str, str]] = {}  # (namespace, name) → selector
         self._serial = itertools.count()
         self._lock = threading.Lock()
 
@@ -224,6 +234,12 @@ class NamespaceNetwork(PodNetwork):
             self._sandboxes[sandbox.netns] = sandbox
             self._write_hosts_files(identity.namespace)
         return sandbox
+
+    def publish(self, service: Mapping[str, Any]) -> None:
+        namespace = namespace_of(service)
+        with self._lock:
+            self._services[(namespace, service["metadata"]["name"])] = dict(service["spec"].get("selector") or {})
+            self._write_hosts_files(namespace)
 
     def detach(self, sandbox: PodSandbox) -> None:
         with self._lock:
@@ -257,8 +273,9 @@ class NamespaceNetwork(PodNetwork):
     def _write_hosts_files(self, namespace: str) -> None:
         """Every pod of `namespace` gets the namespace's current names (called with the lock held)."""
         peers = [sandbox for sandbox in self._sandboxes.values() if sandbox.identity.namespace == namespace]
+        services = {name: selector for (where, name), selector in self._services.items() if where == namespace}
         for sandbox in peers:
-            write_in_place(NETNS_ETC / str(sandbox.netns) / "hosts", hosts_file(sandbox, peers))
+            write_in_place(NETNS_ETC / str(sandbox.netns) / "hosts", hosts_file(sandbox, peers, services))
 
     def _used_networks(self) -> list[ipaddress.IPv4Network]:
         routes = json.loads(self._ip("-j", "-4", "route", "show", "table", "all") or "[]")
@@ -297,12 +314,30 @@ def why_no_namespaces() -> str | None:
     return None
 
 
-def hosts_file(own: PodSandbox, peers: Sequence[PodSandbox]) -> str:
+def hosts_file(
+    own: PodSandbox, peers: Sequence[PodSandbox], services: Mapping[str, Mapping[str, str]] | None = None
+) -> str:
     """A pod's /etc/hosts: the kubelet's (localhost, the pod's own names) plus the names of its
-    namespace's other pods, which a cluster's DNS would answer."""
-    names = [(own.ip, [*own.identity.dns_names(), own.identity.hostname])]
-    names += [(peer.ip, peer.identity.dns_names()) for peer in peers if peer is not own and peer.identity.subdomain]
+    namespace's other pods and of the headless `services` (by name, with their selectors) that select
+    them, which a cluster's DNS would answer."""
+
+    def service_names(identity: PodIdentity) -> list[str]:
+        selecting = [name for name, selector in (services or {}).items() if identity.selected_by(selector)]
+        suffixes = (f".{identity.namespace}.svc.{CLUSTER_DOMAIN}", f".{identity.namespace}.svc", "")
+        return [name + suffix for name in selecting for suffix in suffixes]
+
+    names = [(own.ip, [*own.identity.dns_names(), own.identity.hostname, *service_names(own.identity)])]
+    names += [
+        (peer.ip, [*peer.identity.dns_names(), *service_names(peer.identity)])
+        for peer in peers
+        if peer is not own and (peer.identity.subdomain or service_names(peer.identity))
+    ]
     return HOSTS_HEADER + "".join(f"{ip}\t{' '.join(hostnames)}\n" for ip, hostnames in names)
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """A namespaced object's namespace; run-local's objects have none, and live in `default`."""
+    return obj["metadata"].get("namespace") or "default"
 
 
 def resolv_conf(namespace: str) -> str:

@@ -22,7 +22,7 @@ class RunResult:
     restarts: int
     seconds: float
     records: list[dict[str, Any]]  # this run's metrics.jsonl records
-    metrics_path: Path
+    metrics_path: Path | None  # None: a script of one's own, which writes no metrics.jsonl
     checkpoint_dir: Path | None
     workdir: Path
 
@@ -34,7 +34,7 @@ def summary(result: RunResult) -> str:
     if records:
         speeds = [r["samplesPerSecond"] for r in records if "samplesPerSecond" in r]
         lines += [
-            f"  steps       {records[-1]['step']}/{job.spec.training.max_steps}",
+            f"  steps       {records[-1]['step']}/{job.spec.training.max_steps if job.spec.training else '?'}",
             f"  loss        {records[0]['loss']:.4f} (step {records[0]['step']}) -> {records[-1]['loss']:.4f}",
             f"  throughput  {statistics.median(speeds):.0f} samples/s (median)" if speeds else "",
             f"  metrics     {result.metrics_path}",
@@ -48,9 +48,11 @@ def summary(result: RunResult) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def metrics_records(path: Path, offset: int) -> list[dict[str, Any]]:
+def metrics_records(path: Path | None, offset: int) -> list[dict[str, Any]]:
     """The metrics.jsonl records written by this run (the file also keeps earlier runs' records); a
     line cut short by a killed process is skipped."""
+    if path is None:
+        return []
     try:
         with path.open() as file:
             file.seek(offset)

@@ -25,7 +25,8 @@ class ProgressView:
             console=self.console,
             disable=not self.live,
         )
-        self.task = self.bar.add_task(job.name, total=job.spec.training.max_steps, loss="-", speed="-", eta="-")
+        max_steps = job.spec.training.max_steps if job.spec.training is not None else None  # None: unknown
+        self.task = self.bar.add_task(job.name, total=max_steps, loss="-", speed="-", eta="-")
         self.last_step = -1
 
     def __enter__(self) -> ProgressView:
