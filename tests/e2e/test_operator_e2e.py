@@ -151,6 +151,13 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
 HANG_TIMEOUT = 4  # seconds: training.hangTimeoutSeconds for the hang test
 
 
+def wait_event(team, name, reason):
+    """The messages of the job's Events with `reason`, once there is one."""
+    return team.kube.wait_until(
+        lambda: [message for _, said, message in team.events(name) if said == reason], timeout=TIMEOUT, interval=0.1
+    )
+
+
 def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_it(cluster, tmp_path):
     """Rank 1 stops (SIGSTOP) mid-step in the first gang: it never exits. Rank 0's watchdog stops it while it
     waits on rank 1, saying so; the gang policy then names the stuck pod, not the one that exited first."""
@@ -161,11 +168,7 @@ def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_
     training = {"data": stop, "maxSteps": 12, "hangTimeoutSeconds": HANG_TIMEOUT}
     directory = submit_training(cluster, "e2e-hang", training, maxRestarts=1)
     stopped_at = float(cluster.kube.wait_until(lambda: _text(tmp_path / "stopped-at"), timeout=TIMEOUT))
-    restarting = cluster.kube.wait_until(
-        lambda: [message for _, reason, message in cluster.events("e2e-hang") if reason == "Restarting"],
-        timeout=TIMEOUT,
-        interval=0.1,
-    )
+    restarting = wait_event(cluster, "e2e-hang", "Restarting")
     detected_in = time.time() - stopped_at
     assert detected_in <= 2 * HANG_TIMEOUT, f"hang found after {detected_in:.1f} s"
     assert "pod e2e-hang-g0-1-" in restarting[0] and "stopped advancing" in restarting[0], restarting
@@ -190,11 +193,7 @@ def test_a_gang_that_stops_whole_is_found_by_its_silence_and_restarted_as_hung(c
     training = {"data": stop, "maxSteps": 20, "hangTimeoutSeconds": HANG_TIMEOUT, "checkpoint": {"everySteps": 50}}
     submit_training(cluster, "e2e-frozen", training)
     stopped_at = float(cluster.kube.wait_until(lambda: _text(tmp_path / "stopped-at"), timeout=TIMEOUT))
-    hung = cluster.kube.wait_until(
-        lambda: [message for _, reason, message in cluster.events("e2e-frozen") if reason == "Hang"],
-        timeout=TIMEOUT,
-        interval=0.1,
-    )
+    hung = wait_event(cluster, "e2e-frozen", "Hang")
     found_in = time.time() - stopped_at
     # The promise: the hang timeout, a logging interval (1 step) and a second; then the operator's lag.
     lag = PROGRESS_INTERVAL + 2.0

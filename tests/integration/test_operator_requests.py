@@ -79,13 +79,14 @@ def test_creating_jobs_at_once_costs_their_writes_and_no_reads(install, team, co
         made = made_since(control_plane, install, mark, settle_seconds=2.0)
 
     assert {kind: n for kind, n in made.items() if kind[0] in READS} == {}, "reads the cache should have served"
-    assert made[("create", "services")] == made[("create", "jobs.batch")] == JOBS
+    assert made[("create", "services")] == 2 * JOBS and made[("create", "jobs.batch")] == JOBS  # + the master alias
     # Created, and Unschedulable: this tier has no nodes, so the scheduler refuses every pod (said once).
     assert made[("create", "events")] == 2 * JOBS
     status_patches = made[("patch", "scaletrainjobs.scaletrain.io/status")]
     assert JOBS <= status_patches <= 3 * JOBS  # Pending, then the pods counted (at most one by one)
-    # The target is for a cluster with room for the pods: the Unschedulable Events are this tier's own.
-    assert (sum(made.values()) - JOBS) / JOBS <= 6
+    # The target is for a cluster with room for the pods: the Unschedulable Events are this tier's own. It was
+    # 6 before the master alias, one more create per job.
+    assert (sum(made.values()) - JOBS) / JOBS <= 7
 
 
 def test_a_gangs_lifecycle_reads_fresh_only_where_a_decision_cannot_be_undone(install, team, control_plane):

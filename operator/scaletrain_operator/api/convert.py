@@ -532,12 +532,19 @@ def _pytorchjob_procs(
     """spec.nprocPerNode, else the deprecated elasticPolicy.nProcPerNode. Unset is the controller's auto,
     with which it counts one process per pod in WORLD_SIZE, as ScaleTrain's default does on CPU."""
     policy, policy_where = elastic
-    value, at = spec.get("nprocPerNode"), where.at("nprocPerNode")
-    if value is None:
-        value, at = policy.get("nProcPerNode"), policy_where.at("nProcPerNode")
-    if value is None:
-        return None
-    return _procs_per_node(value, at, fields.get("gpusPerNode", 0), None, found)
+    given = _first_given(spec, where, "nprocPerNode", policy, policy_where, "nProcPerNode")
+    return _procs_per_node(*given, fields.get("gpusPerNode", 0), None, found) if given else None
+
+
+def _first_given(
+    own: dict[str, Any], where: Where, key: str, fallback: dict[str, Any], fallback_where: Where, fallback_key: str
+) -> tuple[Any, Where] | None:
+    """`own[key]` with its path if set, else `fallback[fallback_key]` with its path if set."""
+    if own.get(key) is not None:
+        return own[key], where.at(key)
+    if fallback.get(fallback_key) is not None:
+        return fallback[fallback_key], fallback_where.at(fallback_key)
+    return None
 
 
 def _procs_per_node(value: Any, where: Where, gpus: int, counted_cpus: int | None, found: _Findings) -> int | None:
@@ -730,13 +737,11 @@ def _trainjob_procs(
     """spec.trainer.numProcPerNode, else the runtime's torch.numProcPerNode (default auto). With
     resourcesPerNode, Kubeflow Trainer resolves auto and cpu on CPU to a CPU count itself."""
     policy, policy_where = torch
-    value, at = trainer.get("numProcPerNode"), where.at("numProcPerNode")
-    if value is None:
-        value, at = policy.get("numProcPerNode"), policy_where.at("numProcPerNode")
-    if value is None:
+    given = _first_given(trainer, where, "numProcPerNode", policy, policy_where, "numProcPerNode")
+    if given is None:
         return None
     counted_cpus = _cpu_count(fields.get("resources", {})) if trainer.get("resourcesPerNode") is not None else None
-    return _procs_per_node(value, at, fields.get("gpusPerNode", 0), counted_cpus, found)
+    return _procs_per_node(*given, fields.get("gpusPerNode", 0), counted_cpus, found)
 
 
 def _cpu_count(resources: dict[str, Any]) -> int:

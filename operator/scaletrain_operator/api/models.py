@@ -293,7 +293,7 @@ class ScaleTrainJobSpec(SpecModel):
         None, description="A PodTemplateSpec merged under the rendered pod (sidecars, init containers, ...)."
     )
     rank_env_containers: list[Annotated[str, Field(pattern=naming.DNS_1123_LABEL, max_length=63)]] = Field(
-        default_factory=lambda: [naming.TRAINER_CONTAINER],
+        [naming.TRAINER_CONTAINER],  # pydantic copies a mutable default for each object
         min_length=1,
         max_length=16,
         description="Containers that get the rank env (MASTER_ADDR, WORLD_SIZE, PET_*, ...) and spec.env: the "

@@ -31,17 +31,8 @@ def render_children(job: ScaleTrainJob, generation: int = 0, namespace: str | No
 
 def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
     """Headless, and publishing not-ready pods: ranks must resolve each other before they are Ready."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _metadata(job, naming.service_name(job.name), namespace, job_labels(job)),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {naming.LABEL_JOB_NAME: job.name},
-            "ports": [{"name": "rendezvous", "port": job.spec.master_port, "targetPort": job.spec.master_port}],
-        },
-    }
+    selector = {naming.LABEL_JOB_NAME: job.name}
+    return _headless_service(job, naming.service_name(job.name), namespace, selector, publishNotReadyAddresses=True)
 
 
 def render_master_alias(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
@@ -49,14 +40,23 @@ def render_master_alias(job: ScaleTrainJob, namespace: str | None = None) -> dic
     the gang before drops out, so after a gang restart the name is the new rank 0 alone. (The Service
     above publishes not-ready pods: ranks must resolve each other before they are ready. Here a restart
     could otherwise leave two addresses under one name.)"""
+    selector = {naming.LABEL_JOB_NAME: job.name, naming.COMPLETION_INDEX_LABEL: "0"}
+    return _headless_service(job, naming.master_alias(job.name), namespace, selector)
+
+
+def _headless_service(
+    job: ScaleTrainJob, name: str, namespace: str | None, selector: dict[str, str], **spec: Any
+) -> dict[str, Any]:
+    port = job.spec.master_port
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job, naming.master_alias(job.name), namespace, job_labels(job)),
+        "metadata": _metadata(job, name, namespace, job_labels(job)),
         "spec": {
             "clusterIP": "None",
-            "selector": {naming.LABEL_JOB_NAME: job.name, naming.COMPLETION_INDEX_LABEL: "0"},
-            "ports": [{"name": "rendezvous", "port": job.spec.master_port, "targetPort": job.spec.master_port}],
+            **spec,
+            "selector": selector,
+            "ports": [{"name": "rendezvous", "port": port, "targetPort": port}],
         },
     }
 

@@ -172,9 +172,9 @@ class Housekeeping:
             self.cluster.post_event(where, Event("Warning", "LossNotFinite", message))
         set_aside = progress.get("checkpointsSetAside") or []
         if set_aside and set_aside != (before.checkpoints_set_aside if before else None):
-            where = f" in {job.spec.training.checkpoint.dir}" if job.spec.training is not None else ""
+            in_dir = f" in {job.spec.training.checkpoint.dir}" if job.spec.training is not None else ""
             message = (
-                f"damaged checkpoints moved aside{where}: {', '.join(set_aside)}; "
+                f"damaged checkpoints moved aside{in_dir}: {', '.join(set_aside)}; "
                 "training resumed from the newest sound one (rank 0's log says what was wrong)"
             )
             self.cluster.post_event(where, Event("Warning", "CheckpointSetAside", message))
