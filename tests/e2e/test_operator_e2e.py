@@ -283,3 +283,28 @@ def test_a_script_of_ones_own_without_a_training_block_shows_its_progress_and_su
     status = wait_phase(cluster, "e2e-own", "Succeeded")
     assert status["progress"]["step"] == 40 and status["progress"]["loss"] == 0.025
     assert status["restarts"] == 0
+
+
+def test_kubeflows_sendrecv_smoke_test_with_plain_python(cluster):
+    """Kubeflow's smoke test (stand-in: scripts/dist_sendrecv.py) as its PyTorchJob starts it, plain
+    `python` in each pod and env:// from the pod's env, no training block, through the operator to
+    Succeeded. (Its run-local side, and the other third-party scripts, are in test_third_party_scripts.py.)"""
+    command = ["python", str(SCRIPTS / "dist_sendrecv.py")]
+    env = [{"name": "OMP_NUM_THREADS", "value": "1"}]
+    cluster.submit("sendrecv", training=DELETE, command=command, env=env, maxRestarts=0)
+
+    def finished():
+        assert not cluster.kubelet.errors, cluster.kubelet.errors  # a broken kubelet, not a slow job
+        status = (cluster.stj("sendrecv") or {}).get("status", {})
+        return status.get("phase") in ("Succeeded", "Failed") and status
+
+    status = cluster.kube.wait_until(finished, timeout=TIMEOUT, interval=0.2)
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 0 and status["nodes"]["succeeded"] == 2, status
+    pods = cluster.kube.list("pods", cluster.namespace, "batch.kubernetes.io/job-name=sendrecv-g0")
+    names = sorted(pod["metadata"]["name"] for pod in pods)  # sendrecv-g0-0-…, then sendrecv-g0-1-…
+    logs = [cluster.kubelet.running(cluster.namespace, name).log_path.read_text() for name in names]
+    for rank, log in enumerate(logs):
+        assert f"RANK: {rank}\n" in log and "WORLD_SIZE: 2\n" in log, log
+    assert "rank 1 of 2 received from rank 0: [1.0, 2.0, 3.0, 4.0]" in logs[1], logs[1]
+    assert "result from worker 1: [1.0, 4.0, 9.0, 16.0]" in logs[0], logs[0]
