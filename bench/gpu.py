@@ -29,7 +29,7 @@ def measure(precision_name: str, model_shape: dict, micro_batch: int, accumulati
 
     from scaletrain_trainer.checkpoint import TrainState
     from scaletrain_trainer.config import parse_training_config
-    from scaletrain_trainer.data import SyntheticSequences, collate
+    from scaletrain_trainer.data import SyntheticSequences, collate, to_device
     from scaletrain_trainer.distributed import Runtime
     from scaletrain_trainer.loop import build_optimizer, build_scheduler, train_step
     from scaletrain_trainer.model import build_model, count_parameters
@@ -53,7 +53,9 @@ def measure(precision_name: str, model_shape: dict, micro_batch: int, accumulati
     optimizer = build_optimizer(model, config.optimizer)
     state = TrainState(model, optimizer, build_scheduler(optimizer, config.scheduler, steps), precision.grad_scaler())
     dataset = SyntheticSequences(micro_batch * accumulation, model_shape["contextLength"], model_shape["vocabSize"], 0)
-    window = [collate(dataset, list(range(i, i + micro_batch)), device) for i in range(0, len(dataset), micro_batch)]
+    window = to_device(
+        [collate(dataset, list(range(i, i + micro_batch))) for i in range(0, len(dataset), micro_batch)], device
+    )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times = []

@@ -37,7 +37,7 @@ def state_bytes_worker(strategy: str, result_file: Path) -> None:
     import torch
 
     from scaletrain_trainer.checkpoint import TrainState
-    from scaletrain_trainer.data import GlobalBatches, build_dataset, collate
+    from scaletrain_trainer.data import GlobalBatches, build_dataset, collate, to_device
     from scaletrain_trainer.distributed import init_distributed, seed_everything, shutdown
     from scaletrain_trainer.loop import build_optimizer, build_scheduler, train_step
     from scaletrain_trainer.model import build_model
@@ -53,7 +53,7 @@ def state_bytes_worker(strategy: str, result_file: Path) -> None:
     state = TrainState(model, optimizer, build_scheduler(optimizer, config.scheduler, 1), precision.grad_scaler())
     dataset = build_dataset(config.data, config.model, 0)
     batches = GlobalBatches(len(dataset), 8, 2, runtime.world_size, runtime.rank, 0)
-    micro_batches = [collate(dataset, ids, runtime.device) for ids in batches.micro_batches(0)]
+    micro_batches = to_device([collate(dataset, ids) for ids in batches.micro_batches(0)], runtime.device)
     train_step(model, micro_batches, state, precision, 1.0, runtime.world_size)
     inputs, targets = micro_batches[0]  # gradients again (the step cleared them), to count them
     torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()).backward()
@@ -90,7 +90,7 @@ def peak_activation_bytes(micro_batch: int, global_batch: int = 8) -> int:
             saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
             return tensor
 
-        inputs, targets = collate(dataset, list(range(start, start + micro_batch)), torch.device("cpu"))
+        inputs, targets = collate(dataset, list(range(start, start + micro_batch)))
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
         peak = max(peak, sum(size for pointer, size in saved.items() if pointer not in parameters))

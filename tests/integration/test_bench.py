@@ -28,6 +28,21 @@ def test_step_time_benchmark_runs(tmp_path):
     report = _bench("step_time.py", tmp_path, "--rounds", "1", "--steps", "20")
     assert set(report["medianStepSeconds"]) == {"scaletrain", "handwritten", "accelerate"}
     assert all(seconds > 0 for seconds in report["medianStepSeconds"].values())
+    assert [(r["variant"], r["baseline"]) for r in report["ratios"]] == [
+        ("scaletrain", "handwritten"),
+        ("scaletrain", "accelerate"),
+    ]
+
+
+def test_every_step_time_suite_trains_valid_configs(monkeypatch):
+    """The compile suite is not run here (its compile alone takes a minute); its configs are checked."""
+    from scaletrain_trainer.config import parse_training_config
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    step_time = importlib.import_module("step_time")
+    for suite in step_time.SUITES.values():
+        for variant in suite.variants.values():
+            parse_training_config(suite.training | variant.overrides)
 
 
 def test_gpu_benchmark_code_path_runs_on_cpu(tmp_path):

@@ -21,7 +21,15 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from scaletrain_trainer.checkpoint import CheckpointManager, TrainState, check_data_position
 from scaletrain_trainer.config import CheckpointConfig, DataConfig, ModelConfig, SchedulerConfig, parse_training_config
-from scaletrain_trainer.data import IGNORE_INDEX, GlobalBatches, build_dataset, check_holds_a_global_batch, collate
+from scaletrain_trainer.data import (
+    IGNORE_INDEX,
+    GlobalBatches,
+    build_dataset,
+    check_holds_a_global_batch,
+    collate,
+    resolve_workers,
+    step_loader,
+)
 from scaletrain_trainer.distributed import Runtime
 from scaletrain_trainer.exit_codes import write_error_cause
 from scaletrain_trainer.loop import build_scheduler, train_step
@@ -80,9 +88,43 @@ def test_epochs_are_reshuffled_and_the_last_window_is_short():
 
 def test_padding_positions_ignore_their_targets():
     dataset = build_dataset(DataConfig(), ModelConfig(context_length=8, vocab_size=32), seed=0)
-    inputs, targets = collate(dataset, [5, None], CPU)
+    inputs, targets = collate(dataset, [5, None])
     assert torch.equal(inputs[0], inputs[1])
     assert (targets[1] == IGNORE_INDEX).all() and (targets[0] != IGNORE_INDEX).all()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_step_loader_yields_every_steps_micro_batches_in_order(workers):
+    """From a resumed step, across a short window (step 12) and an epoch boundary, with or without workers."""
+    dataset = build_dataset(DataConfig(synthetic_samples=200), ModelConfig(context_length=8, vocab_size=32), seed=0)
+    batches = GlobalBatches(len(dataset), 16, 4, world_size=2, rank=1, seed=0)
+    steps = range(10, 16)
+    loaded = list(step_loader(dataset, batches, steps, DataConfig(workers=workers), seed=0, device=CPU))
+    expected = [[collate(dataset, ids) for ids in batches.micro_batches(step)] for step in steps]
+    assert [len(micro) for micro in loaded] == [2, 2, 1, 2, 2, 2]
+    assert _as_lists(loaded) == _as_lists(expected)
+    assert batches.samples_in(12) == len(batches.global_batch(12)) == 8
+
+
+def _as_lists(steps):
+    return [[(inputs.tolist(), targets.tolist()) for inputs, targets in micro] for micro in steps]
+
+
+def test_data_workers_unset_are_two_on_gpus_and_none_on_cpu():
+    assert resolve_workers(None, torch.device("cuda", 0)) == 2
+    assert resolve_workers(None, CPU) == 0
+    assert resolve_workers(3, CPU) == 3 and resolve_workers(0, torch.device("cuda", 0)) == 0
+
+
+def test_the_step_loader_leaves_the_training_random_stream_alone():
+    """Resuming restores the global RNG; a loader drawing from it would shift dropout after a resume."""
+    dataset = build_dataset(DataConfig(), ModelConfig(context_length=8, vocab_size=32), seed=0)
+    batches = GlobalBatches(len(dataset), 4, 2, world_size=1, rank=0, seed=0)
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    next(iter(step_loader(dataset, batches, range(3), DataConfig(), seed=0, device=CPU)))
+    assert torch.equal(torch.rand(3), expected)
 
 
 # --- loss normalization --------------------------------------------------------------------------
@@ -365,6 +407,35 @@ def test_activation_checkpointing_wraps_every_block():
     assert len(blocks) == config.model.layers and all(isinstance(b, CheckpointWrapper) for b in blocks)
 
 
+def test_compile_compiles_every_block_in_place_keeping_parameter_names():
+    from scaletrain_trainer.parallel import apply_parallelism
+
+    def parallel_model(**overrides):
+        config = parse_training_config({"globalBatchSize": 2, "microBatchSize": 1} | overrides)
+        torch.manual_seed(0)
+        return apply_parallelism(build_model(config.model), "ddp", resolve_precision("fp32", CPU), RUNTIME, config)
+
+    compiled = parallel_model(compile=True, activationCheckpointing=True)
+    # Compiled lazily, at the first call: nothing is compiled here.
+    assert all(block._compiled_call_impl is not None for block in compiled.module.blocks)
+    assert compiled.module._compiled_call_impl is None  # per block, not the whole model as well
+    plain = parallel_model(activationCheckpointing=True)
+    assert compiled.state_dict().keys() == plain.state_dict().keys()  # checkpoints move between on and off
+
+
+def test_compile_without_a_cpp_compiler_is_a_config_error_naming_the_field(monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    from scaletrain_trainer.parallel import compile_in_place
+
+    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/g++",))
+    with pytest.raises(ProblemsError) as error:
+        compile_in_place(Bigram(), CPU)
+    assert str(error.value) == (
+        "compile: torch.compile on cpu needs a C++ compiler (g++, or $CXX): add it to the image, or set compile: false"
+    )
+
+
 def test_resume_refuses_a_different_model(tmp_path):
     manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1), RUNTIME)
     state = _state(nn.parallel.DistributedDataParallel(Bigram()))
@@ -400,6 +471,16 @@ def test_the_hang_timeout_is_the_configured_one_else_ten_median_steps_but_at_lea
     assert automatic.timeout == 400
     automatic.step_seconds = [1.0] * 10
     assert automatic.timeout == 300
+
+
+def test_the_step_that_compiles_is_not_watched_for_hangs(tmp_path):
+    from scaletrain_trainer.loop import step_phase
+
+    watchdog = Watchdog(4, str(tmp_path), rank=0)
+    with step_phase(watchdog, 1, compiling=True):
+        assert watchdog.paused and "torch.compile" in watchdog.doing
+    with step_phase(watchdog, 2, compiling=False):
+        assert not watchdog.paused and watchdog.waits_on_peers
 
 
 def test_write_errors_are_named_in_one_line_even_inside_a_distributed_checkpoint_failure():

@@ -34,6 +34,8 @@ def test_defaults_are_a_runnable_tiny_gpt():
         "auto",
     )
     assert config.checkpoint.dir is None and config.metrics_port == 9400
+    assert not config.compile  # eager: a compile costs tens of seconds at every start
+    assert (config.data.workers, config.data.prefetch_factor) == (None, 2)  # workers chosen by device at run time
 
 
 def test_json_round_trip_is_lossless():
@@ -61,6 +63,18 @@ def test_load_from_env_and_from_file(tmp_path):
         (
             {"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "data": {"source": "tokens"}}'},
             "data.path: required for source tokens",
+        ),
+        (
+            {"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "data": {"workers": 65}}'},
+            "data.workers: Input should be less than or equal to 64 (got 65)",
+        ),
+        (
+            {"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "data": {"prefetchFactor": 0}}'},
+            "data.prefetchFactor: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            {"SCALETRAIN_CONFIG": '{"globalBatchSize": 8, "microBatchSize": 2, "compile": "max-autotune"}'},
+            "compile: Input should be a valid boolean (got 'max-autotune')",
         ),
     ],
 )

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from .config import DataConfig, ModelConfig
 from .plugins import build_from
 from .validation import Problem, ProblemsError
 
 IGNORE_INDEX = -100
+MicroBatch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets)
 
 
 class SyntheticSequences(Dataset):
@@ -135,6 +136,11 @@ class GlobalBatches:
         epoch, step_in_epoch = divmod(step, self.steps_per_epoch)
         return epoch, step_in_epoch * self.global_batch_size
 
+    def samples_in(self, step: int) -> int:
+        """len(global_batch(step)), without the epoch's shuffled order (which only the data workers need)."""
+        _, offset = self.position(step)
+        return min(self.global_batch_size, self.dataset_size - offset)
+
     def global_batch(self, step: int) -> list[int]:
         epoch, offset = self.position(step)
         order = _epoch_order(self.dataset_size, self.seed, epoch)
@@ -157,7 +163,7 @@ def _epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch), dtype=dtype)
 
 
-def collate(dataset: Dataset, indices: Sequence[int | None], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def collate(dataset: Dataset, indices: Sequence[int | None]) -> MicroBatch:
     """Stack samples into a micro-batch; padding positions copy a real input and ignore its targets."""
     filler = next((i for i in indices if i is not None), 0)
     inputs, targets = [], []
@@ -165,7 +171,54 @@ def collate(dataset: Dataset, indices: Sequence[int | None], device: torch.devic
         x, y = dataset[filler if index is None else index]
         inputs.append(x)
         targets.append(y if index is not None else torch.full_like(y, IGNORE_INDEX))
-    batch = torch.stack(inputs), torch.stack(targets)
-    if device.type == "cuda":  # from pinned host memory the copy overlaps with compute
-        return tuple(t.pin_memory().to(device, non_blocking=True) for t in batch)
-    return batch
+    return torch.stack(inputs), torch.stack(targets)
+
+
+class StepMicroBatches(Dataset):
+    """Item `step`: this rank's micro-batches of that step, collated on the host. The samples come from
+    GlobalBatches alone, so a loader over it keeps the order, whoever loads the step."""
+
+    def __init__(self, dataset: Dataset, batches: GlobalBatches):
+        self.dataset, self.batches = dataset, batches
+
+    def __getitem__(self, step: int) -> list[MicroBatch]:
+        return [collate(self.dataset, indices) for indices in self.batches.micro_batches(step)]
+
+
+AUTO_GPU_WORKERS = 2
+
+
+def resolve_workers(workers: int | None, device: torch.device) -> int:
+    """Unset: 2 on GPUs, whose steps leave the host's cores idle; 0 on CPU, where the ranks use them."""
+    if workers is not None:
+        return workers
+    return AUTO_GPU_WORKERS if device.type == "cuda" else 0
+
+
+def step_loader(
+    dataset: Dataset, batches: GlobalBatches, steps: range, data: DataConfig, seed: int, device: torch.device
+) -> DataLoader:
+    """The micro-batches of each step in `steps`, in order, loaded ahead by `data.workers` processes.
+
+    One pass over every remaining step, so the workers live for the whole run (across epochs too), as
+    persistent workers would. Its own generator seeds the workers: drawn from the global one, the seed
+    would shift the training's random stream (dropout), which resuming restores exactly.
+    """
+    workers = resolve_workers(data.workers, device)
+    return DataLoader(
+        StepMicroBatches(dataset, batches),
+        batch_size=None,  # an item is already a step's micro-batches
+        sampler=steps,
+        num_workers=workers,
+        prefetch_factor=data.prefetch_factor if workers else None,
+        pin_memory=device.type == "cuda",  # from pinned memory the copy to the GPU overlaps with compute
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def to_device(micro_batches: list[MicroBatch], device: torch.device) -> list[MicroBatch]:
+    """Asynchronous from the loader's pinned memory on GPUs; the same tensors on CPU."""
+    return [
+        (inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True))
+        for inputs, targets in micro_batches
+    ]

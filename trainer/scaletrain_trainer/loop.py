@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -16,7 +17,15 @@ from torch import nn
 
 from .checkpoint import CheckpointManager, TrainState, check_data_position
 from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
-from .data import IGNORE_INDEX, GlobalBatches, build_dataset, check_holds_a_global_batch, collate
+from .data import (
+    IGNORE_INDEX,
+    GlobalBatches,
+    build_dataset,
+    check_holds_a_global_batch,
+    resolve_workers,
+    step_loader,
+    to_device,
+)
 from .distributed import Runtime, agree, all_reduce_sum, seed_everything
 from .exit_codes import NonFinite
 from .metrics import MetricsReporter
@@ -38,15 +47,18 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     model, strategy = build_parallel_model(config, precision, runtime)
     seed_everything(config.seed)  # the training stream of random numbers: the same on every rank
     log.info(
-        "%s: %d parameters, %s, %s, world size %d, micro-batch %d × %d accumulation steps = global batch %d",
+        "%s: %d parameters, %s, %s%s, world size %d, micro-batch %d × %d accumulation steps = global batch %d, "
+        "%d data workers",
         config.model.name,
         count_parameters(model),
         strategy,
         precision.name,
+        ", compiled" if config.compile else "",
         runtime.world_size,
         config.micro_batch_size,
         accumulation,
         config.global_batch_size,
+        resolve_workers(config.data.workers, runtime.device),
     )
     optimizer = build_optimizer(model, config.optimizer)
     scheduler = build_scheduler(optimizer, config.scheduler, config.max_steps)
@@ -60,6 +72,11 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     resumed_from = checkpoints.restore_latest(state)
     if resumed_from is not None:
         check_data_position(state, batches.position(state.step))
+    # After the restore: the loader starts at the resumed step. Before the reporter's and watchdog's
+    # threads start: workers are forked from this process.
+    steps = iter(
+        step_loader(dataset, batches, range(state.step, config.max_steps), config.data, config.seed, runtime.device)
+    )
     reporter = MetricsReporter(config.output_dir, config.metrics_port, config.max_steps, enabled=runtime.is_main)
     if checkpoints.set_aside:
         reporter.report_set_aside(checkpoints.set_aside)
@@ -75,12 +92,12 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     try:
         while state.step < config.max_steps:
             with watchdog.phase(f"loading the data of step {state.step + 1}", waits_on_peers=False):
-                micro_batches = [collate(dataset, ids, runtime.device) for ids in batches.micro_batches(state.step)]
-            with watchdog.phase(f"in step {state.step + 1} (compute and its collectives)", waits_on_peers=True):
+                micro_batches = to_device(next(steps), runtime.device)
+            with step_phase(watchdog, state.step + 1, compiling=config.compile and state.step == start_step):
                 result = train_step(
                     model, micro_batches, state, precision, config.grad_clip_norm, runtime.world_size, skips.enabled
                 )
-            samples += len(batches.global_batch(state.step))
+            samples += batches.samples_in(state.step)
             tokens += result.tokens
             state.step += 1
             state.data_position = batches.position(state.step)
@@ -132,6 +149,14 @@ def save(
     with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
         checkpoints.save(state)
     reporter.promise_report_within(next_report_within(config, watchdog))  # back to the steps' pace
+
+
+def step_phase(watchdog: Watchdog, step: int, compiling: bool) -> contextlib.AbstractContextManager:
+    """A step, watched for hangs; unwatched when it compiles (torch.compile compiles in the first step a
+    process runs: minutes for a large model, which is no hang). Its collectives keep their timeouts."""
+    if compiling:
+        return watchdog.paused_for(f"compiling the model in step {step} (torch.compile)")
+    return watchdog.phase(f"in step {step} (compute and its collectives)", waits_on_peers=True)
 
 
 def next_report_within(config: TrainingConfig, watchdog: Watchdog) -> float:

@@ -1,4 +1,4 @@
-"""Parallelism, applied by one function: DDP or FSDP2, activation checkpointing, SyncBatchNorm."""
+"""Parallelism, applied by one function: DDP or FSDP2, activation checkpointing, torch.compile, SyncBatchNorm."""
 
 from __future__ import annotations
 
@@ -102,6 +102,8 @@ def apply_parallelism(
             raise ProblemsError([Problem(("activationCheckpointing",), "the model has no `blocks` ModuleList")])
         for index, block in enumerate(blocks):
             blocks[index] = checkpoint_wrapper(block, preserve_rng_state=True)
+    if config.compile:
+        compile_in_place(model, runtime.device)
     if strategy == "fsdp":
         policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
         for block in blocks if isinstance(blocks, nn.ModuleList) else []:
@@ -110,6 +112,44 @@ def apply_parallelism(
         return model
     device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids)
+
+
+def compile_in_place(model: nn.Module, device: torch.device) -> None:
+    """torch.compile each block of `blocks` (as torchtitan does: every block reuses one small graph, so
+    compile time does not grow with depth), else the whole model.
+
+    After activation checkpointing, so that the recomputation is compiled too; before DDP and FSDP,
+    whose hooks stay outside the graphs. In place (Module.compile): parameter names stay as they are,
+    so checkpoints move between compile on and off.
+    """
+    _require_compile_toolchain(device)
+    blocks = getattr(model, "blocks", None)
+    for module in blocks if isinstance(blocks, nn.ModuleList) else [model]:
+        module.compile()
+
+
+def _require_compile_toolchain(device: torch.device) -> None:
+    """Inductor builds C++ kernels on CPU and Triton kernels on GPUs; without the tool the first step
+    would fail deep inside a compile."""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        found, tool = has_triton(), "Triton"
+    else:
+        found, tool = _has_cpp_compiler(), "a C++ compiler (g++, or $CXX)"
+    if not found:
+        message = f"torch.compile on {device.type} needs {tool}: add it to the image, or set compile: false"
+        raise ProblemsError([Problem(("compile",), message)])
+
+
+def _has_cpp_compiler() -> bool:
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        cpp_builder.get_cpp_compiler()  # the compiler inductor would use, found as inductor finds it
+    except exc.InvalidCxxCompiler:
+        return False
+    return True
 
 
 def autocast_enabled(model: nn.Module) -> bool:
