@@ -1,8 +1,9 @@
 """GPU benchmark: bf16 vs fp32 step time, and MFU, for a GPT-2-small-sized model (~124M) on one GPU.
 
 Uses the trainer's own components (model, parallelism, precision, train_step) in one process.
-MFU follows nanoGPT: (6·N + 12·layers·width·context) FLOPs per token × tokens/s ÷ the GPU's
-dense bf16 peak. fp32 runs with TF32 matmuls allowed, as PyTorch users usually do.
+MFU is the trainer's (scaletrain_trainer.flops): the model's FLOPs per token (6N plus attention, as
+nanoGPT counts them) × tokens/s ÷ the GPU's dense 16-bit peak. fp32 runs with TF32 matmuls allowed,
+as PyTorch users usually do, and its MFU is against the same bf16 peak.
 
     python bench/gpu.py                      # on a GPU machine; writes bench/results/gpu.json
     python bench/gpu.py --tiny --allow-cpu   # smoke run of the same code path on a CPU
@@ -20,8 +21,6 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 GPT2_SMALL = {"layers": 12, "heads": 12, "width": 768, "vocabSize": 50304, "contextLength": 1024}
 TINY = {"layers": 2, "heads": 2, "width": 64, "vocabSize": 256, "contextLength": 32}
-# Dense bf16 peak FLOP/s by device-name fragment (without sparsity).
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "L4": 121e12}
 
 
 def measure(precision_name: str, model_shape: dict, micro_batch: int, accumulation: int, steps: int, warmup: int):
@@ -32,8 +31,8 @@ def measure(precision_name: str, model_shape: dict, micro_batch: int, accumulati
     from scaletrain_trainer.data import SyntheticSequences, collate, to_device
     from scaletrain_trainer.distributed import Runtime
     from scaletrain_trainer.loop import build_optimizer, build_scheduler, train_step
-    from scaletrain_trainer.model import build_model, count_parameters
-    from scaletrain_trainer.parallel import apply_parallelism
+    from scaletrain_trainer.model import build_model, count_parameters, flops_per_token
+    from scaletrain_trainer.parallel import apply_parallelism, unwrapped
     from scaletrain_trainer.precision import resolve_precision
 
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
@@ -69,7 +68,9 @@ def measure(precision_name: str, model_shape: dict, micro_batch: int, accumulati
         if step >= warmup:
             times.append(time.perf_counter() - start)
     peak_memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return statistics.median(times), count_parameters(model.module), peak_memory
+    trained = unwrapped(model)
+    flops = flops_per_token(trained, model_shape["contextLength"])
+    return statistics.median(times), count_parameters(trained), flops, peak_memory
 
 
 def main() -> int:
@@ -86,6 +87,9 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
+    from scaletrain_trainer.flops import ModelFlops, peak_flops
+    from scaletrain_trainer.loop import device_name
+
     if not torch.cuda.is_available() and not args.allow_cpu:
         print("bench/gpu.py: no CUDA device here; run it on a GPU machine (or pass --allow-cpu)", file=sys.stderr)
         return 2
@@ -94,26 +98,26 @@ def main() -> int:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     shape = TINY if args.tiny else GPT2_SMALL
-    device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    device = device_name(torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
     tokens_per_step = args.micro_batch * args.accumulation * shape["contextLength"]
     rows = {}
     for precision_name in ("fp32", "bf16"):
-        seconds, parameters, peak_memory = measure(
+        seconds, parameters, flops_per_token, peak_memory = measure(
             precision_name, shape, args.micro_batch, args.accumulation, args.steps, args.warmup
         )
-        flops_per_token = 6 * parameters + 12 * shape["layers"] * shape["width"] * shape["contextLength"]
-        peak = next((value for key, value in PEAK_BF16.items() if key in device_name), None)
         tokens_per_second = tokens_per_step / seconds
+        utilization = ModelFlops(flops_per_token, 1, peak_flops(device)).utilization(tokens_per_second)
         rows[precision_name] = {
             "stepSeconds": seconds,
             "tokensPerSecond": tokens_per_second,
-            "mfu": flops_per_token * tokens_per_second / peak if peak else None,
+            "tflopsPerDevice": utilization["tflopsPerDevice"],
+            "mfu": utilization.get("mfu"),
             "peakMemoryBytes": peak_memory,
             "parameters": parameters,
         }
     dist.destroy_process_group()
     result = {
-        "device": device_name,
+        "device": device,
         "model": shape,
         "microBatch": args.micro_batch,
         "accumulation": args.accumulation,
@@ -122,11 +126,14 @@ def main() -> int:
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
     (args.results_dir / "gpu.json").write_text(json.dumps(result, indent=2))
-    print(f"{device_name}: GPT {rows['fp32']['parameters'] / 1e6:.1f}M params, {tokens_per_step} tokens/step")
-    print(f"{'precision':<10} {'step ms':>9} {'tokens/s':>11} {'MFU':>7}")
+    print(f"{device}: GPT {rows['fp32']['parameters'] / 1e6:.1f}M params, {tokens_per_step} tokens/step")
+    print(f"{'precision':<10} {'step ms':>9} {'tokens/s':>11} {'TFLOP/s':>9} {'MFU':>7}")
     for name, row in rows.items():
         mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
-        print(f"{name:<10} {row['stepSeconds'] * 1000:>9.1f} {row['tokensPerSecond']:>11.0f} {mfu:>7}")
+        print(
+            f"{name:<10} {row['stepSeconds'] * 1000:>9.1f} {row['tokensPerSecond']:>11.0f}"
+            f" {row['tflopsPerDevice']:>9.2f} {mfu:>7}"
+        )
     print(f"bf16 speedup over fp32: {result['bf16Speedup']:.2f}x")
     return 0
 

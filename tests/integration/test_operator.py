@@ -188,7 +188,8 @@ def test_each_operator_only_case_gets_past_the_server_and_is_marked_invalid(case
     assert team.children(f"bad-{case_id}", "jobs") == []
 
 
-RANK0_PROGRESS = {"step": 42, "maxSteps": 100, "loss": 1.25, "samplesPerSecond": 8.0, "etaSeconds": 70.0,
+RANK0_PROGRESS = {"step": 42, "maxSteps": 100, "loss": 1.25, "samplesPerSecond": 8.0, "tokensPerSecond": 128.0,
+                  "tflopsPerDevice": 0.5, "mfu": 0.25, "etaSeconds": 70.0,
                   "updatedAt": "2026-11-30T12:00:00+00:00"}  # fmt: skip
 
 
@@ -196,7 +197,7 @@ class _Progress(http.server.BaseHTTPRequestHandler):
     """Rank 0's /progress, as the trainer serves it (with a field status.progress does not keep)."""
 
     def do_GET(self):  # noqa: N802
-        body = json.dumps(getattr(self.server, "progress", RANK0_PROGRESS) | {"tokensPerSecond": 128.0}).encode()
+        body = json.dumps(getattr(self.server, "progress", RANK0_PROGRESS) | {"gradNorm": 0.5}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -241,6 +242,9 @@ def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_los
     assert (progress["step"], progress["loss"]) == (200, 1.099) and "etaSeconds" not in progress
     table = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished").stdout.splitlines()
     assert table[1].split()[:6] == ["finished", "Succeeded", "2", "200", "1.099", "0"]
+    wide = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished", "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[4:9] == ["LOSS", "TOKENS/S", "TFLOPS/DEVICE", "MFU", "RESTARTS"]
+    assert wide[1].split()[4:9] == ["1.099", "128", "0.5", "0.25", "0"]  # the last poll's throughput
 
 
 def test_damaged_checkpoints_rank_zero_set_aside_get_one_warning_event(team):

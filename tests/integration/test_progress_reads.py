@@ -44,7 +44,8 @@ def test_a_nan_loss_is_left_out_and_reported_as_not_finite():
 def test_fields_of_the_wrong_type_or_range_are_left_out():
     with HostileServer("wrong-types") as server:
         progress, _, _ = _read(server)
-    assert progress == {}  # a negative step, strings for numbers, an infinite ETA, a date that is not one, a path
+    # A negative step, strings for numbers, an infinite ETA, an MFU over 1, a date that is not one, a path.
+    assert progress == {}
 
 
 def test_a_list_of_set_aside_checkpoints_longer_than_the_status_keeps_is_left_out():

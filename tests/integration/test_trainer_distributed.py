@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from support.trainer_runs import GPT_OPTIONS, config_for, free_port, plugin_data, run_trainer
+from scaletrain_trainer.model import GPT
+from support.trainer_runs import BASE_CONFIG, GPT_OPTIONS, config_for, free_port, plugin_data, run_trainer
 
 FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes only reorder float sums
 
@@ -186,11 +187,17 @@ def test_metrics_and_termination_message(runs, tmp_path):
     termination_log = tmp_path / "termination-log"
     termination_log.touch()
     run = _ok(runs("ddp-w2-termlog", {"maxSteps": 4}, env={"SCALETRAIN_TERMINATION_LOG": str(termination_log)}))
+    shape = BASE_CONFIG["model"]
+    model = GPT(shape["vocabSize"], shape["contextLength"], shape["layers"], shape["heads"], shape["width"])
     for record in run.metrics():
-        assert {"step", "loss", "lr", "gradNorm", "samplesPerSecond", "tokensPerSecond"} <= set(record)
+        logged = {"step", "loss", "lr", "gradNorm", "samplesPerSecond", "tokensPerSecond", "tflopsPerDevice"}
+        assert logged <= set(record)
         assert record["samplesPerSecond"] > 0 and record["tokensPerSecond"] == pytest.approx(
             record["samplesPerSecond"] * 16
         )
+        # Per device: the model's FLOPs per token over the two processes. No MFU: a CPU has no peak in the table.
+        per_device = record["tokensPerSecond"] * model.flops_per_token(shape["contextLength"]) / 2
+        assert record["tflopsPerDevice"] == pytest.approx(per_device / 1e12) and "mfu" not in record
     summary = json.loads(termination_log.read_text())
     assert summary["result"] == "Succeeded" and summary["step"] == 4 and summary["maxSteps"] == 4
     assert summary["loss"] == run.losses()[-1]
@@ -216,4 +223,4 @@ def test_custom_model_and_data_example_runs_with_fsdp_and_checkpointing(tmp_path
     assert run.returncode == 0, run.output[-3000:]
     losses = run.losses()
     assert len(losses) == 2 and losses[-1] < losses[0]
-    assert "tokensPerSecond" not in run.metrics()[0]  # a classifier, not a language model
+    assert not {"tokensPerSecond", "tflopsPerDevice"} & set(run.metrics()[0])  # a classifier, not a language model

@@ -69,6 +69,7 @@ SHAPES: dict[str, Callable[[Send, threading.Event], None]] = {
     "nan": _json('{"step": 9, "maxSteps": 30, "loss": NaN, "updatedAt": "2026-12-01T00:00:00+00:00"}'),
     "wrong-types": _json(
         '{"step": -1, "maxSteps": "30", "loss": "1.5", "samplesPerSecond": -3, "etaSeconds": 1e999,'
+        ' "tokensPerSecond": -1, "tflopsPerDevice": "12", "mfu": 1.5,'
         ' "updatedAt": "yesterday", "staleAfter": 12, "checkpointsSetAside": ["../../etc/passwd"], "extra": {"a": 1}}'
     ),
     "long-set-aside": _json('{"step": 3, "checkpointsSetAside": [' + ", ".join(['"step-1.corrupt"'] * 17) + "]}"),

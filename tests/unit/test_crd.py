@@ -5,6 +5,7 @@ tests/integration/test_crd_server.py."""
 from __future__ import annotations
 
 from scaletrain_operator.api.crd import crd_yaml
+from scaletrain_operator.api.progress import MAXIMUM, MINIMUM
 from support.cli import run_cli
 from support.jobs import REPO
 from support.kube_schema import fields_without_description
@@ -32,9 +33,18 @@ def test_crd_names_scope_and_status_subresource(crd):
         "Nodes": ".spec.nodes",
         "Step": ".status.progress.step",
         "Loss": ".status.progress.loss",
+        "Tokens/s": ".status.progress.tokensPerSecond",
+        "TFLOPS/Device": ".status.progress.tflopsPerDevice",
+        "MFU": ".status.progress.mfu",
         "Restarts": ".status.restarts",
         "Age": ".metadata.creationTimestamp",
     }
+
+
+def test_throughput_columns_show_only_in_kubectls_wide_output(crd):
+    (version,) = crd["spec"]["versions"]
+    wide = {c["name"]: c["type"] for c in version["additionalPrinterColumns"] if c.get("priority", 0) > 0}
+    assert wide == {"Tokens/s": "number", "TFLOPS/Device": "number", "MFU": "number"}
 
 
 def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
@@ -66,11 +76,23 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "loss",
         "lossFinite",
         "samplesPerSecond",
+        "tokensPerSecond",
+        "tflopsPerDevice",
+        "mfu",
         "etaSeconds",
         "updatedAt",
         "staleAfter",
         "checkpointsSetAside",
     }
+
+
+def test_progress_bounds_in_the_schema_are_the_ones_the_progress_reader_enforces(crd_schema):
+    """api/progress.py drops what status.progress's schema would refuse, so that the status patch is taken."""
+    schema = crd_schema["properties"]["status"]["properties"]["progress"]["properties"]
+    assert {key: schema[key]["minimum"] for key in MINIMUM} == MINIMUM
+    assert {key: schema[key]["maximum"] for key in MAXIMUM} == MAXIMUM
+    assert {key for key in schema if "minimum" in schema[key]} == set(MINIMUM)
+    assert {key for key in schema if "maximum" in schema[key]} == set(MAXIMUM)
 
 
 def test_cel_rule_for_batch_divisibility_is_present(crd_schema):

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
+from scaletrain_operator.api.progress import parse_progress, status_patch
 from scaletrain_operator.api.render import render_job, render_master_alias, render_service
 from scaletrain_operator.controller import peering
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event
@@ -265,6 +266,21 @@ def test_succeeded_shows_rank_zeros_final_step_and_rounded_loss_from_its_termina
     assert merge_patched(last_poll, decision.status["progress"]) == polled_without_eta
     never_polled = _job(status=_running())
     assert "progress" not in decide(never_polled, _observed(never_polled, {0: _child(job, 0)}, pods), NOW).status
+
+
+def test_throughput_and_mfu_reach_the_status_rounded_for_kubectl_and_bad_values_are_dropped():
+    served = {"step": 7, "tokensPerSecond": 123456.789, "tflopsPerDevice": 142.53125, "mfu": 0.3142857}
+    patch = status_patch(parse_progress(json.dumps(served).encode()))
+    assert merge_patched({}, patch) == {"step": 7, "tokensPerSecond": 123500.0, "tflopsPerDevice": 142.5, "mfu": 0.3143}
+    # On a CPU the trainer serves no mfu, and none is made up.
+    assert parse_progress(b'{"step": 7, "tflopsPerDevice": 0.0001}') == {"step": 7, "tflopsPerDevice": 0.0001}
+    hostile = [
+        {"tokensPerSecond": -1.0, "tflopsPerDevice": "142", "mfu": -0.1},
+        {"tokensPerSecond": True, "tflopsPerDevice": 1e999, "mfu": 1.5},  # more than the peak: a wrong estimate
+        {"tokensPerSecond": None, "tflopsPerDevice": [1.0], "mfu": {"value": 0.3}},
+    ]
+    for fields in hostile:
+        assert parse_progress(json.dumps({"step": 7} | fields).encode()) == {"step": 7}, fields
 
 
 def test_a_failed_rank_restarts_the_whole_gang():

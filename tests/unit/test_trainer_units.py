@@ -32,6 +32,7 @@ from scaletrain_trainer.data import (
 )
 from scaletrain_trainer.distributed import Runtime
 from scaletrain_trainer.exit_codes import write_error_cause
+from scaletrain_trainer.flops import ModelFlops, peak_flops
 from scaletrain_trainer.loop import build_scheduler, train_step
 from scaletrain_trainer.metrics import (
     MAX_CONNECTIONS,
@@ -39,7 +40,7 @@ from scaletrain_trainer.metrics import (
     MetricsReporter,
     write_termination_message,
 )
-from scaletrain_trainer.model import build_model
+from scaletrain_trainer.model import GPT, build_model, flops_per_token
 from scaletrain_trainer.precision import resolve_precision
 from scaletrain_trainer.validation import ProblemsError
 from scaletrain_trainer.watchdog import Watchdog
@@ -301,6 +302,44 @@ def test_a_plugin_of_the_wrong_type_is_a_config_error_naming_the_field():
         build_dataset(DataConfig(source="collections:namedtuple"), ModelConfig(), seed=0)
 
 
+# --- FLOPs and MFU ------------------------------------------------------------------------------
+
+
+def test_gpt_flops_per_token_are_6n_without_the_embeddings_plus_attention():
+    model = GPT(vocab_size=16, context_length=8, layers=2, heads=2, width=8)
+    # By hand, width 8: a block has 2 norms (2 × 16), qkv (8·24 + 24), proj (8·8 + 8), the MLP (8·32 + 32
+    # and 32·8 + 8): 872 parameters. Two blocks, the final norm (16) and the untied head (8·16): 1888
+    # matmul parameters; the embedding tables (16·8 and 8·8) are lookups. Attention: 12 · 2 · 8 · context.
+    assert flops_per_token(model, 8) == 6 * 1888 + 12 * 2 * 8 * 8 == 12864
+    assert flops_per_token(model, 4) == 6 * 1888 + 12 * 2 * 8 * 4
+
+
+def test_a_custom_model_counts_6n_unless_it_says_its_own_flops():
+    assert flops_per_token(nn.Linear(4, 3), 8) == 6 * 15
+
+    class Counted(nn.Linear):
+        def flops_per_token(self, context: int) -> int:
+            return 1000 * context
+
+    assert flops_per_token(Counted(4, 3), 8) == 8000
+
+
+def test_peak_flops_by_the_device_name_cuda_reports():
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB") == peak_flops("NVIDIA A100 80GB PCIe") == 312e12
+    assert (peak_flops("NVIDIA L4"), peak_flops("NVIDIA L40S")) == (121e12, 362e12)  # whole words: L4 is not L40S
+    assert peak_flops("Tesla V100-PCIE-16GB") == 112e12 and peak_flops("Tesla V100-SXM2-32GB") == 125e12
+    assert peak_flops("NVIDIA GeForce GTX 1080") is None and peak_flops("cpu") is None
+
+
+def test_tflops_are_per_device_and_mfu_is_absent_without_a_peak():
+    assert ModelFlops(6 * 10**9, 4, 312e12).utilization(1e5) == pytest.approx(
+        {"tflopsPerDevice": 150.0, "mfu": 150e12 / 312e12}
+    )
+    assert ModelFlops(6 * 10**9, 4, None).utilization(1e5) == pytest.approx({"tflopsPerDevice": 150.0})
+
+
 # --- progress endpoint and termination message ---------------------------------------------------
 
 
@@ -309,7 +348,14 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
     reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
     try:
         reporter.log(
-            {"step": 10, "loss": 2.5, "samplesPerSecond": 40.0, "tokensPerSecond": 640.0},
+            {
+                "step": 10,
+                "loss": 2.5,
+                "samplesPerSecond": 40.0,
+                "tokensPerSecond": 640.0,
+                "tflopsPerDevice": 0.5,
+                "mfu": 0.25,
+            },
             eta_seconds=9.0,
             next_report_within=30.0,
         )
@@ -320,6 +366,8 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
             "loss": 2.5,
             "samplesPerSecond": 40.0,
             "tokensPerSecond": 640.0,
+            "tflopsPerDevice": 0.5,
+            "mfu": 0.25,
             "etaSeconds": 9.0,
             "updatedAt": None,
             "staleAfter": None,
@@ -329,6 +377,7 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
         assert promised == timedelta(seconds=31)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert "scaletrain_step 10\n" in metrics and "# TYPE scaletrain_loss gauge" in metrics
+        assert "scaletrain_tflops_per_device 0.5\n" in metrics and "scaletrain_mfu 0.25\n" in metrics
     finally:
         reporter.close()
     assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 2.5

@@ -28,9 +28,10 @@ from .data import (
 )
 from .distributed import Runtime, agree, all_reduce_sum, seed_everything
 from .exit_codes import NonFinite
+from .flops import ModelFlops, peak_flops
 from .metrics import MetricsReporter
-from .model import count_parameters
-from .parallel import autocast_enabled, build_parallel_model, gradient_sync
+from .model import count_parameters, flops_per_token
+from .parallel import autocast_enabled, build_parallel_model, gradient_sync, unwrapped
 from .precision import Precision, resolve_precision
 from .watchdog import Watchdog
 
@@ -63,6 +64,11 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     optimizer = build_optimizer(model, config.optimizer)
     scheduler = build_scheduler(optimizer, config.scheduler, config.max_steps)
     state = TrainState(model, optimizer, scheduler, precision.grad_scaler())
+    model_flops = ModelFlops(
+        flops_per_token(unwrapped(model), config.model.context_length),
+        runtime.world_size,
+        peak_flops(device_name(runtime.device)),  # rank 0's: it computes the MFU
+    )
     dataset = build_dataset(config.data, config.model, config.seed)
     check_holds_a_global_batch(dataset, config.global_batch_size, config.data)
     batches = GlobalBatches(
@@ -111,7 +117,7 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                 if state.step % config.log_every_steps == 0 or state.step == config.max_steps:
                     now = time.perf_counter()
                     is_lm = micro_batches[0][1].dim() > 1
-                    record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm)
+                    record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm, model_flops)
                     steps_done = state.step - start_step
                     eta = (now - started) / steps_done * (config.max_steps - state.step)
                     reporter.log(record, eta_seconds=eta, next_report_within=next_report_within(config, watchdog))
@@ -269,7 +275,20 @@ def train_step(
     )
 
 
-def _step_record(state: TrainState, result: StepResult, samples: int, tokens: int, seconds: float, is_lm: bool):
+def device_name(device: torch.device) -> str:
+    """What the peak table (flops.py) is looked up by: a GPU's name as CUDA reports it, else "cpu"."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def _step_record(
+    state: TrainState,
+    result: StepResult,
+    samples: int,
+    tokens: int,
+    seconds: float,
+    is_lm: bool,
+    model_flops: ModelFlops,
+):
     global_loss = float(all_reduce_sum(result.loss_sum) / result.tokens)
     record = {
         "step": state.step,
@@ -278,8 +297,9 @@ def _step_record(state: TrainState, result: StepResult, samples: int, tokens: in
         "gradNorm": float(result.grad_norm),
         "samplesPerSecond": samples / seconds,
     }
-    if is_lm:
+    if is_lm:  # FLOPs are counted per token: a classifier gets no TFLOP/s either
         record["tokensPerSecond"] = tokens / seconds
+        record |= model_flops.utilization(record["tokensPerSecond"])
     if result.loss_scale is not None:
         record |= {"lossScale": result.loss_scale}
     if result.loss_scale is not None or result.dropped:

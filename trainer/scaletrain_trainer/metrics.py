@@ -26,6 +26,8 @@ PROMETHEUS_GAUGES = {
     "loss": ("scaletrain_loss", "Training loss of the last logged step."),
     "samplesPerSecond": ("scaletrain_samples_per_second", "Training throughput in samples per second."),
     "tokensPerSecond": ("scaletrain_tokens_per_second", "Training throughput in tokens per second."),
+    "tflopsPerDevice": ("scaletrain_tflops_per_device", "Model TFLOP/s per device (6N plus attention per token)."),
+    "mfu": ("scaletrain_mfu", "Model FLOPs utilization: a fraction of the device's dense 16-bit peak."),
     "etaSeconds": ("scaletrain_eta_seconds", "Estimated seconds until maxSteps."),
 }
 
@@ -55,7 +57,7 @@ class MetricsReporter:
             return
         with self.path.open("a") as file:
             file.write(json.dumps(record) + "\n")
-        keys = ("step", "loss", "samplesPerSecond", "tokensPerSecond")
+        keys = ("step", "loss", "samplesPerSecond", "tokensPerSecond", "tflopsPerDevice", "mfu")
         now = datetime.now(timezone.utc)
         with self._lock:
             self._progress.update({k: record[k] for k in keys if k in record})

@@ -2,7 +2,8 @@
 
 A model maps inputs to logits; the trainer computes the loss (cross entropy against targets, with
 -100 marking ignored positions). Models that keep their repeated layers in an `nn.ModuleList`
-named `blocks` get per-block FSDP sharding and activation checkpointing.
+named `blocks` get per-block FSDP sharding and activation checkpointing. A model may say what a
+trained token costs with `flops_per_token(context) -> int`, as GPT does; MFU is computed from it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .flops import transformer_flops_per_token, weight_flops_per_token
 from .plugins import build_from
 
 
@@ -80,6 +82,13 @@ class GPT(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(tokens))
 
+    def flops_per_token(self, context: int) -> int:
+        """Training FLOPs per token: 6N plus attention (PaLM's and nanoGPT's estimate). N leaves out the
+        two embedding tables, whose lookups are no matmuls; the head, untied here, is one."""
+        embeddings = self.token_embedding.weight.numel() + self.position_embedding.weight.numel()
+        width = self.token_embedding.embedding_dim
+        return transformer_flops_per_token(count_parameters(self) - embeddings, len(self.blocks), width, context)
+
 
 def build_model(config: ModelConfig) -> nn.Module:
     if config.name == "gpt":
@@ -89,3 +98,11 @@ def build_model(config: ModelConfig) -> nn.Module:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_token(model: nn.Module, context: int) -> int:
+    """Training FLOPs per token: the model's own `flops_per_token(context)` where it has one, else 6N over
+    all its parameters: which of a custom model's parameters are matmul weights, and what its attention
+    costs, cannot be told from outside, so its TFLOP/s and MFU are then rough (attention left out)."""
+    own = getattr(model, "flops_per_token", None)
+    return int(own(context)) if callable(own) else weight_flops_per_token(count_parameters(model))

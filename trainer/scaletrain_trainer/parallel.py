@@ -163,3 +163,8 @@ def gradient_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextMan
         model.set_requires_gradient_sync(sync)
         return contextlib.nullcontext()
     return contextlib.nullcontext() if sync else model.no_sync()
+
+
+def unwrapped(model: nn.Module) -> nn.Module:
+    """The model itself, with its own methods: DDP wraps it; FSDP2 and compile change it in place."""
+    return model.module if isinstance(model, DistributedDataParallel) else model

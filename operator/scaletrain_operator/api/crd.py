@@ -25,6 +25,10 @@ PRINTER_COLUMNS = [
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
+    # -o wide only (priority 1): throughput, per device and against its peak
+    {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond", "priority": 1},
+    {"name": "TFLOPS/Device", "type": "number", "jsonPath": ".status.progress.tflopsPerDevice", "priority": 1},
+    {"name": "MFU", "type": "number", "jsonPath": ".status.progress.mfu", "priority": 1},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

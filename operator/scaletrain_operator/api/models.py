@@ -612,6 +612,25 @@ class Progress(SpecModel):
     samples_per_second: float | None = Field(
         None, ge=0, description="Training throughput over the last logging interval, in samples per second."
     )
+    tokens_per_second: float | None = Field(
+        None,
+        ge=0,
+        description="Training throughput over the last logging interval, in tokens per second, rounded to 4 "
+        "significant digits; absent for a model that does not train on tokens.",
+    )
+    tflops_per_device: float | None = Field(
+        None,
+        ge=0,
+        description="Model TFLOP/s per device over the last logging interval: the model's FLOPs per token "
+        "(6N plus attention for the built-in gpt) × tokensPerSecond ÷ world size, rounded to 4 significant digits.",
+    )
+    mfu: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Model FLOPs utilization: tflopsPerDevice as a fraction of the GPU's dense 16-bit (bf16) "
+        "peak, rounded to 4 significant digits; absent on CPUs and GPUs the trainer has no peak for.",
+    )
     eta_seconds: float | None = Field(
         None,
         ge=0,

@@ -30,6 +30,9 @@ PROGRESS_KEYS = (
     "maxSteps",
     "loss",
     "samplesPerSecond",
+    "tokensPerSecond",
+    "tflopsPerDevice",
+    "mfu",
     "etaSeconds",
     "updatedAt",
     "staleAfter",
@@ -37,12 +40,17 @@ PROGRESS_KEYS = (
 )
 TIMESTAMP_KEYS = frozenset({"updatedAt", "staleAfter"})
 INTEGER_KEYS = frozenset({"step", "maxSteps"})
-MINIMUM = {"step": 0, "maxSteps": 1, "samplesPerSecond": 0, "etaSeconds": 0}  # status.progress's schema
+# status.progress's schema (models.Progress)
+MINIMUM = {"step": 0, "maxSteps": 1, "samplesPerSecond": 0, "tokensPerSecond": 0, "tflopsPerDevice": 0, "mfu": 0,
+           "etaSeconds": 0}  # fmt: skip
+MAXIMUM = {"mfu": 1}  # a share of the peak: more says the FLOPs estimate or the peak is wrong
 MAX_ANSWER_BYTES = 64 * 1024  # headers and body; a real progress answer is ~300 bytes
 MAX_TEXT = 64  # updatedAt and staleAfter: timestamps; a checkpoint directory's name
 MAX_SET_ASIDE = 16  # checkpointsSetAside: damaged checkpoints named (a resume sets aside a few at most)
 SET_ASIDE_NAME = re.compile(r"^step-\d+\.corrupt(-\d+)?$")
-LOSS_DIGITS = 4  # significant digits of the loss in the status: kubectl's Loss column cannot round it
+# The numbers kubectl's columns show, with the significant digits the status keeps: kubectl cannot round.
+SHOWN_DIGITS = 4
+SHOWN_NUMBERS = ("loss", "tokensPerSecond", "tflopsPerDevice", "mfu")
 CHUNK_BYTES = 4096
 
 
@@ -123,14 +131,15 @@ def parse_progress(body: bytes) -> dict[str, Any]:
 
 
 def status_patch(progress: dict[str, Any]) -> dict[str, Any]:
-    """`progress` as the operator writes it to status.progress: the loss rounded to LOSS_DIGITS significant
-    digits (metrics.jsonl keeps it whole), in a merge patch whose nulls remove what it replaces: the loss
-    the status still shows once it turned non-finite, the flag of a recovered loss, and an earlier gang's
-    damaged checkpoints, which this one did not report."""
+    """`progress` as the operator writes it to status.progress: the numbers kubectl shows rounded to
+    SHOWN_DIGITS significant digits (metrics.jsonl keeps them whole), in a merge patch whose nulls remove
+    what it replaces: the loss the status still shows once it turned non-finite, the flag of a recovered
+    loss, and an earlier gang's damaged checkpoints, which this one did not report."""
     diverged = progress.get("lossFinite") is False
     patch = {"checkpointsSetAside": None} | progress | ({"loss": None} if diverged else {"lossFinite": None})
-    if patch.get("loss") is not None:
-        patch["loss"] = float(f"{patch['loss']:.{LOSS_DIGITS}g}")
+    for key in SHOWN_NUMBERS:
+        if patch.get(key) is not None:
+            patch[key] = float(f"{patch[key]:.{SHOWN_DIGITS}g}")
     return patch
 
 
@@ -154,7 +163,7 @@ def fits(key: str, value: Any) -> bool:
         return False
     if key in INTEGER_KEYS:
         return isinstance(value, int) and MINIMUM[key] <= value < 2**63
-    return math.isfinite(value) and value >= MINIMUM.get(key, -math.inf)
+    return math.isfinite(value) and MINIMUM.get(key, -math.inf) <= value <= MAXIMUM.get(key, math.inf)
 
 
 def is_timestamp(text: str) -> bool:
