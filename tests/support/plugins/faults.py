@@ -59,11 +59,11 @@ class SlowSynthetic(SyntheticSequences):
 
 
 class StoppingSynthetic(SlowSynthetic):
-    """The slowed synthetic data set, except that on read number `stop_at_read` of rank `stop_rank` (every
-    rank if None) in gang generation `stop_generation` the process stops itself (SIGSTOP), as a wedged
+    """The slowed synthetic data set, except that on read number `stop_at_read` of rank `stop_rank` in gang
+    generation `stop_generation` the process stops itself (SIGSTOP), as a wedged
     rank would: it never exits, never answers. It first writes the time to `record_dir`/stopped-at."""
 
-    def __init__(self, stop_at_read: int, stop_rank: int | None, stop_generation: int, record_dir: str, **paced):
+    def __init__(self, stop_at_read: int, stop_rank: int, stop_generation: int, record_dir: str, **paced):
         super().__init__(**paced)
         self.stop_at_read, self.stop_rank, self.record = stop_at_read, stop_rank, Path(record_dir) / "stopped-at"
         self.armed = os.environ.get("SCALETRAIN_GENERATION") == str(stop_generation)
@@ -71,11 +71,7 @@ class StoppingSynthetic(SlowSynthetic):
 
     def __getitem__(self, index: int):
         self.reads += 1
-        if (
-            self.armed
-            and self.reads == self.stop_at_read
-            and self.stop_rank in (None, int(os.environ.get("RANK", "0")))
-        ):
+        if self.armed and self.reads == self.stop_at_read and int(os.environ.get("RANK", "0")) == self.stop_rank:
             self.record.write_text(str(time.time()))
             os.kill(os.getpid(), signal.SIGSTOP)
         return super().__getitem__(index)
