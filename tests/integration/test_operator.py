@@ -11,6 +11,7 @@ import json
 import threading
 import time
 import urllib.request
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
@@ -194,10 +195,15 @@ RANK0_PROGRESS = {"step": 42, "maxSteps": 100, "loss": 1.25, "samplesPerSecond":
 
 
 class _Progress(http.server.BaseHTTPRequestHandler):
-    """Rank 0's /progress, as the trainer serves it (with a field status.progress does not keep)."""
+    """Rank 0's /progress, as the trainer serves it (with a field status.progress does not keep); the
+    server's `progress` set to None makes it answer 503, as a trainer not serving yet, or no more."""
 
     def do_GET(self):  # noqa: N802
-        body = json.dumps(getattr(self.server, "progress", RANK0_PROGRESS) | {"gradNorm": 0.5}).encode()
+        progress = getattr(self.server, "progress", RANK0_PROGRESS)
+        if progress is None:
+            self.send_error(503)
+            return
+        body = json.dumps(progress | {"gradNorm": 0.5}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -218,6 +224,35 @@ def test_progress_of_rank_zero_reaches_the_status(team):
         assert progress == RANK0_PROGRESS
     finally:
         server.shutdown()
+
+
+def test_a_gang_silent_past_rank_zeros_promise_is_restarted_as_hung(team):
+    """Rank 0 reports once, after the job has settled as Running, promising its next report within 2 s, and
+    then falls silent, as a frozen node's would. The operator's own copy of that report is the last change
+    the job sees: the operator must hold the gang to the promise by itself, with a Hang and a restart."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
+    server.progress = None  # rank 0 not serving yet
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        team.submit("silent", training={"metricsPort": server.server_address[1]}, maxRestarts=1)
+        team.start_pods("silent-g0")
+        team.wait_phase("silent", "Running")
+        time.sleep(2.0)  # the reconciles after the job turned Running have found nothing more to do
+        now = datetime.now(timezone.utc)
+        promise = now + timedelta(seconds=2)
+        server.progress = RANK0_PROGRESS | {"updatedAt": now.isoformat(), "staleAfter": promise.isoformat()}
+        team.wait_status("silent", lambda status: (status.get("progress") or {}).get("staleAfter"))
+        server.progress = None
+        # Found once the promise and the operator's polling lag (0.3 s + a 2 s read timeout) have passed.
+        hung = team.kube.wait_until(
+            lambda: [message for _, reason, message in team.events("silent") if reason == "Hang"], timeout=30
+        )
+        found_after = (datetime.now(timezone.utc) - promise).total_seconds()
+    finally:
+        server.shutdown()
+    assert found_after <= 2.3 + 3, f"found {found_after:.1f} s after the promise"
+    assert "rank 0 reported no progress since step 42" in hung[0]
+    assert team.wait_status("silent", lambda status: status.get("restarts") == 1)["currentJob"] == "silent-g1"
 
 
 def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_loss(team, control_plane):

@@ -77,7 +77,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     queue.start()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    memo.housekeeping = Housekeeping(config, memo.cluster)
+    memo.housekeeping = Housekeeping(config, memo.cluster, reconcile_soon=queue.add)
     memo.housekeeping.start()
 
 

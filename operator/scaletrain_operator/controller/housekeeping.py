@@ -2,6 +2,10 @@
 TTL of finished ones, and why a gang's pods are missing (PodCreationFailed). A plain thread rather than
 a kopf timer, which would put a finalizer on every job. A standby replica stays passive here too (peering.py).
 
+A status written here changes what the job's reconcile decides from (a new progress promise to hold the
+gang to), but its watch event is no news to the cache, which kept the answer to the patch, and the work
+queue drops such an echo for a settled job. So each such write queues the job itself (`reconcile_soon`).
+
 The jobs come from the operator's cache (cache.py), not from a list per pass. A TTL deletion is
 conditional on the version it was decided from, so a stale copy (say, before the user raised the TTL)
 deletes nothing; the next pass decides again from the newer one."""
@@ -22,6 +26,7 @@ from ..api.models import parse_job
 from ..api.progress import read_progress, status_patch
 from ..api.timestamps import parse_timestamp
 from . import metrics, peering
+from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
 from .decision import Event
 from .settings import OperatorConfig
@@ -36,8 +41,8 @@ POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; aft
 
 
 class Housekeeping:
-    def __init__(self, config: OperatorConfig, cluster: Cluster):
-        self.config, self.cluster = config, cluster
+    def __init__(self, config: OperatorConfig, cluster: Cluster, reconcile_soon: Callable[[Key], None]):
+        self.config, self.cluster, self.reconcile_soon = config, cluster, reconcile_soon
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="housekeeping", daemon=True)
 
@@ -126,6 +131,7 @@ class Housekeeping:
         except Conflict as stale:  # the next pass decides again from the newer copy
             log.info("pod creation not reported: %s", stale)
             return
+        self.reconcile_soon((where.namespace, where.name))
         if message is not None:
             self.cluster.post_event(where, Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}"))
 
@@ -165,6 +171,7 @@ class Housekeeping:
         except Conflict as stale:  # the next pass reads again, from the newer copy
             log.info("progress not copied: %s", stale)
             return
+        self.reconcile_soon((where.namespace, where.name))
         before = job.status.progress
         was_diverged = before is not None and before.loss_finite is False
         if progress.get("lossFinite") is False and not was_diverged:
