@@ -5,7 +5,6 @@ a tiny GPT."""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
@@ -15,81 +14,35 @@ import yaml
 
 from scaletrain_operator.controller.settings import DEFAULTS
 from scaletrain_operator.local.processes import scan_processes, signal_processes
-from support.jobs import DELETE, EXAMPLES, patched
-from support.kube import Kube
-from support.kubelet import FakeNode, Kubelet
-from support.operator_harness import Team, condition, install_watching, operator_process
-from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
+from support.e2e_jobs import (
+    CHECKPOINT_EVERY,
+    HANG_TIMEOUT,
+    PROGRESS_INTERVAL,
+    TIMEOUT,
+    e2e_namespace,
+    e2e_operator,
+    paced,
+    pods_of,
+    steps,
+    submit_training,
+    text_of,
+    wait_event,
+    wait_phase,
+)
+from support.jobs import DELETE, EXAMPLES
+from support.kubelet import FakeNode
+from support.operator_harness import condition
+from support.trainer_runs import plugin_data
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # scripts of one's own, on the pods' PYTHONPATH
-TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
-CHECKPOINT_EVERY = 5
 NODES = [FakeNode("cpu-node-1"), FakeNode("cpu-node-2")]
-PROGRESS_INTERVAL = 0.3  # seconds between the operator's reads of rank 0's progress
-
-
-def paced(seconds_per_read=0.01):
-    """The test data set, slowed down so that the operator sees the job running (and a test can act)."""
-    return plugin_data("SlowSynthetic", seconds_per_read=seconds_per_read)
 
 
 @pytest.fixture(scope="module")
 def cluster(control_plane, tmp_path_factory):
     """One watched namespace with its operator, and two fake nodes whose pods run here."""
-    workdir = tmp_path_factory.mktemp("e2e")
-    namespace = control_plane.create_namespace(f"e2e-{free_port()}")
-    install = install_watching(control_plane, namespace, workdir)
-    # Rank 0's /progress by its pod IP: the operator runs on this machine, outside the pods' DNS.
-    env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
-    args = ("--progress-interval", str(PROGRESS_INTERVAL), "--liveness-port", "0", "--metrics-port", "0")
-    with (
-        Kubelet(control_plane.api_client(), NODES, workdir / "kubelet") as kubelet,
-        operator_process(install, *args, env=env),
-    ):
-        team = Team(Kube(control_plane.api_client()), namespace)
-        team.kubelet, team.workdir = kubelet, workdir
+    with e2e_namespace(control_plane, tmp_path_factory.mktemp("e2e"), NODES) as team, e2e_operator(team.install):
         yield team
-
-
-def submit_training(team, name, training=None, **spec):
-    """A 2-node CPU job writing checkpoints and metrics under the test's workdir (no mount namespaces
-    here: the pods see this machine's paths)."""
-    directory = team.workdir / name
-    config = patched(
-        BASE_CONFIG,
-        {"checkpoint": {"dir": str(directory / "checkpoints"), "everySteps": CHECKPOINT_EVERY},
-         "outputDir": str(directory / "out")},
-    )  # fmt: skip
-    env = [{"name": name, "value": value} for name, value in PLUGIN_ENV.items()]
-    team.submit(name, training=patched(config, training or {}), env=env, **spec)
-    return directory
-
-
-def wait_phase(team, name, phase, timeout=TIMEOUT):
-    def reached():
-        assert not team.kubelet.errors, team.kubelet.errors  # a broken kubelet, not a slow job
-        status = (team.stj(name) or {}).get("status", {})
-        if status.get("phase") == "Failed" and phase != "Failed":
-            raise AssertionError(f"{name} failed: {status.get('message')}")
-        return status.get("phase") == phase and status
-
-    return team.kube.wait_until(reached, timeout=timeout, interval=0.2)
-
-
-def steps(directory):
-    path = directory / "out" / "metrics.jsonl"
-    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _text(path):
-    return path.exists() and path.read_text()
-
-
-def pods_of(team, job_name):
-    return sorted(
-        team.kube.list("pods", team.namespace, f"batch.kubernetes.io/job-name={job_name}"),
-        key=lambda pod: pod["metadata"]["name"],
-    )
 
 
 def master_alias_addresses(team, job_name):
@@ -151,16 +104,6 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
     assert f"step-{first_after - 1:08d}" in rank_0_log and "resumed from" in rank_0_log
 
 
-HANG_TIMEOUT = 4  # seconds: training.hangTimeoutSeconds for the hang test
-
-
-def wait_event(team, name, reason):
-    """The messages of the job's Events with `reason`, once there is one."""
-    return team.kube.wait_until(
-        lambda: [message for _, said, message in team.events(name) if said == reason], timeout=TIMEOUT, interval=0.1
-    )
-
-
 def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_it(cluster, tmp_path):
     """Rank 1 stops (SIGSTOP) mid-step in the first gang: it never exits. Rank 0's watchdog stops it while it
     waits on rank 1, saying so; the gang policy then names the stuck pod, not the one that exited first."""
@@ -170,7 +113,7 @@ def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_
     )  # fmt: skip
     training = {"data": stop, "maxSteps": 12, "hangTimeoutSeconds": HANG_TIMEOUT}
     directory = submit_training(cluster, "e2e-hang", training, maxRestarts=1)
-    stopped_at = float(cluster.kube.wait_until(lambda: _text(tmp_path / "stopped-at"), timeout=TIMEOUT))
+    stopped_at = float(cluster.kube.wait_until(lambda: text_of(tmp_path / "stopped-at"), timeout=TIMEOUT))
     restarting = wait_event(cluster, "e2e-hang", "Restarting")
     detected_in = time.time() - stopped_at
     assert detected_in <= 2 * HANG_TIMEOUT, f"hang found after {detected_in:.1f} s"
@@ -244,7 +187,7 @@ def test_a_config_error_only_a_worker_finds_fails_the_job_without_restarts(clust
     assert "exit code 78" in status["message"] and "model.vocabSize is 64" in status["message"]
 
 
-def test_suspend_stops_the_gang_and_resume_continues_from_the_checkpoint(cluster):
+def test_suspend_checkpoints_and_stops_the_gang_and_resume_continues_from_that_step(cluster):
     directory = submit_training(cluster, "e2e-paused", {"data": paced(0.02), "maxSteps": 40})
     cluster.kube.wait_until(lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2, timeout=TIMEOUT, interval=0.05)
     cluster.patch_stj("e2e-paused", {"spec": {"suspend": True}})
@@ -255,9 +198,9 @@ def test_suspend_stops_the_gang_and_resume_continues_from_the_checkpoint(cluster
     cluster.patch_stj("e2e-paused", {"spec": {"suspend": False}})
     status = wait_phase(cluster, "e2e-paused", "Succeeded")
     assert status["restarts"] == 0 and status["currentJob"] == "e2e-paused-g0"  # the same Job, resumed
-    logged = steps(directory)
-    resumed_at = next(i for i in range(1, len(logged)) if logged[i] <= logged[i - 1])
-    assert 1 < logged[resumed_at] <= paused_at + 1 and logged[resumed_at:] == list(range(logged[resumed_at], 41))
+    # The suspension's SIGTERM had the gang save the step it was in (exit 80): the resumed gang went on
+    # from there, training no step twice.
+    assert paused_at < 40 and steps(directory) == list(range(1, 41))
 
 
 def test_deleting_a_running_job_removes_its_children_and_stops_its_processes(cluster):

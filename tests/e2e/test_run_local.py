@@ -242,12 +242,18 @@ def kill_leftovers(job_name):
     signal_processes(processes_of(job_name), signal.SIGKILL)
 
 
-def test_ctrl_c_stops_every_process_of_the_job(tmp_path):
-    ready = training("local-interrupted", tmp_path / "scaletrain-runs/local-interrupted")
+def test_ctrl_c_checkpoints_the_step_the_gang_is_in_then_stops_every_process_of_the_job(tmp_path):
+    """The pods get the grace a cluster gives them: SIGTERM, then their grace period. The trainer saves the
+    step it is in (every 5 steps it would save anyway) and exits 80 before run-local's clean-up ends."""
+    workdir = tmp_path / "scaletrain-runs/local-interrupted"
+    ready = training("local-interrupted", workdir)
     returncode, output = interrupted_run(tmp_path, slow_job("local-interrupted"), ready, [signal.SIGINT])
     assert returncode == 130, output
     assert "interrupted (SIGINT); every process of the job is stopped" in output
     assert processes_of("local-interrupted") == []
+    last_step = metrics(workdir)[-1]["step"]
+    saved = sorted(path.name for path in (scratch(workdir) / "checkpoints").glob("step-*"))
+    assert saved and saved[-1] == f"step-{last_step:08d}", (saved, last_step)
 
 
 def test_a_second_sigterm_cannot_cut_the_clean_up_short(tmp_path):

@@ -221,7 +221,7 @@ def test_progress_of_rank_zero_reaches_the_status(team):
         team.start_pods("watched-g0")
         team.wait_phase("watched", "Running")
         progress = team.wait_status("watched", lambda s: s.get("progress"))["progress"]
-        assert progress == RANK0_PROGRESS
+        assert progress == RANK0_PROGRESS | {"generation": 0}  # the gang it came from: the operator's stamp
     finally:
         server.shutdown()
 
@@ -330,6 +330,7 @@ def test_a_non_finite_loss_is_reported_as_such_never_as_nan(team):
         "maxSteps": 30,
         "lossFinite": False,
         "updatedAt": "2026-12-01T00:00:00+00:00",
+        "generation": 0,
     }
     warnings = [message for kind, reason, message in team.events("diverged") if reason == "LossNotFinite"]
     assert warnings == ["rank 0 reports a non-finite loss at step 9: the run diverged"]

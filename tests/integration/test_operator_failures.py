@@ -10,22 +10,18 @@ import time
 
 import pytest
 
-from support.kube import Kube
 from support.kubelet import FakeNode, Kubelet
-from support.operator_harness import TIMEOUT, Team, condition, install_watching, operator_process
+from support.operator_harness import TIMEOUT, Team, condition, quiet_team
 from support.status_faults import StatusWriteFaults
 
-QUIET = ("--liveness-port", "0", "--metrics-port", "0")
 NOWHERE = {"scaletrain.io/test-pool": "nowhere"}  # a node selector no node matches
 
 
 @pytest.fixture(scope="module")
 def team(control_plane, tmp_path_factory):
     """The chart installed for one watched namespace, and its operator running, for the whole module."""
-    namespace = control_plane.create_namespace(f"failures-{secrets.token_hex(3)}")
-    install = install_watching(control_plane, namespace, tmp_path_factory.mktemp("operator"))
-    with operator_process(install, *QUIET):
-        yield Team(Kube(control_plane.api_client()), namespace)
+    with quiet_team(control_plane, tmp_path_factory.mktemp("operator"), "failures") as team:
+        yield team
 
 
 def reasons(team: Team, name: str) -> list[str]:

@@ -52,6 +52,7 @@ CONFIG_WAIT_SECONDS = 10.0  # for a ConfigMap or Secret a volume needs (kube-roo
 EXIT_GRACE_SECONDS = 2.0  # the pods still running when the kubelet stops
 LEASE_NAMESPACE = "kube-node-lease"
 GPU_RESOURCE = "nvidia.com/gpu"
+KUBELET_CONDITIONS = frozenset({"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"})
 
 
 @dataclass(frozen=True)
@@ -395,17 +396,18 @@ class PodWorker:
                 }
                 for c in containers
             ]
-            self._report({"phase": "Pending", "conditions": self._scheduled(), "containerStatuses": statuses})
+            self._report({"phase": "Pending", "conditions": self._not_the_kubelets(), "containerStatuses": statuses})
 
     def _status(self) -> dict[str, Any]:
         assert self.running is not None
         status = self.running.status()
-        return status | {"conditions": self._scheduled() + status["conditions"]}
+        return status | {"conditions": self._not_the_kubelets() + status["conditions"]}
 
-    def _scheduled(self) -> list[dict[str, Any]]:
-        """The scheduler's condition, kept: a merge patch replaces the whole list."""
+    def _not_the_kubelets(self) -> list[dict[str, Any]]:
+        """The conditions others set (the scheduler's PodScheduled, the eviction API's DisruptionTarget),
+        kept as the kubelet keeps them: a merge patch replaces the whole list."""
         conditions = (self.latest.get("status") or {}).get("conditions") or []
-        return [condition for condition in conditions if condition["type"] == "PodScheduled"]
+        return [condition for condition in conditions if condition["type"] not in KUBELET_CONDITIONS]
 
     def _report(self, status: dict[str, Any]) -> None:
         """Write the pod's status; the uid makes sure it is this pod and not a new one of the same name."""

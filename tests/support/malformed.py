@@ -922,6 +922,56 @@ MALFORMED = [
         SCHEMA,
     ),
     (
+        "failure-rule-names-twice",
+        {
+            "spec": {
+                "failurePolicy": {"rules": [{"name": "A", "action": "FailJob"}, {"name": "A", "action": "RestartGang"}]}
+            }
+        },
+        "spec.failurePolicy.rules",
+        "each rule's name must be unique",
+        CEL,
+    ),
+    (
+        "failure-rule-action-unknown",
+        {"spec": {"failurePolicy": {"rules": [{"name": "A", "action": "Retry"}]}}},
+        "spec.failurePolicy.rules[0].action",
+        "'FailJob', 'RestartGang' or 'RestartGangIgnoreLimit'",
+        SCHEMA,
+    ),
+    (
+        "failure-rule-name-not-a-reason",
+        {"spec": {"failurePolicy": {"rules": [{"name": "bad input", "action": "FailJob"}]}}},
+        "spec.failurePolicy.rules[0].name",
+        "should match pattern",
+        SCHEMA,
+    ),
+    (
+        "failure-rule-exit-code-too-big",
+        {
+            "spec": {
+                "failurePolicy": {
+                    "rules": [{"name": "A", "action": "FailJob", "onExitCodes": {"operator": "In", "values": [256]}}]
+                }
+            }
+        },
+        "spec.failurePolicy.rules[0].onExitCodes.values[0]",
+        "less than or equal to 255",
+        SCHEMA,
+    ),
+    (
+        "grace-period-set-twice",
+        {
+            "spec": {
+                "terminationGracePeriodSeconds": 600,
+                "podTemplate": {"spec": {"terminationGracePeriodSeconds": 30}},
+            }
+        },
+        "spec.podTemplate.spec.terminationGracePeriodSeconds",
+        "set it in one place",
+        OPERATOR,
+    ),
+    (
         "wrong-kind",
         {"kind": "PyTorchJob"},
         "kind",

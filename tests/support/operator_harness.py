@@ -14,6 +14,7 @@ kubelet reports them; the real Job controller and garbage collector do the rest)
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,18 @@ def operator_process(install: OperatorInstall, *args: str, env: dict[str, str] |
                 process.kill()
                 show_log()
                 raise
+
+
+QUIET = ("--liveness-port", "0", "--metrics-port", "0")  # the operator's ports: none
+
+
+@contextmanager
+def quiet_team(control_plane: ControlPlane, workdir: Path, prefix: str) -> Iterator[Team]:
+    """A new namespace watched by its own operator (the chart installed, no ports served), as a Team."""
+    namespace = control_plane.create_namespace(f"{prefix}-{secrets.token_hex(3)}")
+    install = install_watching(control_plane, namespace, workdir)
+    with operator_process(install, *QUIET):
+        yield Team(Kube(control_plane.api_client()), namespace)
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from typing import Any
 import yaml
 
 from support.jobs import REPO, patched
+from support.process_tree import descendants
 
 TIMEOUT = 240  # seconds; a hung run fails the test instead of the suite
 
@@ -111,3 +114,49 @@ def run_trainer(
         command, cwd=directory, env=environment, capture_output=True, text=True, timeout=TIMEOUT, check=False
     )
     return Run(result.returncode, result.stdout + result.stderr, directory)
+
+
+@dataclass
+class PodRun:
+    """A pod's main process (the launcher) started in the background; its output goes to a file, so that
+    nothing blocks on a full pipe."""
+
+    process: subprocess.Popen
+    directory: Path
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "pod.log"
+
+    def wait(self, timeout: float) -> Run:
+        returncode = self.process.wait(timeout)
+        return Run(returncode, self.log.read_text(), self.directory)
+
+    def kill(self) -> None:
+        """SIGKILL to what is left of the pod's processes (a failed test's), workers first."""
+        for pid in [*descendants(self.process.pid), self.process.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait()
+
+
+def start_pod(directory: Path, config: dict[str, Any], nproc: int = 2) -> PodRun:
+    """`python -m scaletrain_trainer.launch --module scaletrain_trainer`, as the kubelet starts a pod's
+    container: the config in $SCALETRAIN_CONFIG, torchrun --standalone with `nproc` workers, the
+    termination message in directory/termination-log."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "termination-log").touch()
+    environment = (
+        os.environ
+        | PLUGIN_ENV
+        | {
+            "SCALETRAIN_CONFIG": json.dumps(config),
+            "SCALETRAIN_TERMINATION_LOG": str(directory / "termination-log"),
+        }
+    )
+    launcher = [sys.executable, "-m", "scaletrain_trainer.launch", "--standalone", f"--nproc-per-node={nproc}"]
+    with (directory / "pod.log").open("w") as log:
+        process = subprocess.Popen(
+            [*launcher, "--module", "scaletrain_trainer"], cwd=directory, env=environment, stdout=log, stderr=log
+        )
+    return PodRun(process, directory)

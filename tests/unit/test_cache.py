@@ -58,15 +58,17 @@ def test_objects_are_indexed_by_the_job_they_belong_to():
     assert {o["metadata"]["name"] for o in store.owned_by(NAMESPACE, "other")} == {"demo-g0", "other-g0"}
 
 
-def test_managed_fields_are_dropped_and_pods_keep_only_metadata_and_status():
+def test_managed_fields_are_dropped_and_pods_keep_only_metadata_status_and_their_node():
     cache = Cache()
     managed = {"managedFields": [{"manager": "kube-controller-manager"}]}
     cache.jobs.put(_obj("demo-g0", 1, metadata=managed, spec={"completions": 2}))
-    cache.pods.put(_obj("demo-g0-0", 2, metadata=managed, spec={"containers": []}, status={"phase": "Running"}))
+    pod_spec = {"containers": [], "nodeName": "n1"}
+    cache.pods.put(_obj("demo-g0-0", 2, metadata=managed, spec=pod_spec, status={"phase": "Running"}))
     assert "managedFields" not in cache.jobs.get(NAMESPACE, "demo-g0")["metadata"]
     assert cache.jobs.get(NAMESPACE, "demo-g0")["spec"] == {"completions": 2}
     pod = cache.pods.get(NAMESPACE, "demo-g0-0")
-    assert set(pod) == {"metadata", "status"} and "managedFields" not in pod["metadata"]
+    assert set(pod) == {"metadata", "spec", "status"} and "managedFields" not in pod["metadata"]
+    assert pod["spec"] == {"nodeName": "n1"}
 
 
 # ---- deletions stay deleted ----

@@ -66,6 +66,9 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         training["properties"]["model"]["default"]["width"] % training["properties"]["model"]["default"]["heads"] == 0
     )
     assert training["properties"]["checkpoint"]["properties"]["keep"]["default"] == 3
+    # But an object that is off unless given (default None) gets no default: the API server would turn it on.
+    failure_policy = spec["properties"]["failurePolicy"]
+    assert failure_policy["default"] == {} and "default" not in failure_policy["properties"]["excludeNodes"]
     status = crd_schema["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
     condition = status["conditions"]["items"]
@@ -83,6 +86,9 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "updatedAt",
         "staleAfter",
         "checkpointsSetAside",
+        "resumedFromStep",
+        "checkpointStep",
+        "generation",
     }
 
 
@@ -91,7 +97,8 @@ def test_progress_bounds_in_the_schema_are_the_ones_the_progress_reader_enforces
     schema = crd_schema["properties"]["status"]["properties"]["progress"]["properties"]
     assert {key: schema[key]["minimum"] for key in MINIMUM} == MINIMUM
     assert {key: schema[key]["maximum"] for key in MAXIMUM} == MAXIMUM
-    assert {key for key in schema if "minimum" in schema[key]} == set(MINIMUM)
+    # generation: the operator's own stamp of the gang it read, not the trainer's to send.
+    assert {key for key in schema if "minimum" in schema[key]} == set(MINIMUM) | {"generation"}
     assert {key for key in schema if "maximum" in schema[key]} == set(MAXIMUM)
 
 

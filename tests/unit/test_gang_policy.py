@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from scaletrain_operator.api.gang_policy import DEADLINE_EXCEEDED, Action, GangLimits, PodOutcome, judge
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.gang_policy import (
+    DEADLINE_EXCEEDED,
+    DISRUPTION_TARGET,
+    Action,
+    GangLimits,
+    PodOutcome,
+    ended_gang,
+    judge,
+    pod_outcome,
+    stalled,
+)
+from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, parse_job
 from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, EXIT_HANG, EXIT_WRITE_ERROR
-from support.jobs import base_job
+from support.jobs import DELETE, base_job
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 LIMITS = GangLimits(nodes=2, max_restarts=3, active_deadline_seconds=600)
@@ -50,8 +61,8 @@ CASES = [
      "DeadlineExceeded", None, "activeDeadlineSeconds (600) passed"),
     ("the deadline wins over the pods it killed", [pod(0, "Failed", 143, 5)], 0,
      {"job_failure": DEADLINE_EXCEEDED}, Action.FAIL, "DeadlineExceeded", None, "activeDeadlineSeconds"),
-    ("a failed Job without a failed pod", [], 0, {"job_failure": "BackoffLimitExceeded"}, Action.RESTART, None,
-     None, "the gang's Job failed (BackoffLimitExceeded); gang restart 1/3"),
+    ("a failed Job without a failed pod", [], 0, {"job_failure": "BackoffLimitExceeded"}, Action.RESTART,
+     "BackoffLimitExceeded", None, "the gang's Job failed (BackoffLimitExceeded); gang restart 1/3"),
     ("success wins over a late failure", [pod(0, "Succeeded", 0, 1), pod(1, "Succeeded", 0, 2)], 0,
      {"job_failure": "BackoffLimitExceeded"}, Action.SUCCEED, None, None, ""),
     ("pods stopped by a suspension", [pod(0, "Failed", 143, 5), pod(1, "Running")], 0, {"suspended": True},
@@ -61,14 +72,14 @@ CASES = [
     ("a write error is final", [pod(0, "Failed", EXIT_WRITE_ERROR, 5, message="disk full (ENOSPC)")], 0, {},
      Action.FAIL, "WriteError", "demo-g0-0", "cannot write its checkpoints or outputs, not retried"),
     ("a pod that waited on a stuck peer is not the cause: the stuck one is",
-     [pod(0, "Failed", EXIT_HANG, 5, message=WAITED), pod(1, "Running")], 0, {}, Action.RESTART, None, "demo-g0-1",
+     [pod(0, "Failed", EXIT_HANG, 5, message=WAITED), pod(1, "Running")], 0, {}, Action.RESTART, "Hang", "demo-g0-1",
      "pod demo-g0-1 stopped advancing (its peers timed out waiting on it); gang restart 1/3"),
     ("a pod stuck in its own work is the cause, though it stopped later",
      [pod(0, "Failed", EXIT_HANG, 5, message=WAITED), pod(1, "Failed", EXIT_HANG, 6, message=STUCK)], 0, {},
-     Action.RESTART, None, "demo-g0-1", "pod demo-g0-1 failed (Error, exit code 75)"),
+     Action.RESTART, "Hang", "demo-g0-1", "pod demo-g0-1 failed (Error, exit code 75)"),
     ("when every pod waited on the others, the first to stop",
      [pod(0, "Failed", EXIT_HANG, 6, message=WAITED), pod(1, "Failed", EXIT_HANG, 5, message=WAITED)], 0, {},
-     Action.RESTART, None, "demo-g0-1", "gang restart 1/3"),
+     Action.RESTART, "Hang", "demo-g0-1", "gang restart 1/3"),
     ("any crash counts", [pod(1, "Failed", 1, 5)], 2, {}, Action.RESTART, None, "demo-g0-1", "gang restart 3/3"),
 ]  # fmt: skip
 
@@ -104,9 +115,134 @@ def test_the_job_exit_code_follows_the_verdict():
 
 def test_limits_come_from_the_spec():
     spec = parse_job(base_job(maxRestarts=5, activeDeadlineSeconds=60)).spec
-    assert GangLimits.of(spec) == GangLimits(nodes=2, max_restarts=5, active_deadline_seconds=60)
+    assert GangLimits.of(spec) == GangLimits(
+        nodes=2, max_restarts=5, active_deadline_seconds=60, max_restarts_without_progress=3
+    )
+    # A script of one's own may not report its checkpoints: the crash-loop guard is off unless asked for.
+    own_script = base_job(training=DELETE, command=["python", "train.py"])
+    assert GangLimits.of(parse_job(own_script).spec).max_restarts_without_progress is None
+    asked = parse_job(own_script | {"spec": own_script["spec"] | {"maxRestartsWithoutProgress": 5}}).spec
+    assert GangLimits.of(asked).max_restarts_without_progress == 5
 
 
 def test_a_termination_message_that_is_not_the_trainers_is_just_text():
     deep = pod(0, "Failed", 1, 5, message="[" * 4000)  # too deep for the JSON parser: RecursionError
     assert judge([deep], LIMITS, 0).action is Action.RESTART
+
+
+def rule(name, action, exit_codes=None, conditions=(), exclude_node=False):
+    document = {"name": name, "action": action, "excludeNode": exclude_node,
+                "onPodConditions": [{"type": kind, "status": status} for kind, status in conditions]}  # fmt: skip
+    if exit_codes is not None:
+        document["onExitCodes"] = {"operator": exit_codes[0], "values": list(exit_codes[1])}
+    return FailurePolicyRule.model_validate(document)
+
+
+def on_node(outcome, node="n1", disruption=None):
+    """`outcome` on `node`; with `disruption`, the reason of its DisruptionTarget condition."""
+    conditions = frozenset({(DISRUPTION_TARGET, "True")}) if disruption else frozenset()
+    return replace(outcome, node_name=node, conditions=conditions, disruption_reason=disruption or "")
+
+
+EVICTED = on_node(pod(1, "Failed", 143, 5, stopping=True), disruption="EvictionByEvictionAPI")
+PREEMPTED = '{"result": "Preempted", "step": 20}'
+FAIL_ON_3 = rule("BadInput", "FailJob", ("In", [3]))
+SIGTERM_IS_OURS = rule("SpotReclaim", "RestartGangIgnoreLimit", ("In", [143]))
+ONLY_OOM_RESTARTS = rule("NotOOM", "FailJob", ("NotIn", [137]))
+FLAKY_NODE = rule("FlakyNode", "RestartGang", ("In", [1]), exclude_node=True)
+LIMITS_2 = GangLimits(nodes=2, max_restarts=1, max_disruptions=2)
+
+# (case, pods, rules, restarts, disruptions, action, reason, counted as disruption, node avoided, words)
+POLICY_CASES = [
+    ("a rule fails the job at once", [on_node(pod(0, "Failed", 3, 5))], [FAIL_ON_3], 0, 0, Action.FAIL, "BadInput",
+     False, "", "pod demo-g0-0 failed (Error, exit code 3): not retried (failurePolicy rule BadInput)"),
+    ("a rule that does not match leaves the default", [pod(0, "Failed", 4, 5)], [FAIL_ON_3], 0, 0, Action.RESTART,
+     None, False, "", "gang restart 1/1"),
+    ("NotIn matches every other code", [pod(0, "Failed", 1, 5)], [ONLY_OOM_RESTARTS], 0, 0, Action.FAIL, "NotOOM",
+     False, "", "rule NotOOM"),
+    ("NotIn leaves the listed code to the defaults", [pod(0, "Failed", 137, 5)], [ONLY_OOM_RESTARTS], 0, 0,
+     Action.RESTART, None, False, "", "gang restart 1/1"),
+    ("the first matching rule wins", [pod(0, "Failed", 3, 5)], [rule("Any", "RestartGang"), FAIL_ON_3], 0, 0,
+     Action.RESTART, "Any", False, "", "(failurePolicy rule Any); gang restart 1/1"),
+    ("RestartGangIgnoreLimit restarts past maxRestarts", [pod(0, "Failed", 143, 5)], [SIGTERM_IS_OURS], 1, 0,
+     Action.RESTART, "SpotReclaim", True, "", "a disruption, not counted against maxRestarts; gang restart from the "
+     "last checkpoint (disruption 1/2)"),
+    ("without that rule, 143 is a crash", [pod(0, "Failed", 143, 5)], [], 1, 0, Action.FAIL, "RestartLimitReached",
+     False, "", "maxRestarts (1) reached"),
+    ("an eviction is a disruption, and the node's", [EVICTED, pod(0, "Running")], [], 1, 0, Action.RESTART,
+     "Disruption", True, "n1", "(disruption 1/2)"),
+    ("a preemption by the scheduler is not the node's fault",
+     [on_node(pod(1, "Failed", 143, 5), disruption="PreemptionByScheduler")], [], 0, 0, Action.RESTART, "Disruption",
+     True, "", "a disruption"),
+    ("the trainer's exit 80 after a SIGTERM is a disruption", [on_node(pod(0, "Failed", 80, 5, message=PREEMPTED))],
+     [], 1, 0, Action.RESTART, "Disruption", True, "", "a disruption"),
+    ("disruptions are capped by maxDisruptions", [EVICTED], [], 0, 2, Action.FAIL, "DisruptionLimitReached", False,
+     "n1", "maxDisruptions (2) reached"),
+    ("a rule can make a disruption fail the job", [EVICTED], [rule("NoEvictions", "FailJob",
+     conditions=[(DISRUPTION_TARGET, "True")])], 0, 0, Action.FAIL, "NoEvictions", False, "", "rule NoEvictions"),
+    ("the Job failed by the disruption rules of its podFailurePolicy, the pod gone already", [], [], 1, 0,
+     Action.RESTART, "Disruption", True, "", "the gang's Job failed (PodFailurePolicy): a disruption"),
+    ("a pod condition that is not there does not match", [on_node(pod(0, "Failed", 1, 5))],
+     [rule("NoEvictions", "FailJob", conditions=[(DISRUPTION_TARGET, "True")])], 0, 0, Action.RESTART, None, False,
+     "", "gang restart 1/1"),
+    ("a rule can override a built-in final failure",
+     [on_node(pod(0, "Failed", EXIT_CONFIG_ERROR, 5))], [rule("RetryConfig", "RestartGang", ("In", [78]))], 0, 0,
+     Action.RESTART, "RetryConfig", False, "", "gang restart 1/1"),
+    ("a hang is the node's",
+     [on_node(pod(0, "Failed", EXIT_HANG, 5, message=WAITED), "n2"), on_node(pod(1, "Running"))], [], 0, 0,
+     Action.RESTART, "Hang", False, "n1", "stopped advancing"),
+    ("a rule's excludeNode blames the node", [on_node(pod(0, "Failed", 1, 5), "n3")], [FLAKY_NODE], 0, 0,
+     Action.RESTART, "FlakyNode", False, "n3", "rule FlakyNode"),
+    ("an application crash blames no node", [on_node(pod(0, "Failed", 1, 5), "n3")], [], 0, 0, Action.RESTART, None,
+     False, "", "gang restart 1/1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "pods, rules, restarts, disruptions, action, reason, disruption, node, words",
+    [case[1:] for case in POLICY_CASES],
+    ids=[case[0] for case in POLICY_CASES],
+)
+def test_the_failure_policy(pods, rules, restarts, disruptions, action, reason, disruption, node, words):
+    job_failure = None if pods else "PodFailurePolicy"
+    limits = replace(LIMITS_2, rules=tuple(rules))
+    verdict = judge(pods, limits, restarts, disruptions=disruptions, job_failure=job_failure)
+    assert (verdict.action, verdict.reason, verdict.disruption) == (action, reason, disruption)
+    assert verdict.avoid_node == node
+    assert words in verdict.message, verdict.message
+
+
+def test_pod_outcome_reads_the_node_and_the_disruption_condition():
+    pod_object = {
+        "metadata": {"name": "demo-g0-1", "annotations": {"batch.kubernetes.io/job-completion-index": "1"},
+                     "deletionTimestamp": "2026-11-30T12:00:00Z"},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Failed", "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]},
+    }  # fmt: skip
+    outcome = pod_outcome(pod_object)
+    assert (outcome.node_name, outcome.disrupted, outcome.disruption_reason) == ("n1", True, "EvictionByEvictionAPI")
+    assert outcome.failed  # evicted: a failure, though the pod is being deleted
+
+
+def test_a_crash_loop_is_the_run_of_failed_gangs_at_the_end_that_saved_nothing_newer():
+    def gang(started, saved, ended="Failed"):
+        return GangRecord(generation=0, started_from_step=started, checkpoint_step=saved, ended=ended)
+
+    assert stalled([gang(0, 5), gang(5, 5), gang(None, None)]) == 2  # never reported: no progress known
+    assert stalled([gang(0, 0), gang(0, 0, "Disrupted"), gang(0, 0)]) == 1
+    assert stalled([gang(0, 0), gang(0, 0, "SpecChanged")]) == 0
+    limits = replace(LIMITS, max_restarts_without_progress=3)
+    crashed = [pod(0, "Failed", 1, 5)]
+    assert judge(crashed, limits, 0, stalled_gangs=2).action is Action.RESTART
+    assert judge(crashed, limits, 0, stalled_gangs=3).reason == "NoProgress"
+    evicted = [replace(pod(0, "Failed", 137, 5), conditions=frozenset({(DISRUPTION_TARGET, "True")}))]
+    assert judge(evicted, limits, 0, stalled_gangs=3).action is Action.RESTART  # a disruption is no crash
+
+
+def test_an_ended_gangs_record_takes_the_furthest_step_rank_0_reported():
+    reported = {"step": 7, "resumedFromStep": 5, "checkpointStep": 5}
+    done = pod(0, "Failed", 80, 5, message='{"result": "Preempted", "step": 9}')
+    record = ended_gang(3, reported, [done], "Disrupted")
+    assert (record.started_from_step, record.reached_step, record.checkpoint_step) == (5, 9, 5)
+    assert ended_gang(3, None, [], "Failed").reached_step is None

@@ -127,14 +127,21 @@ def test_indexed_job_gang_settings():
     children = _children(base_job(nodes=3, training={"globalBatchSize": 12}), generation=2)
     job = children[-1]
     assert job["metadata"]["name"] == "demo-g2"
-    assert job["spec"] | {"template": None} == {
+    assert job["spec"] | {"template": None, "podFailurePolicy": None} == {
         "completionMode": "Indexed",
         "completions": 3,
         "parallelism": 3,
         "backoffLimit": 0,
         "suspend": False,
         "template": None,
+        "podFailurePolicy": None,
     }
+    # A disrupted pod, or the trainer's exit after a SIGTERM, fails the Job as a disruption (gang_policy).
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert [(rule["action"], rule.get("onPodConditions"), rule.get("onExitCodes")) for rule in rules] == [
+        ("FailJob", [{"type": "DisruptionTarget", "status": "True"}], None),
+        ("FailJob", None, {"containerName": "trainer", "operator": "In", "values": [80]}),
+    ]
     pod = _pod(children)["spec"]
     assert pod["subdomain"] == "demo" and pod["restartPolicy"] == "Never"
 

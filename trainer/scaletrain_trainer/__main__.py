@@ -2,8 +2,10 @@
 
 Exit codes (exit_codes.py): 0 done; EXIT_CONFIG_ERROR (78) for a bad config and EXIT_WRITE_ERROR (74)
 for a full or read-only disk, which retrying cannot fix (the operator fails the job at once);
-EXIT_NON_FINITE (79) for a diverged run; anything else for a runtime failure, which a gang restart
-may fix. Each named failure also leaves a one-line termination message.
+EXIT_NON_FINITE (79) for a diverged run; EXIT_PREEMPTED (80) after a SIGTERM or SIGINT, once every
+rank has saved a checkpoint at the same step (preemption.py); anything else for a runtime failure, which
+a gang restart may fix. Each named result also leaves a one-line termination message, with the last
+completed step.
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ from .exit_codes import (
     CONFIG_ERROR_RESULT,
     EXIT_CONFIG_ERROR,
     EXIT_NON_FINITE,
+    EXIT_PREEMPTED,
     EXIT_WRITE_ERROR,
     NON_FINITE_RESULT,
+    PREEMPTED_RESULT,
     WRITE_ERROR_RESULT,
     NonFinite,
     WriteError,
     write_error_cause,
 )
 from .metrics import write_termination_message
+from .preemption import Preempted, install_handlers
 from .validation import ProblemsError
 
 
@@ -33,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain_trainer", description=__doc__)
     parser.add_argument("--config", help="training config file (YAML or JSON); default: $SCALETRAIN_CONFIG")
     args = parser.parse_args(argv)
+    install_handlers()  # first: a stop signal during the set-up is acted on at the first step boundary
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(asctime)s %(name)s: %(message)s")
     try:
@@ -49,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scaletrain: {diverged}", file=sys.stderr)
         write_termination_message({"result": NON_FINITE_RESULT, "firstNonFiniteStep": diverged.step})
         return EXIT_NON_FINITE
+    except Preempted as stopped:  # on every rank, after the same step, whose checkpoint is saved
+        print(f"scaletrain: {stopped}", file=sys.stderr)
+        # Its step, the one every rank stopped after, is added as to every termination message.
+        write_termination_message(
+            {"result": PREEMPTED_RESULT, "signal": stopped.signal.name, "checkpoint": stopped.checkpoint}
+        )
+        return EXIT_PREEMPTED
     except WriteError as error:
         return write_error(error.cause)
     except OSError as error:  # a full or read-only outputDir, say: one line, not a traceback

@@ -103,6 +103,11 @@ class CheckpointManager:
     def due(self, step: int) -> bool:
         return self.enabled and step % self.config.every_steps == 0
 
+    def path_for(self, step: int) -> Path:
+        """Where the checkpoint of `step` is, once complete."""
+        assert self.directory is not None
+        return self.directory / f"step-{step:08d}"
+
     def completed(self) -> list[Path]:
         """Finished checkpoints, oldest first."""
         if self.directory is None or not self.directory.is_dir():
@@ -151,7 +156,7 @@ class CheckpointManager:
 
     def _save(self, state: TrainState) -> Path:
         assert self.directory is not None
-        final = self.directory / f"step-{state.step:08d}"
+        final = self.path_for(state.step)
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         if self.runtime.is_main:
             for stale in self.directory.glob(f"*{PARTIAL_SUFFIX}"):  # left by a crash mid-write

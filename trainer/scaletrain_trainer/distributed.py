@@ -79,6 +79,22 @@ def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
     return reduced
 
 
+class HostMax:
+    """The largest of a small integer over the ranks, reduced on the host: under gloo in the default group,
+    under NCCL in a gloo group of its own, so that reading it costs no device sync (the CPU keeps running
+    ahead of the GPU). Constructing it is a collective: every rank at the same point of the set-up."""
+
+    def __init__(self, backend: str, timeout_seconds: int):
+        own_group = backend != "gloo"
+        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_seconds)) if own_group else None
+        self.value = torch.zeros((), dtype=torch.int64)
+
+    def __call__(self, value: int) -> int:
+        self.value.fill_(value)
+        dist.all_reduce(self.value, op=dist.ReduceOp.MAX, group=self.group)
+        return int(self.value)
+
+
 def shutdown() -> None:
     """Leave the process group cleanly after a successful run.
 

@@ -17,17 +17,20 @@ EXIT_CONFIG_ERROR = 78  # EX_CONFIG from sysexits.h: a bad config, which no retr
 EXIT_WRITE_ERROR = 74  # EX_IOERR: the disk is full or read-only, or a file hit its size limit
 EXIT_NON_FINITE = 79  # the loss or the gradients became NaN or infinite: the run diverged (loop.NonFinite)
 EXIT_HANG = 75  # EX_TEMPFAIL: no step completed within the hang timeout (watchdog.py); a restart may fix it
+EXIT_PREEMPTED = 80  # stopped from outside (SIGTERM: a preemption, an eviction, a suspension) after a checkpoint
 
-Result = Literal["ConfigError", "WriteError", "NonFinite", "Hang"]
+Result = Literal["ConfigError", "WriteError", "NonFinite", "Hang", "Preempted"]
 CONFIG_ERROR_RESULT: Result = "ConfigError"
 WRITE_ERROR_RESULT: Result = "WriteError"
 NON_FINITE_RESULT: Result = "NonFinite"
 HANG_RESULT: Result = "Hang"
+PREEMPTED_RESULT: Result = "Preempted"
 EXIT_CODES: dict[Result, int] = {
     CONFIG_ERROR_RESULT: EXIT_CONFIG_ERROR,
     WRITE_ERROR_RESULT: EXIT_WRITE_ERROR,
     NON_FINITE_RESULT: EXIT_NON_FINITE,
     HANG_RESULT: EXIT_HANG,
+    PREEMPTED_RESULT: EXIT_PREEMPTED,
 }
 # Failures a gang restart cannot fix: the job fails at once. A write error was already retried once,
 # inside the trainer (checkpoint.CheckpointManager.save).

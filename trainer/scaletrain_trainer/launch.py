@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from .__main__ import config_error
@@ -25,6 +26,12 @@ from .metrics import termination_message_path
 from .validation import Problem, ProblemsError
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# torchrun, stopped by a signal, passes it to its workers and SIGKILLs those still running after this many
+# seconds (default 30: torch/distributed/launcher/api.py). The trainer needs one step and one checkpoint
+# save after a SIGTERM, and bounds that itself (watchdog.py), so the pod's terminationGracePeriodSeconds,
+# after which the kubelet kills the container, is left as the only limit.
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+TRAINER_SHUTDOWN_TIMEOUT_SECONDS = 24 * 3600
 
 
 def preflight(environ: dict[str, str]) -> None:
@@ -45,10 +52,18 @@ def main(argv: list[str]) -> int:
         return config_error(error)
     # `python -m torch.distributed.run` is torchrun, without depending on PATH. It runs as a child, not
     # exec'd, so that its exit can be read; the pod's stop signals reach it through this process.
-    torchrun = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv])
+    torchrun = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv], env=torchrun_env(os.environ))
     for number in FORWARDED_SIGNALS:
         signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
     return pod_exit_code(torchrun.wait(), termination_message_path())
+
+
+def torchrun_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The pod's environment, and for the built-in trainer (a training config) time to checkpoint after a
+    SIGTERM; a script of one's own keeps torchrun's default, as does a timeout the pod's env sets."""
+    if CONFIG_ENV not in environ:
+        return dict(environ)
+    return {SHUTDOWN_TIMEOUT_ENV: str(TRAINER_SHUTDOWN_TIMEOUT_SECONDS)} | dict(environ)
 
 
 def pod_exit_code(torchrun_exit: int, termination_message: Path) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,13 +27,14 @@ from .data import (
     step_loader,
     to_device,
 )
-from .distributed import Runtime, agree, all_reduce_sum, seed_everything
+from .distributed import HostMax, Runtime, agree, all_reduce_sum, seed_everything
 from .exit_codes import NonFinite
 from .flops import ModelFlops, peak_flops
-from .metrics import MetricsReporter
+from .metrics import MetricsReporter, record_completed_step
 from .model import count_parameters, flops_per_token
 from .parallel import autocast_enabled, build_parallel_model, gradient_sync, unwrapped
 from .precision import Precision, resolve_precision
+from .preemption import Preempted, received, signal_named
 from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -78,14 +80,17 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     resumed_from = checkpoints.restore_latest(state)
     if resumed_from is not None:
         check_data_position(state, batches.position(state.step))
+    record_completed_step(state.step)
     # After the restore: the loader starts at the resumed step. Before the reporter's and watchdog's
     # threads start: workers are forked from this process.
     steps = iter(
         step_loader(dataset, batches, range(state.step, config.max_steps), config.data, config.seed, runtime.device)
     )
     reporter = MetricsReporter(config.output_dir, config.metrics_port, config.max_steps, enabled=runtime.is_main)
+    reporter.report_checkpoint(state.step, resumed=True)  # step 0: a fresh start
     if checkpoints.set_aside:
         reporter.report_set_aside(checkpoints.set_aside)
+    largest_over_ranks = HostMax(runtime.backend, config.distributed_timeout_seconds)
     dist.barrier()
 
     start_step, started, last_log = state.step, time.perf_counter(), time.perf_counter()
@@ -107,6 +112,7 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
             tokens += result.tokens
             state.step += 1
             state.data_position = batches.position(state.step)
+            record_completed_step(state.step)
             skips.count(result, state.step)
             unseen = (first_non_finite < 0) & ~result.finite
             first_non_finite = torch.where(unseen, state.step, first_non_finite)
@@ -127,6 +133,10 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
             if checkpoints.due(state.step):
                 save(checkpoints, state, watchdog, reporter, config)
             watchdog.step_done(state.step)
+            # At max_steps the run ends anyway, with its final save.
+            if state.step < config.max_steps and (stop_signal := agreed_stop(largest_over_ranks, watchdog, state.step)):
+                stop_if_non_finite(first_non_finite)  # a diverged state is never saved, preempted or not
+                raise preempt(stop_signal, checkpoints, state, watchdog, reporter, config)
         if checkpoints.enabled:
             save(checkpoints, state, watchdog, reporter, config)
     finally:
@@ -154,7 +164,31 @@ def save(
     reporter.promise_report_within(SAVE_COLLECTIVES * config.distributed_timeout_seconds + watchdog.timeout)
     with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
         checkpoints.save(state)
+    reporter.report_checkpoint(state.step)
     reporter.promise_report_within(next_report_within(config, watchdog))  # back to the steps' pace
+
+
+def agreed_stop(largest_over_ranks: HostMax, watchdog: Watchdog, step: int) -> signal.Signals | None:
+    """The stop signal any rank received (preemption.py), the same on every rank, or None: one tiny
+    host-side all-reduce at every step boundary."""
+    with watchdog.phase(f"agreeing whether to stop after step {step} (a reduction across ranks)", waits_on_peers=True):
+        return signal_named(largest_over_ranks(received()))
+
+
+def preempt(
+    stop_signal: signal.Signals,
+    checkpoints: CheckpointManager,
+    state: TrainState,
+    watchdog: Watchdog,
+    reporter: MetricsReporter,
+    config: TrainingConfig,
+) -> Preempted:
+    """Save the checkpoint of the step every rank stopped after (skipped when the step's regular save just
+    wrote it), and say so."""
+    if not checkpoints.enabled:
+        return Preempted(state.step, stop_signal, None)
+    save(checkpoints, state, watchdog, reporter, config)
+    return Preempted(state.step, stop_signal, checkpoints.path_for(state.step).name)
 
 
 def step_phase(watchdog: Watchdog, step: int, compiling: bool) -> contextlib.AbstractContextManager:

@@ -65,6 +65,14 @@ class MetricsReporter:
             self._progress["updatedAt"] = now.isoformat(timespec="seconds")
         self.promise_report_within(next_report_within, now)
 
+    def report_checkpoint(self, step: int, resumed: bool = False) -> None:
+        """The step of the newest checkpoint (0: none), and with `resumed` the one this run resumed from:
+        the operator tells a gang that saved nothing newer than it started from (a crash loop) by them."""
+        with self._lock:
+            self._progress["checkpointStep"] = step
+            if resumed:
+                self._progress["resumedFromStep"] = step
+
     def report_set_aside(self, checkpoints: list[str]) -> None:
         """Damaged checkpoints moved aside while resuming: served with the progress, so the operator can
         post an Event naming them (the trainer has no API access)."""
@@ -168,12 +176,29 @@ def termination_message_path() -> Path:
     return Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
 
 
+# The last optimizer step this process completed (or resumed at), None before training: every result the
+# trainer records says where the run stood, whichever part of it stopped the run.
+_last_completed_step: int | None = None
+
+
+def record_completed_step(step: int) -> None:
+    global _last_completed_step
+    _last_completed_step = step
+
+
+def with_step(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` with the last completed step as its `step`, unless it says one or training never began."""
+    if "step" in summary or _last_completed_step is None:
+        return summary
+    return summary | {"step": _last_completed_step}
+
+
 def write_termination_message(summary: dict[str, Any]) -> None:
     """Kubernetes copies this file into the pod's status, where the operator and `kubectl describe` see it."""
     path = termination_message_path()
     if not path.exists():
         return
     try:
-        path.write_text(json.dumps(summary)[:TERMINATION_MESSAGE_LIMIT])
+        path.write_text(json.dumps(with_step(summary))[:TERMINATION_MESSAGE_LIMIT])
     except OSError as error:
         log.warning("cannot write the termination message to %s: %s", path, error)

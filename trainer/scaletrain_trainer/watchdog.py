@@ -18,12 +18,14 @@ import contextlib
 import faulthandler
 import logging
 import os
+import signal
 import statistics
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import preemption
 from .exit_codes import EXIT_HANG, HANG_RESULT
 from .metrics import write_termination_message
 
@@ -32,6 +34,11 @@ log = logging.getLogger(__name__)
 MIN_AUTO_TIMEOUT = 300.0  # seconds: the default's floor, above any normal hiccup (a slow file system, GC)
 AUTO_FACTOR = 10  # the default timeout is this many median steps, when that is longer than the floor
 WARMUP_STEPS = 3  # the first steps (compilation, allocator warm-up) are not typical step times
+# After a stop signal a rank must complete its step within this many median steps (at least
+# STOP_MIN_SECONDS) to save and exit. One that does not (stuck in a collective with a peer that died)
+# would hold its pod, and torchrun, until the hang timeout; it exits as the signal would have ended it.
+STOP_FACTOR = 3
+STOP_MIN_SECONDS = 30.0
 
 
 class Watchdog:
@@ -59,6 +66,11 @@ class Watchdog:
         if self.configured is not None:
             return self.configured
         return max(MIN_AUTO_TIMEOUT, AUTO_FACTOR * self.typical_step_seconds)
+
+    @property
+    def stop_limit(self) -> float:
+        """How long a rank asked to stop (preemption.py) may go without completing a step."""
+        return min(self.timeout, max(STOP_MIN_SECONDS, STOP_FACTOR * self.typical_step_seconds))
 
     def start(self) -> Watchdog:
         self.last_progress = time.monotonic()
@@ -91,10 +103,28 @@ class Watchdog:
             self.paused, self.last_progress = False, time.monotonic()
 
     def _watch(self) -> None:
-        while not self._stop.wait(min(1.0, self.timeout / 10)):
+        while not self._stop.wait(min(1.0, self.stop_limit / 10)):
             stalled = time.monotonic() - self.last_progress
-            if not self.paused and stalled > self.timeout:
+            if self.paused:
+                continue
+            if stalled > self.timeout:
                 self._give_up(stalled)
+            if (stop_signal := preemption.received()) and stalled > self.stop_limit:
+                self._stop_unsaved(stop_signal, stalled)
+
+    def _stop_unsaved(self, stop_signal: int, stalled: float) -> None:
+        """End a rank that was asked to stop but cannot reach a step boundary to save: as the signal would
+        have, writing no result (a peer's, or a hang's, says more about the pod than this one would)."""
+        log.error(
+            "rank %d: stopped by %s, but no optimizer step completed for %.0f s after step %d, while %s: "
+            "exiting without a checkpoint",
+            self.rank,
+            signal.Signals(stop_signal).name,
+            stalled,
+            self.step,
+            self.doing,
+        )
+        os._exit(128 + stop_signal)  # the shell's code for a process the signal ended
 
     def _give_up(self, stalled: float) -> None:
         summary = (
@@ -108,7 +138,6 @@ class Watchdog:
                 dump.write(summary + "\n\n")
                 dump.flush()
                 faulthandler.dump_traceback(dump, all_threads=True)
-        write_termination_message(
-            {"result": HANG_RESULT, "step": self.step, "doing": self.doing, "waitingOnPeers": self.waits_on_peers}
-        )
+        # Its step is the last completed one, as in every termination message (metrics.with_step).
+        write_termination_message({"result": HANG_RESULT, "doing": self.doing, "waitingOnPeers": self.waits_on_peers})
         os._exit(EXIT_HANG)  # the main thread is stuck: only a hard exit ends the process

@@ -61,6 +61,7 @@ def structural_schema(node: Any, defs: dict[str, Any]) -> Any:
         rest = {k: v for k, v in node.items() if k != "anyOf"}
         return structural_schema({**variants[0], **rest}, defs)  # converted once: a $ref is resolved there
     out: dict[str, Any] = {}
+    unset_by_default: set[str] = set()  # optional objects whose default is None: left out, not filled in
     for key, value in node.items():
         if key in _DROPPED_KEYS or (key == "default" and value is None):
             continue
@@ -73,12 +74,14 @@ def structural_schema(node: Any, defs: dict[str, Any]) -> Any:
             out["enum"] = [value]
         elif key == "properties":
             out[key] = {name: structural_schema(prop, defs) for name, prop in value.items()}
+            unset_by_default = {name for name, prop in value.items() if "default" in prop and prop["default"] is None}
         elif key in ("items", "additionalProperties"):
             out[key] = structural_schema(value, defs)
         else:
             out[key] = value
     for name, prop in out.get("properties", {}).items():
-        if name not in out.get("required", []) and "default" not in prop and _all_fields_defaulted(prop):
+        defaulted = name not in out.get("required", []) and name not in unset_by_default
+        if defaulted and "default" not in prop and _all_fields_defaulted(prop):
             prop["default"] = _defaults_of(prop)
     return out
 

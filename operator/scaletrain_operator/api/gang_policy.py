@@ -6,6 +6,13 @@ from the last checkpoint, or fail the job with a reason, and which pod is the ro
 operator (controller/reconcile.py) and `scaletrain run-local` (local/gang.py) both ask `judge`, and
 read pods through `pod_outcome`, so they cannot disagree.
 
+What a failure means comes from spec.failurePolicy.rules, tried in order against the root-cause pod,
+then from the built-in defaults the rules can override (BUILT_IN_MEANINGS, docs/api.md): a config or
+write error fails the job; a disruption (the pod's DisruptionTarget condition: evicted, preempted, its
+node lost; or the trainer's exit 80 after a SIGTERM from outside) restarts the gang without using
+maxRestarts; a hang, and anything else, restarts it counted. Failures that are the node's (a hang, a
+disruption of the node, a rule's excludeNode) name the node for the next gangs to avoid.
+
 The root cause is the pod that finished first, then the lowest completion index: a dead rank makes
 its peers fail right after it, so the first to fail is the likely culprit. A stuck rank is the
 exception: its peers' hang watchdogs stop them while they wait on it (their termination messages say
@@ -21,15 +28,38 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from scaletrain_trainer.exit_codes import EXIT_CODES, FINAL, Result, final_failure, waited_on_peers
+from scaletrain_trainer.exit_codes import (
+    EXIT_CODES,
+    FINAL,
+    HANG_RESULT,
+    PREEMPTED_RESULT,
+    result_of,
+    waited_on_peers,
+)
 
 from . import naming
-from .models import ScaleTrainJobSpec
+from .models import MAX_GANG_RECORDS, FailurePolicyRule, GangRecord, ScaleTrainJobSpec
+from .progress import final_progress
 from .timestamps import parse_timestamp
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"  # the Job controller's reason when activeDeadlineSeconds passed
+RESTART_LIMIT_REACHED = "RestartLimitReached"
+DISRUPTION_LIMIT_REACHED = "DisruptionLimitReached"
+DISRUPTION = "Disruption"
+NO_PROGRESS = "NoProgress"
+DISRUPTION_TARGET = naming.DISRUPTION_TARGET
+NOT_THE_NODES_FAULT = frozenset({"PreemptionByScheduler"})  # DisruptionTarget reasons that say nothing of the node
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
-FailureReason = Literal["DeadlineExceeded", "RestartLimitReached"] | Result  # Result: a final trainer failure
+RuleAction = Literal["FailJob", "RestartGang", "RestartGangIgnoreLimit"]
+# Why a job fails: DeadlineExceeded, RestartLimitReached, DisruptionLimitReached, a final trainer result
+# (exit_codes.FINAL), or the name of the failurePolicy rule that failed it.
+FailureReason = str
+# The built-in meanings, as docs/api.md lists them; failurePolicy.rules come first and may override each.
+BUILT_IN_MEANINGS: dict[str, RuleAction] = {
+    **{result: "FailJob" for result in FINAL},  # exit 78, 74: no restart can fix them
+    DISRUPTION: "RestartGangIgnoreLimit",  # DisruptionTarget, or exit 80 (Preempted)
+    HANG_RESULT: "RestartGang",  # exit 75, a rank that stopped advancing, or the gang's silence
+}
 
 
 class Action(Enum):
@@ -46,10 +76,20 @@ class GangLimits:
     nodes: int
     max_restarts: int
     active_deadline_seconds: int | None = None
+    max_disruptions: int | None = None
+    rules: tuple[FailurePolicyRule, ...] = ()
+    max_restarts_without_progress: int | None = None
 
     @classmethod
     def of(cls, spec: ScaleTrainJobSpec) -> GangLimits:
-        return cls(spec.nodes, spec.max_restarts, spec.active_deadline_seconds)
+        return cls(
+            spec.nodes,
+            spec.max_restarts,
+            spec.active_deadline_seconds,
+            spec.max_disruptions,
+            tuple(spec.failure_policy.rules),
+            spec.crash_loop_limit,
+        )
 
 
 @dataclass(frozen=True)
@@ -64,10 +104,19 @@ class PodOutcome:
     message: str = ""  # the container's termination message
     finished_at: datetime | None = None
     stopping: bool = False  # being deleted: stopped (a suspension, a preemption), not crashed
+    node_name: str = ""
+    conditions: frozenset[tuple[str, str]] = frozenset()  # (type, status) of the pod's conditions
+    disruption_reason: str = ""  # of its DisruptionTarget condition, when True
+
+    @property
+    def disrupted(self) -> bool:
+        """Evicted, preempted, or on a lost node, as the API server or the node says (not the operator's
+        own deletion of a gang, which sets no such condition)."""
+        return (DISRUPTION_TARGET, "True") in self.conditions
 
     @property
     def failed(self) -> bool:
-        return self.phase == "Failed" and not self.stopping
+        return self.phase == "Failed" and (not self.stopping or self.disrupted)
 
     @property
     def waited_on_peers(self) -> bool:
@@ -86,6 +135,8 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
     """A pod object (metadata and status, as the API server or run-local's executor reports it) as the
     gang policy sees it: its phase, and its trainer container's exit."""
     metadata, status = pod["metadata"], pod.get("status") or {}
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    disruption = next((c for c in conditions if (c.get("type"), c.get("status")) == (DISRUPTION_TARGET, "True")), {})
     index = (metadata.get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION, "")
     terminated = next(
         (
@@ -102,6 +153,9 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
         reason=status.get("reason", ""),
         message=status.get("message", ""),
         stopping=metadata.get("deletionTimestamp") is not None,
+        node_name=(pod.get("spec") or {}).get("nodeName") or "",
+        conditions=frozenset((str(c.get("type")), str(c.get("status"))) for c in conditions),
+        disruption_reason=disruption.get("reason", ""),
     )
     if not terminated:
         return outcome
@@ -119,8 +173,10 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
 class Verdict:
     action: Action
     message: str = ""
-    reason: FailureReason | None = None  # why the job fails (with Action.FAIL)
+    reason: FailureReason | None = None  # why the job fails (with Action.FAIL); with a restart, the rule's name
     root_cause: PodOutcome | None = None  # the pod that caused a restart or failure, when one did
+    disruption: bool = False  # a restart counted in status.disruptions, not against maxRestarts
+    avoid_node: str = ""  # the node the failure was blamed on, for failurePolicy.excludeNodes
 
     @property
     def exit_code(self) -> int:
@@ -150,20 +206,66 @@ def root_cause(pods: Sequence[PodOutcome]) -> PodOutcome | None:
     return min(culprits, key=lambda pod: (pod.finished_at is None, pod.finished_at or datetime.min, pod.index))
 
 
+@dataclass(frozen=True)
+class Meaning:
+    """What a failure means: the action, the name it goes by (a rule's, or a built-in meaning's), and
+    whether it is the node's fault."""
+
+    action: RuleAction
+    name: str | None = None
+    nodes_fault: bool = False
+    rule: bool = False  # a failurePolicy rule's, not a built-in meaning
+
+
+def meaning(cause: PodOutcome | None, job_failure: str | None, rules: Sequence[FailurePolicyRule]) -> Meaning:
+    """The first rule that matches the root-cause pod, else the built-in meaning (BUILT_IN_MEANINGS). A
+    gang that ended with no pod to blame (its Job deleted, or gone silent: `job_failure`) has only the
+    built-in meaning."""
+    if cause is not None:
+        for rule in rules:
+            if rule_matches(rule, cause):
+                return Meaning(rule.action, rule.name, rule.exclude_node, rule=True)
+    if cause is None and job_failure == naming.DISRUPTED_JOB:  # the disrupted pod is gone already
+        return Meaning(BUILT_IN_MEANINGS[DISRUPTION], DISRUPTION)
+    if cause is None:
+        return Meaning("RestartGang", job_failure, job_failure == HANG_RESULT)
+    result = result_of(cause.exit_code, cause.message)
+    if result in FINAL:
+        return Meaning(BUILT_IN_MEANINGS[result], result)
+    if cause.disrupted or result == PREEMPTED_RESULT:
+        nodes_fault = cause.disrupted and cause.disruption_reason not in NOT_THE_NODES_FAULT
+        return Meaning(BUILT_IN_MEANINGS[DISRUPTION], DISRUPTION, nodes_fault)
+    if result == HANG_RESULT or cause.phase == "Running":  # a rank that stopped advancing is still running
+        return Meaning(BUILT_IN_MEANINGS[HANG_RESULT], HANG_RESULT, nodes_fault=True)
+    return Meaning("RestartGang")
+
+
+def rule_matches(rule: FailurePolicyRule, pod: PodOutcome) -> bool:
+    if rule.on_exit_codes is not None:
+        listed = pod.exit_code in rule.on_exit_codes.values
+        if pod.exit_code is None or listed != (rule.on_exit_codes.operator == "In"):
+            return False
+    return all((match.type, match.status) in pod.conditions for match in rule.on_pod_conditions)
+
+
 def judge(
     pods: Sequence[PodOutcome],
     limits: GangLimits,
     restarts: int,
     *,
+    disruptions: int = 0,
+    stalled_gangs: int = 0,
     job_complete: bool = False,
     job_failure: str | None = None,
     suspended: bool = False,
 ) -> Verdict:
-    """What the gang's pods mean for the job, after `restarts` counted gang restarts.
+    """What the gang's pods mean for the job, after `restarts` counted gang restarts and `disruptions`.
+    `stalled_gangs`: the gangs in a row, this one included, that failed without a newer checkpoint than
+    they started from (`stalled`).
 
     `job_complete` and `job_failure` are the Job controller's word on the gang's Job (run-local's
-    deadline timer speaks for it there). While `suspended`, failed pods were stopped by the suspension,
-    not crashed.
+    deadline timer speaks for it there), or the operator's (a Job deleted by hand, a silent gang).
+    While `suspended`, failed pods were stopped by the suspension, not crashed.
     """
     succeeded = {pod.index for pod in pods if pod.phase == "Succeeded"}
     if job_complete or len(succeeded) >= limits.nodes:
@@ -176,12 +278,77 @@ def judge(
     if cause is None and job_failure is None:
         return Verdict(Action.KEEP_RUNNING)
     what = cause.describe() if cause is not None else f"the gang's Job failed ({job_failure})"
-    final = final_failure(cause.exit_code, cause.message) if cause is not None else None
-    if final is not None:
-        message = f"{what}: {FINAL[final]}, not retried. {cause.message}".strip()
-        return Verdict(Action.FAIL, message, final, cause)
+    meant = meaning(cause, job_failure, limits.rules)
+    by_rule = f" (failurePolicy rule {meant.name})" if meant.rule else ""
+    avoid = cause.node_name if cause is not None and meant.nodes_fault else ""
+    if meant.action == "FailJob":
+        detail = FINAL.get(meant.name, "") if not by_rule else ""
+        said = f"{detail}, not retried" if detail else "not retried"
+        message = f"{what}: {said}{by_rule}. {cause.message if cause is not None else ''}".strip()
+        return Verdict(Action.FAIL, message, meant.name, cause, avoid_node=avoid)
+    if meant.action == "RestartGangIgnoreLimit":
+        if limits.max_disruptions is not None and disruptions >= limits.max_disruptions:
+            message = f"{what}{by_rule}; maxDisruptions ({limits.max_disruptions}) reached"
+            return Verdict(Action.FAIL, message, DISRUPTION_LIMIT_REACHED, cause, avoid_node=avoid)
+        message = (
+            f"{what}{by_rule}: a disruption, not counted against maxRestarts; gang restart from the last "
+            f"checkpoint (disruption {disruptions + 1}{_of(limits.max_disruptions)})"
+        )
+        return Verdict(Action.RESTART, message, meant.name, cause, disruption=True, avoid_node=avoid)
+    stalled_limit = limits.max_restarts_without_progress
+    if stalled_limit is not None and stalled_gangs >= stalled_limit:
+        message = (
+            f"{what}{by_rule}; {stalled_gangs} gangs in a row failed without a checkpoint newer than the one they "
+            f"started from (maxRestartsWithoutProgress {stalled_limit}): a crash loop"
+        )
+        return Verdict(Action.FAIL, message, NO_PROGRESS, cause, avoid_node=avoid)
     if restarts >= limits.max_restarts:
-        message = f"{what}; maxRestarts ({limits.max_restarts}) reached"
-        return Verdict(Action.FAIL, message, "RestartLimitReached", cause)
-    message = f"{what}; gang restart {restarts + 1}/{limits.max_restarts} from the last checkpoint"
-    return Verdict(Action.RESTART, message, root_cause=cause)
+        message = f"{what}{by_rule}; maxRestarts ({limits.max_restarts}) reached"
+        return Verdict(Action.FAIL, message, RESTART_LIMIT_REACHED, cause, avoid_node=avoid)
+    message = f"{what}{by_rule}; gang restart {restarts + 1}/{limits.max_restarts} from the last checkpoint"
+    return Verdict(Action.RESTART, message, meant.name, cause, avoid_node=avoid)
+
+
+def ended_gang(
+    generation: int, reported: Mapping[str, Any] | None, pods: Sequence[PodOutcome], ended: str
+) -> GangRecord:
+    """The record of a gang that ended: from rank 0's last progress report of it (`reported`, /progress's
+    fields; None if it never reported) and the step rank 0's termination message gives, if any."""
+    reported = reported or {}
+    rank_0 = next((pod for pod in pods if pod.index == 0), None)
+    steps = [reported.get("step"), final_progress(rank_0.message).get("step") if rank_0 is not None else None]
+    reached = [step for step in steps if isinstance(step, int)]
+    return GangRecord(
+        generation=generation,
+        started_from_step=reported.get("resumedFromStep"),
+        reached_step=max(reached) if reached else None,
+        checkpoint_step=reported.get("checkpointStep"),
+        ended=ended,
+    )
+
+
+def stalled(gangs: Sequence[GangRecord]) -> int:
+    """How many gangs in a row, up to the last, failed without leaving a checkpoint newer than the one they
+    started from. A disruption or a spec change ends the run of them: neither is the job's crash."""
+    count = 0
+    for gang in reversed(gangs):
+        if gang.ended != "Failed" or gang.progressed:
+            break
+        count += 1
+    return count
+
+
+def recomputed_steps(previous: GangRecord | None, ended: GangRecord) -> int:
+    """The steps `ended` trained again: those `previous` had reached past the checkpoint `ended` resumed
+    from (0 when either is unknown)."""
+    if previous is None or previous.reached_step is None or ended.started_from_step is None:
+        return 0
+    return max(0, previous.reached_step - ended.started_from_step)
+
+
+def kept(gangs: Sequence[GangRecord]) -> list[GangRecord]:
+    return list(gangs)[-MAX_GANG_RECORDS:]
+
+
+def _of(limit: int | None) -> str:
+    return f"/{limit}" if limit is not None else ""

@@ -177,6 +177,9 @@ class PodSecurity(SpecModel):
 
 # Where a job without a training block serves /progress: where the built-in trainer would.
 DEFAULT_METRICS_PORT: int = TrainingConfig.model_fields["metrics_port"].default
+DEFAULT_CRASH_LOOP_LIMIT = 3  # maxRestartsWithoutProgress for the built-in trainer
+MAX_GANG_RECORDS = 16  # status.gangs keeps the last ones
+DEFAULT_GRACE_PERIOD_SECONDS = 120  # a step and a checkpoint save after SIGTERM, for most models
 TRAINING_REQUIRED = (
     "required: the built-in trainer needs it (e.g. {globalBatchSize: 16, microBatchSize: 4, maxSteps: 200}); "
     "only a job with a command or args of its own may leave it out"
@@ -197,6 +200,98 @@ def _template_containers(pod_template: Any) -> list[tuple[int, dict[str, Any]]]:
     return [
         (i, item) for i, item in enumerate(containers if isinstance(containers, list) else []) if isinstance(item, dict)
     ]
+
+
+def _template_grace_period(pod_template: Any) -> int | None:
+    """podTemplate's terminationGracePeriodSeconds, when it sets a whole number of seconds."""
+    pod_spec = pod_template.get("spec") if isinstance(pod_template, dict) else None
+    value = pod_spec.get("terminationGracePeriodSeconds") if isinstance(pod_spec, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# A condition reason (metav1.Condition): a rule's name becomes the reason of the condition it causes.
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class ExitCodes(SpecModel):
+    """Which exit codes of the trainer container a rule matches (as JobSet and batch/v1 podFailurePolicy)."""
+
+    operator: Literal["In", "NotIn"] = Field(description="In: one of `values`; NotIn: none of them.")
+    values: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        min_length=1, max_length=255, description="Exit codes, 0 to 255, e.g. [3] or [137, 143]."
+    )
+
+
+class PodConditionMatch(SpecModel):
+    """A pod condition a rule matches, e.g. DisruptionTarget True (evicted, preempted, its node deleted)."""
+
+    type: str = Field(min_length=1, max_length=316, description="The pod condition's type, e.g. DisruptionTarget.")
+    status: Literal["True", "False", "Unknown"] = Field("True", description="Its status; default True.")
+
+
+class FailurePolicyRule(SpecModel):
+    """What a failed gang means when its root-cause pod matches: every matcher given must match; a rule with
+    none matches every failure."""
+
+    name: str = Field(
+        pattern=REASON_PATTERN,
+        max_length=128,
+        description="CamelCase, e.g. BadInput; the reason of the condition and the Event the rule causes.",
+    )
+    action: Literal["FailJob", "RestartGang", "RestartGangIgnoreLimit"] = Field(
+        description="FailJob: the job fails at once. RestartGang: a gang restart counted against maxRestarts. "
+        "RestartGangIgnoreLimit: a gang restart counted as a disruption (status.disruptions, capped by "
+        "maxDisruptions), not against maxRestarts."
+    )
+    on_exit_codes: ExitCodes | None = Field(None, description="The trainer container's exit code.")
+    on_pod_conditions: list[PodConditionMatch] = Field(
+        default_factory=list, max_length=8, description="Conditions the pod has, all of them."
+    )
+    exclude_node: bool = Field(
+        False,
+        description="Treat the failure as the node's: with failurePolicy.excludeNodes, the next gang avoids "
+        "the failed pod's node.",
+    )
+
+
+class ExcludeNodes(SpecModel):
+    """Keep the next gangs off nodes where a gang failed for the node's sake: a hang, a disruption, or a
+    rule with excludeNode."""
+
+    mode: Literal["Required", "Preferred"] = Field(
+        "Required",
+        description="Required: the pods may not run there (added to each required node selector term); "
+        "Preferred: the scheduler avoids them if it can (a preferred term of weight 100).",
+    )
+    max: int = Field(8, ge=1, le=64, description="Nodes kept at most; the oldest drop out first.")
+
+
+class FailurePolicy(SpecModel):
+    """What failures mean, beyond the built-in defaults (docs/api.md, Failure policy)."""
+
+    rules: list[FailurePolicyRule] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Tried in order against the gang's root-cause pod; the first match decides. The built-in "
+        "meanings (exit 78 and 74 fail the job, a disruption or exit 80 restarts without counting, anything "
+        "else restarts counted) apply when none matches.",
+    )
+    exclude_nodes: ExcludeNodes | None = Field(
+        None, description="Avoid the nodes of failures classed as the node's; unset: no node is avoided."
+    )
+
+    model_config = with_cel_rules(
+        cel_rule(
+            "!has(self.rules) || self.rules.all(r, self.rules.exists_one(o, o.name == r.name))",
+            "each rule's name must be unique",
+            ".rules",
+        ),
+    )
+
+    def problems(self) -> Iterator[Problem]:
+        names = [rule.name for rule in self.rules]
+        for name in sorted({name for name in names if names.count(name) > 1}):
+            yield Problem(("rules",), f"each rule's name must be unique: {name} is used twice or more")
 
 
 class ScaleTrainJobSpec(SpecModel):
@@ -307,7 +402,33 @@ class ScaleTrainJobSpec(SpecModel):
         "own, which then gets no training config and reports progress as docs/api.md describes).",
     )
     # Lifecycle
-    max_restarts: int = Field(3, ge=0, le=naming.MAX_RESTARTS, description="Gang restarts on failure.")
+    max_restarts: int = Field(
+        3, ge=0, le=naming.MAX_RESTARTS, description="Gang restarts on failure (disruptions not counted)."
+    )
+    max_disruptions: int | None = Field(
+        None,
+        ge=0,
+        description="Gang restarts after disruptions (a pod evicted or preempted, its node lost, or the trainer "
+        "stopped by SIGTERM after a checkpoint: exit 80) before the job fails with reason "
+        "DisruptionLimitReached; unset: no limit.",
+    )
+    max_restarts_without_progress: int | None = Field(
+        None,
+        ge=1,
+        le=naming.MAX_RESTARTS,
+        description="Gangs in a row that fail without a checkpoint newer than the one they started from before "
+        "the job fails with reason NoProgress (a crash loop); default 3 with the built-in trainer, off for a "
+        "script of one's own (which must then report resumedFromStep and checkpointStep, docs/api.md).",
+    )
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
+    termination_grace_period_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=86400,
+        description="Seconds a stopped pod has after SIGTERM before SIGKILL (core/v1 PodSpec): the trainer "
+        "finishes its step, saves a checkpoint and exits 80 in it, so cover one step plus one save; default: "
+        "podTemplate's, else 120.",
+    )
     suspend: bool = Field(
         False,
         description="true stops the gang (its pods are deleted, phase Suspended) without failing the job; "
@@ -383,12 +504,29 @@ class ScaleTrainJobSpec(SpecModel):
         return self.backend
 
     @property
+    def crash_loop_limit(self) -> int | None:
+        """maxRestartsWithoutProgress, resolved: a script of one's own may not report its checkpoints."""
+        if self.max_restarts_without_progress is not None:
+            return self.max_restarts_without_progress
+        return DEFAULT_CRASH_LOOP_LIMIT if self.training is not None else None
+
+    @property
+    def grace_period_seconds(self) -> int:
+        """terminationGracePeriodSeconds of the pods: the spec's, podTemplate's, or the default."""
+        if self.termination_grace_period_seconds is not None:
+            return self.termination_grace_period_seconds
+        templated = _template_grace_period(self.pod_template)
+        return templated if templated is not None else DEFAULT_GRACE_PERIOD_SECONDS
+
+    @property
     def metrics_port(self) -> int:
         """Where rank 0 serves /progress (and the built-in trainer its metrics)."""
         return self.training.metrics_port if self.training is not None else DEFAULT_METRICS_PORT
 
     def problems(self) -> Iterator[Problem]:
         yield from self._training_problems()
+        for problem in self.failure_policy.problems():
+            yield Problem(("failurePolicy",) + problem.path, problem.message)
         if self.backend == "nccl" and self.gpus_per_node == 0:
             yield Problem(("backend",), "nccl needs GPUs: set gpusPerNode > 0, or use backend gloo (or auto) on CPU")
         if self.procs_per_node is not None and 0 < self.gpus_per_node < self.procs_per_node:
@@ -404,6 +542,10 @@ class ScaleTrainJobSpec(SpecModel):
         if self.master_port == self.metrics_port:
             where = "training.metricsPort" if self.training is not None else "the progress port"
             yield Problem(("masterPort",), f"{self.master_port} is {where} too; give them different ports")
+        templated = _template_grace_period(self.pod_template)
+        if None not in (templated, self.termination_grace_period_seconds) and templated != self.grace_period_seconds:
+            message = f"terminationGracePeriodSeconds is {self.grace_period_seconds} in spec; set it in one place"
+            yield Problem(("podTemplate", "spec", "terminationGracePeriodSeconds"), message)
         yield from self._rank_env_container_problems()
         yield from self._env_problems()
         yield from self._pod_template_problems()
@@ -644,12 +786,61 @@ class Progress(SpecModel):
         description="Damaged checkpoints rank 0 moved aside (step-N.corrupt in checkpoint.dir) while resuming, "
         "trying the one before each; a Warning Event CheckpointSetAside names them.",
     )
+    resumed_from_step: int | None = Field(
+        None, ge=0, description="The step of the checkpoint the gang resumed from; 0: it started afresh."
+    )
+    checkpoint_step: int | None = Field(
+        None, ge=0, description="The step of the newest checkpoint the gang saved or resumed from; 0: none."
+    )
+    generation: int | None = Field(None, ge=0, description="The gang generation rank 0 reported this from.")
     stale_after: Timestamp | None = Field(
         None,
         description="When rank 0 promised its next progress report by: its hang timeout plus a logging interval "
         "after the last one (longer during a checkpoint save). A Running gang still silent then (plus the "
         "operator's polling lag) is taken for hung and restarted (Event Hang).",
     )
+
+
+class GangRecord(SpecModel):
+    """One ended gang generation: where it started and how far it got, as rank 0 last reported."""
+
+    generation: int = Field(ge=0, description="The gang generation (its Job is NAME-g<generation>).")
+    started_from_step: int | None = Field(
+        None, ge=0, description="The checkpoint step it resumed from (0: afresh); absent when it never reported."
+    )
+    reached_step: int | None = Field(None, ge=0, description="The last step it reported completing.")
+    checkpoint_step: int | None = Field(None, ge=0, description="The newest checkpoint step it reported.")
+    ended: Literal["Failed", "Disrupted", "SpecChanged", "Succeeded"] = Field(
+        description="How it ended: Failed (a restart counted against maxRestarts, or the job's failure), "
+        "Disrupted, SpecChanged (restarted for a spec change), or Succeeded."
+    )
+
+    @property
+    def progressed(self) -> bool:
+        """Whether it left a checkpoint newer than the one it started from."""
+        started, saved = self.started_from_step, self.checkpoint_step
+        return started is not None and saved is not None and saved > started
+
+
+class Goodput(SpecModel):
+    """Where the job's time went, summed at each phase change: training, or waiting for a gang to run."""
+
+    running_seconds: float = Field(
+        0, ge=0, description="Seconds the job was Running (its gangs' pods active), up to `since`."
+    )
+    waiting_seconds: float = Field(
+        0,
+        ge=0,
+        description="Seconds it was Pending or Restarting (queued, unschedulable, pulling images, starting a gang "
+        "again), up to `since`; time Suspended is in neither.",
+    )
+    recomputed_steps: int = Field(
+        0,
+        ge=0,
+        description="Steps trained again after restarts: how far each ended gang got past the checkpoint the "
+        "next one resumed from (known once the next one has ended).",
+    )
+    since: Timestamp | None = Field(None, description="When the job entered its current phase (RFC 3339).")
 
 
 class ScaleTrainJobStatus(SpecModel):
@@ -665,7 +856,21 @@ class ScaleTrainJobStatus(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         description="The latest observations of the job's state (metav1.Condition), one per type.",
     )
-    restarts: int = Field(0, ge=0, description="Gang restarts after failures (spec-change restarts not counted).")
+    restarts: int = Field(
+        0, ge=0, description="Gang restarts after failures (spec-change restarts and disruptions not counted)."
+    )
+    disruptions: int = Field(
+        0,
+        ge=0,
+        description="Gang restarts after disruptions: a pod evicted, preempted or on a lost node (condition "
+        "DisruptionTarget), the trainer stopped by SIGTERM after a checkpoint (exit 80), or a rule's "
+        "RestartGangIgnoreLimit.",
+    )
+    excluded_nodes: list[Annotated[str, Field(max_length=253)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Nodes the next gangs avoid (failurePolicy.excludeNodes), oldest first.",
+    )
     current_job: str | None = Field(None, description="The batch/v1 Job of the current gang generation.")
     nodes: NodeCounts = Field(default_factory=NodeCounts)
     start_time: Timestamp | None = Field(
@@ -682,6 +887,13 @@ class ScaleTrainJobStatus(SpecModel):
         None, description='Details of the current phase, e.g. "2 of 2 nodes active" or why the job failed.'
     )
     progress: Progress | None = None
+    goodput: Goodput | None = None
+    gangs: list[GangRecord] = Field(
+        default_factory=list,
+        max_length=MAX_GANG_RECORDS,
+        description="The last ended gang generations, oldest first (at most 16): maxRestartsWithoutProgress "
+        "counts the failed ones at the end that left no newer checkpoint than they started from.",
+    )
 
 
 class ScaleTrainJob(SpecModel):

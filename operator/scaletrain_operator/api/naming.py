@@ -24,6 +24,8 @@ METRICS_PORT_ENV = "SCALETRAIN_METRICS_PORT"  # where rank 0 serves /progress: a
 SHM_VOLUME = "scaletrain-shm"
 DEFAULT_MASTER_PORT = 29500  # torchrun's; PyTorchJob's is 23456
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+DISRUPTION_TARGET = "DisruptionTarget"  # the pod condition of an eviction, a preemption, a lost node
+DISRUPTED_JOB = "PodFailurePolicy"  # the Job controller's reason when the rendered podFailurePolicy failed the Job
 COMPLETION_INDEX_LABEL = COMPLETION_INDEX_ANNOTATION  # the Job controller sets both (PodIndexLabel, GA in 1.32)
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 

@@ -37,12 +37,14 @@ PROGRESS_KEYS = (
     "updatedAt",
     "staleAfter",
     "checkpointsSetAside",
+    "resumedFromStep",
+    "checkpointStep",
 )
 TIMESTAMP_KEYS = frozenset({"updatedAt", "staleAfter"})
-INTEGER_KEYS = frozenset({"step", "maxSteps"})
+INTEGER_KEYS = frozenset({"step", "maxSteps", "resumedFromStep", "checkpointStep"})
 # status.progress's schema (models.Progress)
 MINIMUM = {"step": 0, "maxSteps": 1, "samplesPerSecond": 0, "tokensPerSecond": 0, "tflopsPerDevice": 0, "mfu": 0,
-           "etaSeconds": 0}  # fmt: skip
+           "etaSeconds": 0, "resumedFromStep": 0, "checkpointStep": 0}  # fmt: skip
 MAXIMUM = {"mfu": 1}  # a share of the peak: more says the FLOPs estimate or the peak is wrong
 MAX_ANSWER_BYTES = 64 * 1024  # headers and body; a real progress answer is ~300 bytes
 MAX_TEXT = 64  # updatedAt and staleAfter: timestamps; a checkpoint directory's name

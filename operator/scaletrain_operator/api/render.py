@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scaletrain_trainer.config import CONFIG_ENV
+from scaletrain_trainer.exit_codes import EXIT_PREEMPTED
 
 from . import naming
 from .merge import merge_under
@@ -94,6 +95,7 @@ def render_job(job: ScaleTrainJob, generation: int = 0, namespace: str | None = 
         "parallelism": spec.nodes,
         # The operator owns restarts: one dead rank breaks the whole collective, so the gang restarts together.
         "backoffLimit": 0,
+        "podFailurePolicy": DISRUPTION_FAILS_THE_JOB,
         # Kueue admits a queued Job by un-suspending it.
         "suspend": spec.suspend or spec.queue_name is not None,
         "template": render_pod_template(job, generation),
@@ -108,6 +110,21 @@ def render_job(job: ScaleTrainJob, generation: int = 0, namespace: str | None = 
     }
 
 
+# A disrupted pod (evicted, preempted, its node lost; or the trainer's exit 80 after a SIGTERM) fails the
+# Job with the reason naming.DISRUPTED_JOB. With a podFailurePolicy the Job controller also counts a
+# pod only once it has ended (Failed), not while it is terminating: an evicted rank has its grace period
+# to save a checkpoint, and the gang policy sees its exit, before the Job fails.
+DISRUPTION_FAILS_THE_JOB = {
+    "rules": [
+        {"action": "FailJob", "onPodConditions": [{"type": naming.DISRUPTION_TARGET, "status": "True"}]},
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": naming.TRAINER_CONTAINER, "operator": "In", "values": [EXIT_PREEMPTED]},
+        },
+    ]
+}
+
+
 def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
     spec = job.spec
     rendered = {
@@ -119,6 +136,8 @@ def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "spec": {
             "subdomain": naming.service_name(job.name),
             "restartPolicy": "Never",
+            # Time for the trainer to finish its step and save a checkpoint after SIGTERM (a preemption).
+            "terminationGracePeriodSeconds": spec.grace_period_seconds,
             "containers": [_trainer_container(job, generation), *_rank_env_only(job, generation)],
             "volumes": [v.model_dump(mode="json", by_alias=True) for v in spec.volumes]
             + [{"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}],

@@ -67,8 +67,14 @@ def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
-    """What the operator reads of a pod: its metadata and status (phases and exits), not its spec."""
-    return {"metadata": without_managed_fields(pod)["metadata"], "status": pod.get("status") or {}}
+    """What the operator reads of a pod: its metadata and status (phases and exits), and of its spec only
+    the node it was bound to (the node a failure may be blamed on)."""
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    return {
+        "metadata": without_managed_fields(pod)["metadata"],
+        "spec": {"nodeName": node_name} if node_name else {},
+        "status": pod.get("status") or {},
+    }
 
 
 class Store:

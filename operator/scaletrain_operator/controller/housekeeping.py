@@ -65,6 +65,7 @@ class Housekeeping:
         endpoint is its tenant's code, and however it answers (slowly, at length, or garbled), it costs
         at most one read's deadline and delays no other job, nor any TTL."""
         jobs = self.cluster.cache.scaletrainjobs.all()
+        metrics.report_jobs(jobs)
         running = [raw for raw in jobs if phase_of(raw) == "Running"]
         for raw in jobs:
             if phase_of(raw) != "Running":
@@ -167,7 +168,8 @@ class Housekeeping:
         # progress (from rank 0's termination message) with an older step and an ETA.
         where = ObjectRef.of(raw)
         try:
-            self.cluster.patch_status(where, {"progress": status_patch(progress)})
+            reported = status_patch(progress) | {"generation": naming.generation_of(current_job)}
+            self.cluster.patch_status(where, {"progress": reported})
         except Conflict as stale:  # the next pass reads again, from the newer copy
             log.info("progress not copied: %s", stale)
             return

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import get_args
+from collections.abc import Iterable
+from typing import Any, get_args
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from .decision import Decision, FailureReason
 
@@ -16,6 +17,17 @@ HOUSEKEEPING_FAILURES = Counter(
     ["step"],
 )
 RECONCILE_SECONDS = Histogram("scaletrain_reconcile_seconds", "Time to reconcile one ScaleTrainJob.")
+# Per job, from its status (goodput and counts), set again on each housekeeping pass: a deleted job drops out.
+JOB_SECONDS = Gauge(
+    "scaletrain_job_seconds",
+    "Seconds a job spent, up to its last phase change (status.goodput): running, or waiting (pending, restarting).",
+    ["namespace", "name", "spent"],
+)
+JOB_GANG_RESTARTS = Gauge(
+    "scaletrain_job_gang_restarts",
+    "A job's gang restarts, by cause: failure (status.restarts) or disruption (status.disruptions).",
+    ["namespace", "name", "cause"],
+)
 
 OUTCOME_OF_EVENT = {"Created": "created", "Succeeded": "succeeded", "Failed": "failed"} | {
     reason: "failed" for reason in get_args(FailureReason)
@@ -28,6 +40,20 @@ def count(decision: Decision) -> None:
             JOBS.labels(OUTCOME_OF_EVENT[event.reason]).inc()
         elif event.reason == "Restarting":
             RESTARTS.inc()
+
+
+def report_jobs(jobs: Iterable[dict[str, Any]]) -> None:
+    """The per-job gauges, from the jobs as the operator's cache holds them."""
+    JOB_SECONDS.clear()
+    JOB_GANG_RESTARTS.clear()
+    for job in jobs:
+        where = (job["metadata"]["namespace"], job["metadata"]["name"])
+        status = job.get("status") or {}
+        goodput = status.get("goodput") or {}
+        JOB_SECONDS.labels(*where, "running").set(goodput.get("runningSeconds", 0))
+        JOB_SECONDS.labels(*where, "waiting").set(goodput.get("waitingSeconds", 0))
+        JOB_GANG_RESTARTS.labels(*where, "failure").set(status.get("restarts", 0))
+        JOB_GANG_RESTARTS.labels(*where, "disruption").set(status.get("disruptions", 0))
 
 
 _served_ports: set[int] = set()

@@ -7,12 +7,14 @@ decision. It reads as a list of steps:
 1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for one that failed because
    its gang could not be scheduled: its Job goes, pods and all;
 2. find the current gang generation, and render the one Job this call may create;
-3. create what is missing: the Service, and the current generation's Job; a current Job that someone
-   else deleted ends its gang like a failure (counted against maxRestarts);
+3. create what is missing: the Service, and the current generation's Job (kept off the nodes in
+   status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
+   (counted against maxRestarts);
 4. a spec change the running gang cannot take restarts it (not counted against maxRestarts);
-5. the gang policy (api/gang_policy.py) judges the pods: succeeded, failed, or restart; a Running gang
-   whose rank 0 reported no progress by the time it promised (progress.staleAfter) is hung, which ends
-   it like a failure;
+5. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods: succeeded, failed, or
+   restart, counted as a restart or as a disruption, maybe blaming a node the next gangs avoid; a Running
+   gang whose rank 0 reported no progress by the time it promised (progress.staleAfter) is hung, which
+   ends it like a failure;
 6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
    the pods (Schedulable), fail a gang it could not place within scheduleTimeoutSeconds, and report the
    running status.
@@ -30,11 +32,23 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from scaletrain_trainer.exit_codes import HANG_RESULT
 from scaletrain_trainer.validation import Problem
 
 from ..api import naming
-from ..api.gang_policy import Action, GangLimits, Verdict, judge, pod_outcome
-from ..api.models import NodeCounts, ScaleTrainJob
+from ..api.gang_policy import (
+    Action,
+    GangLimits,
+    Verdict,
+    ended_gang,
+    judge,
+    kept,
+    pod_outcome,
+    recomputed_steps,
+    stalled,
+)
+from ..api.models import GangRecord, NodeCounts, ScaleTrainJob
+from ..api.node_exclusion import avoid_nodes, with_node_excluded
 from ..api.progress import final_progress, status_patch
 from ..api.render import generation_free, render_job, render_master_alias, render_network_policy, render_service
 from ..api.timestamps import parse_timestamp, timestamp
@@ -43,12 +57,15 @@ from .settings import DEFAULTS, OperatorConfig
 from .status import StatusBuilder, bounded, condition
 
 SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
-# On each child Job: the gang restarts counted when it was made. It is created with the Job, in one
-# write, so a status patch that was lost cannot lose a restart (and so allow one more than maxRestarts).
+# On each child Job: what the job had counted when it was made (Ledger). They are created with the Job,
+# in one write, so a status patch that was lost cannot lose a restart (and so allow one more than
+# maxRestarts), a disruption, or a node to avoid.
 RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
+DISRUPTIONS_ANNOTATION = f"{naming.GROUP}/disruptions"
+EXCLUDED_NODES_ANNOTATION = f"{naming.GROUP}/excluded-nodes"  # a JSON list
 SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
 JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
-HANG = "Hang"  # and of a Running gang whose progress stalled
+HANG = HANG_RESULT  # and of a Running gang whose progress stalled
 SCHEDULABLE = "Schedulable"
 UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot place, and the job's when that lasts
 
@@ -81,17 +98,85 @@ def _hash_of(child_job: Mapping[str, Any]) -> str | None:
     return (child_job["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
-def with_restarts(child_job: dict[str, Any], restarts: int) -> dict[str, Any]:
-    child_job["metadata"].setdefault("annotations", {})[RESTARTS_ANNOTATION] = str(restarts)
+@dataclass(frozen=True)
+class Ledger:
+    """What the job has counted across its gangs: restarts (against maxRestarts), disruptions (against
+    maxDisruptions), and the nodes its next gangs avoid. Kept in the status and on each gang's Job."""
+
+    restarts: int = 0
+    disruptions: int = 0
+    excluded_nodes: tuple[str, ...] = ()
+
+    def after(self, verdict: Verdict, job: ScaleTrainJob) -> Ledger:
+        """The counts once the restart `verdict` orders is made."""
+        disruption = 1 if verdict.disruption else 0
+        excluded = with_node_excluded(self.excluded_nodes, verdict.avoid_node, job.spec.failure_policy.exclude_nodes)
+        return Ledger(self.restarts + 1 - disruption, self.disruptions + disruption, excluded)
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"restarts": self.restarts, "disruptions": self.disruptions, "excludedNodes": list(self.excluded_nodes)}
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            RESTARTS_ANNOTATION: str(self.restarts),
+            DISRUPTIONS_ANNOTATION: str(self.disruptions),
+            EXCLUDED_NODES_ANNOTATION: json.dumps(list(self.excluded_nodes)),
+        }
+
+
+def ledger_of(job: ScaleTrainJob, current: Mapping[str, Any] | None) -> Ledger:
+    """The status's counts, or the current Job's where they are higher (the status patch that recorded
+    them was lost); its nodes to avoid, with any the status lacks."""
+    status = job.status
+    annotations = (current or {}).get("metadata", {}).get("annotations") or {}
+    recorded_nodes = list(status.excluded_nodes) if status else []
+    annotated_nodes = _string_list(annotations.get(EXCLUDED_NODES_ANNOTATION))
+    return Ledger(
+        restarts=max(status.restarts if status else 0, _count(annotations.get(RESTARTS_ANNOTATION))),
+        disruptions=max(status.disruptions if status else 0, _count(annotations.get(DISRUPTIONS_ANNOTATION))),
+        excluded_nodes=(*recorded_nodes, *(node for node in annotated_nodes if node not in recorded_nodes)),
+    )
+
+
+def _count(annotated: str | None) -> int:
+    return int(annotated) if annotated and annotated.isdigit() else 0
+
+
+def _string_list(annotated: str | None) -> list[str]:
+    try:
+        value = json.loads(annotated or "[]")
+    except ValueError:
+        return []
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def this_gang(job: ScaleTrainJob, generation: int, pods: Sequence[Mapping[str, Any]], ended: str) -> GangRecord:
+    """The record of the current gang, were it to end now: from the progress rank 0 of this generation
+    reported (the status may still hold the previous gang's) and rank 0's termination message."""
+    progress = job.status.progress if job.status else None
+    ours = progress is not None and progress.generation == generation
+    reported = progress.model_dump(mode="json", by_alias=True, exclude_none=True) if ours else None
+    return ended_gang(generation, reported, [pod_outcome(pod) for pod in pods], ended)
+
+
+def gangs_with(job: ScaleTrainJob, ended: GangRecord) -> list[GangRecord]:
+    """The ended gangs of status.gangs, and `ended` after them."""
+    return [*(job.status.gangs if job.status else []), ended]
+
+
+def record_gang_end(draft: _Draft, job: ScaleTrainJob, ended: GangRecord) -> None:
+    """`ended` into status.gangs (the last ones kept), and the steps it trained again into the goodput."""
+    history = job.status.gangs if job.status else []
+    gangs = kept([*history, ended])
+    draft.status.fields["gangs"] = [gang.model_dump(mode="json", by_alias=True, exclude_none=True) for gang in gangs]
+    draft.status.recomputed_steps += recomputed_steps(history[-1] if history else None, ended)
+
+
+def for_gang(job: ScaleTrainJob, child_job: dict[str, Any], ledger: Ledger) -> dict[str, Any]:
+    """A rendered Job (spec hash taken) as the next gang's: the ledger on it, kept off the excluded nodes."""
+    child_job = avoid_nodes(child_job, ledger.excluded_nodes, job.spec.failure_policy.exclude_nodes)
+    child_job["metadata"].setdefault("annotations", {}).update(ledger.annotations())
     return child_job
-
-
-def restarts_counted(job: ScaleTrainJob, current: Mapping[str, Any] | None) -> int:
-    """The gang restarts so far: the status's count, or the current Job's if that is higher (the status
-    patch that recorded it was lost)."""
-    recorded = job.status.restarts if job.status else 0
-    annotated = ((current or {}).get("metadata", {}).get("annotations") or {}).get(RESTARTS_ANNOTATION, "0")
-    return max(recorded, int(annotated) if annotated.isdigit() else 0)
 
 
 def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
@@ -179,7 +264,11 @@ def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[st
 
 
 def judge_gang(
-    job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], restarts: int
+    job: ScaleTrainJob,
+    child_job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    ledger: Ledger,
+    stalled_gangs: int,
 ) -> Verdict:
     """The gang policy on the current generation: its pods, and the Job controller's conditions on its Job.
     Suspending a Job (spec.suspend, or Kueue preempting it) terminates its pods, which may end Failed
@@ -188,7 +277,9 @@ def judge_gang(
     return judge(
         [pod_outcome(pod) for pod in pods],
         GangLimits.of(job.spec),
-        restarts,
+        ledger.restarts,
+        disruptions=ledger.disruptions,
+        stalled_gangs=stalled_gangs,
         job_complete=job_condition(child_job, "Complete") is not None,
         job_failure=failed.get("reason", "Failed") if failed else None,
         suspended=child_job_suspended(child_job) or job.spec.suspend,
@@ -265,28 +356,34 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, progress_lag_
                      if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
 
-    restarts = status.fields["restarts"] = restarts_counted(job, current)
+    ledger = ledger_of(job, current)
+    status.fields.update(ledger.status_fields())
     if deleted:
         gone = naming.child_job_name(job.name, generation)
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
-        return _gang_ended(job, draft, None, desired, restarts, JOB_DELETED, message)
+        deleted_gang = this_gang(job, generation, observed.pods, "Failed")
+        return _gang_ended(job, draft, None, desired, ledger, JOB_DELETED, message, deleted_gang)
     if current is None:  # first start, or a restart whose create did not happen yet
-        return _start_gang(job, draft, with_restarts(desired, restarts))
+        return _start_gang(job, draft, for_gang(job, desired, ledger))
     status.fields["currentJob"] = current["metadata"]["name"]
     if _hash_of(current) != _hash_of(desired):
-        return _restart(draft, current, with_restarts(desired, restarts), SPEC_CHANGE_MESSAGE, counted=False)
+        record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
+        return _restart(draft, current, for_gang(job, desired, ledger), SPEC_CHANGE_MESSAGE)
     status.fields["nodes"] = node_counts(observed.pods).model_dump(mode="json", by_alias=True)
-    verdict = judge_gang(job, current, observed.pods, restarts)
+    failing = this_gang(job, generation, observed.pods, "Failed")
+    verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
+        record_gang_end(draft, job, failing.model_copy(update={"ended": "Succeeded"}))
         return _succeed(draft, observed.pods, verdict.message)
     if verdict.action is Action.FAIL:
+        record_gang_end(draft, job, failing)
         return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
-        return _restart(draft, current, with_restarts(desired, restarts + 1), verdict.message, counted=True)
+        return _restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
     if (due := progress_due(job)) is not None:
         overdue = (now - due).total_seconds() - progress_lag_seconds
         if overdue >= 0:
-            return _gang_ended(job, draft, current, desired, restarts, HANG, stalled_message(job, due))
+            return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
         draft.recheck_in(-overdue)  # the trainer may go silent: look again when its promise runs out
     return _keep_running(job, draft, current, observed.pods)
 
@@ -324,17 +421,26 @@ def _gang_ended(
     draft: _Draft,
     current: Mapping[str, Any] | None,
     desired: dict[str, Any],
-    restarts: int,
+    ledger: Ledger,
     failure: str,
     why: str,
+    ending: GangRecord,
 ) -> Decision:
     """The gang ended with no pod failing: someone else deleted its Job (and so its pods), or it hung. The
     gang policy takes that as a failure, counted against maxRestarts, and the next generation starts."""
-    verdict = judge([], GangLimits.of(job.spec), restarts, job_failure=failure)
+    verdict = judge(
+        [],
+        GangLimits.of(job.spec),
+        ledger.restarts,
+        disruptions=ledger.disruptions,
+        stalled_gangs=stalled(gangs_with(job, ending)),
+        job_failure=failure,
+    )
     draft.events.append(Event("Warning", failure, why))
     if verdict.action is Action.FAIL:
+        record_gang_end(draft, job, ending)
         return _fail(draft, verdict.message, verdict.reason)
-    return _restart(draft, current, with_restarts(desired, restarts + 1), verdict.message, counted=True)
+    return _restart_after_failure(job, draft, current, desired, ledger, verdict, ending)
 
 
 def progress_due(job: ScaleTrainJob) -> datetime | None:
@@ -371,8 +477,35 @@ def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> D
     return draft.done(_waiting(status))
 
 
+def _restart_after_failure(
+    job: ScaleTrainJob,
+    draft: _Draft,
+    current: Mapping[str, Any] | None,
+    desired: dict[str, Any],
+    ledger: Ledger,
+    verdict: Verdict,
+    ending: GangRecord,
+) -> Decision:
+    """The restart the gang policy ordered: counted as a restart or a disruption, and with the blamed node
+    avoided from the next gang on. The Restarting condition's reason is the rule's or the meaning's name."""
+    after = ledger.after(verdict, job)
+    draft.status.fields.update(after.status_fields())
+    ended = ending.model_copy(update={"ended": "Disrupted" if verdict.disruption else "Failed"})
+    record_gang_end(draft, job, ended)
+    message = verdict.message
+    if after.excluded_nodes != ledger.excluded_nodes:
+        message += f"; the next gangs avoid node {verdict.avoid_node}"
+    return _restart(draft, current, for_gang(job, desired, after), message, warning=True, reason=verdict.reason)
+
+
 def _restart(
-    draft: _Draft, current: Mapping[str, Any] | None, desired: dict[str, Any], message: str, *, counted: bool
+    draft: _Draft,
+    current: Mapping[str, Any] | None,
+    desired: dict[str, Any],
+    message: str,
+    *,
+    warning: bool = False,
+    reason: str | None = None,
 ) -> Decision:
     """The whole gang goes (its Job, with its pods, unless it is gone already) and the next generation
     starts from the last checkpoint."""
@@ -380,12 +513,10 @@ def _restart(
     if current is not None:
         draft.delete_child_jobs.append(current["metadata"]["name"])
     draft.create.append(desired)
-    if counted:
-        status.fields["restarts"] += 1
     status.fields["currentJob"] = desired["metadata"]["name"]
     status.fields["nodes"] = NodeCounts().model_dump(mode="json", by_alias=True)
-    draft.events.append(Event("Warning" if counted else "Normal", "Restarting", message))
-    return draft.done(status.phase("Restarting", message))
+    draft.events.append(Event("Warning" if warning else "Normal", "Restarting", message))
+    return draft.done(status.phase("Restarting", message, reason))
 
 
 def _keep_running(
@@ -440,7 +571,8 @@ def _report_placement(draft: _Draft, pods: Sequence[Mapping[str, Any]], nodes: i
 def _waiting(status: StatusBuilder) -> dict[str, Any]:
     """No pod running yet: still Restarting (keeping why) after a restart, else Pending."""
     if status.before.phase == "Restarting":
-        return status.phase("Restarting", status.before.message or "")
+        why = status.conditions.get("Restarting") or {}
+        return status.phase("Restarting", status.before.message or "", why.get("reason"))
     return status.phase("Pending")
 
 

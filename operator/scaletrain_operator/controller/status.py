@@ -6,11 +6,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..api.models import Condition, Phase, ScaleTrainJob, ScaleTrainJobStatus
+from ..api.models import Condition, Goodput, Phase, ScaleTrainJob, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
 
 FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
 EXCLUSIVE_PHASES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended")  # true exactly while in that phase
+# Which sum of status.goodput the time in a phase goes to (Suspended: neither; the user chose it).
+GOODPUT_SUM_OF: dict[Phase | None, str] = {
+    "Running": "runningSeconds",
+    "Pending": "waitingSeconds",
+    "Restarting": "waitingSeconds",
+}
 MAX_MESSAGE = 32768  # metav1.Condition's message; the status message keeps to it too
 
 
@@ -41,6 +47,7 @@ class StatusBuilder:
             c.type: c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in self.before.conditions
         }
         self.fields: dict[str, Any] = {"restarts": self.before.restarts}
+        self.recomputed_steps = self.before.goodput.recomputed_steps if self.before.goodput else 0
 
     @property
     def finished(self) -> bool:
@@ -56,13 +63,18 @@ class StatusBuilder:
             self.conditions[kind] = condition(kind, status, reason, message, self.now, self.generation)
 
     def phase(self, phase: Phase, message: str = "", reason: str | None = None) -> dict[str, Any]:
-        """The whole status patch for `phase`."""
+        """The whole status patch for `phase`; `reason` is its condition's (default: the phase's name)."""
         for kind in EXCLUSIVE_PHASES:
-            if phase == kind or kind in self.conditions:
-                self.set(kind, phase == kind, phase, message if phase == kind else "")
+            if phase == kind:
+                self.set(kind, True, reason or phase, message)
+            elif kind in self.conditions:
+                self.set(kind, False, phase)
         if phase in FINISHED:
             self.fields["completionTime"] = timestamp(self.now)
             self.set(phase, True, reason or phase, message)
+        before_recomputed = self.before.goodput.recomputed_steps if self.before.goodput else 0
+        if phase != self.before.phase or self.recomputed_steps != before_recomputed:
+            self.fields["goodput"] = self._goodput_now()
         promised = self.before.progress is not None and self.before.progress.stale_after is not None
         if phase != "Running" and promised:  # the gang that promised is gone or stopped: the next one promises anew
             self.fields["progress"] = self.fields.get("progress", {}) | {"staleAfter": None}
@@ -73,6 +85,16 @@ class StatusBuilder:
             "conditions": list(self.conditions.values()),
             "observedGeneration": self.generation,
         }
+
+    def _goodput_now(self) -> dict[str, Any]:
+        """status.goodput brought up to now: the time since `since` goes to the sum of the phase the job was
+        in, and `since` starts again (at a phase change, or when recomputedSteps grew)."""
+        before = self.before.goodput or Goodput(since=self.now)
+        spent = max(0.0, (self.now - before.since).total_seconds()) if before.since else 0.0
+        sums = {"runningSeconds": before.running_seconds, "waitingSeconds": before.waiting_seconds}
+        if (bucket := GOODPUT_SUM_OF.get(self.before.phase)) is not None:
+            sums[bucket] = round(sums[bucket] + spent, 3)
+        return sums | {"recomputedSteps": self.recomputed_steps, "since": timestamp(self.now)}
 
     def changes(self, patch: dict[str, Any]) -> dict[str, Any] | None:
         """`patch`, or None when the stored status already says all of it (no write, no event loop)."""

@@ -28,8 +28,19 @@ from typing import Any
 from scaletrain_trainer.validation import Problem, ProblemsError
 
 from ..api import naming
-from ..api.gang_policy import DEADLINE_EXCEEDED, Action, GangLimits, Verdict, judge, pod_outcome
-from ..api.models import ScaleTrainJob
+from ..api.gang_policy import (
+    DEADLINE_EXCEEDED,
+    Action,
+    GangLimits,
+    PodOutcome,
+    Verdict,
+    ended_gang,
+    judge,
+    kept,
+    pod_outcome,
+    stalled,
+)
+from ..api.models import GangRecord, ScaleTrainJob
 from ..api.progress import read_progress
 from ..api.render import render_job, render_master_alias, render_service
 from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
@@ -117,7 +128,9 @@ class Gang:
         )
         checkpoints = training.checkpoint.dir if training is not None else None
         self.checkpoint_dir = executor.host_path(rank_0, naming.TRAINER_CONTAINER, checkpoints) if checkpoints else None
+        self.generation = generation
         self.pods: list[RunningPod] = []
+        self.last_progress: dict[str, Any] | None = None  # rank 0's last /progress answer
 
     @property
     def progress_url(self) -> str:
@@ -135,12 +148,25 @@ class Gang:
                 if container.reason == "StartError":
                     raise OSError(f"pod {pod.name}, container {container.name}: {container.message}")
 
-    def judge(self, limits: GangLimits, restarts: int, deadline_passed: bool) -> Verdict:
-        """The gang policy on these pods; run-local's deadline timer speaks for the Job controller."""
+    def outcomes(self) -> list[PodOutcome]:
         for pod in self.pods:
             pod.poll()
-        outcomes = [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
-        return judge(outcomes, limits, restarts, job_failure=DEADLINE_EXCEEDED if deadline_passed else None)
+        return [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
+
+    def record(self, ended: str) -> GangRecord:
+        """This gang's record, were it to end now (the operator's status.gangs)."""
+        return ended_gang(self.generation, self.last_progress, self.outcomes(), ended)
+
+    def judge(self, limits: GangLimits, counted: Counted, deadline_passed: bool) -> Verdict:
+        """The gang policy on these pods; run-local's deadline timer speaks for the Job controller."""
+        return judge(
+            self.outcomes(),
+            limits,
+            counted.restarts,
+            disruptions=counted.disruptions,
+            stalled_gangs=stalled([*counted.gangs, self.record("Failed")]),
+            job_failure=DEADLINE_EXCEEDED if deadline_passed else None,
+        )
 
     def stop(self) -> None:
         with signals_deferred():  # a second Ctrl-C must not leave half the processes running
@@ -211,7 +237,7 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     spec, limits = job.spec, GangLimits.of(job.spec)
     if executor.network.shares_host_ports:  # another run's rank 0 may hold the job's metrics port
         job = with_metrics_port(job, free_port())
-    started, restarts = time.monotonic(), 0
+    started, counted = time.monotonic(), Counted()
     for service in (render_service(job), render_master_alias(job)):  # their DNS names, in every gang
         executor.network.publish(service)
     with ProgressView(job) as view:
@@ -220,20 +246,21 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
             f"backend {spec.resolved_backend}; logs and volumes in {executor.root}"
         )
         view.say(f"pod network: {executor.network_mode} ({executor.network_reason})")
-        gang = Gang(job, restarts, executor, gpus)
+        gang = Gang(job, counted.generation, executor, gpus)
         first_metrics = gang.metrics_path
         offset = (
             first_metrics.stat().st_size if first_metrics and first_metrics.exists() else 0
         )  # earlier runs' records
-        while (verdict := _run_gang(gang, view, limits, restarts)).action is Action.RESTART:
-            restarts += 1
+        while (verdict := _run_gang(gang, view, limits, counted)).action is Action.RESTART:
+            counted = counted.after(verdict, gang.record("Disrupted" if verdict.disruption else "Failed"))
             view.say(verdict.message)
-            gang = Gang(job, restarts, executor, gpus)
+            gang = Gang(job, counted.generation, executor, gpus)
     result = RunResult(
         job,
         verdict,
         gang.pods,
-        restarts,
+        counted.restarts,
+        counted.disruptions,
         time.monotonic() - started,
         # On an emptyDir each gang writes a file of its own.
         metrics_records(gang.metrics_path, offset if gang.metrics_path == first_metrics else 0),
@@ -245,15 +272,35 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     return verdict.exit_code
 
 
-def _run_gang(gang: Gang, view: ProgressView, limits: GangLimits, restarts: int) -> Verdict:
+@dataclass(frozen=True)
+class Counted:
+    """Gang restarts so far: counted against maxRestarts, or disruptions (gang_policy)."""
+
+    restarts: int = 0
+    disruptions: int = 0
+    gangs: tuple[GangRecord, ...] = ()  # the ended ones
+
+    @property
+    def generation(self) -> int:
+        return self.restarts + self.disruptions
+
+    def after(self, verdict: Verdict, ended: GangRecord) -> Counted:
+        gangs = tuple(kept([*self.gangs, ended]))
+        if verdict.disruption:
+            return Counted(self.restarts, self.disruptions + 1, gangs)
+        return Counted(self.restarts + 1, self.disruptions, gangs)
+
+
+def _run_gang(gang: Gang, view: ProgressView, limits: GangLimits, counted: Counted) -> Verdict:
     deadline = time.monotonic() + limits.active_deadline_seconds if limits.active_deadline_seconds else None
     try:
         gang.start()
         while True:
             passed = deadline is not None and time.monotonic() > deadline
-            if (verdict := gang.judge(limits, restarts, passed)).action is not Action.KEEP_RUNNING:
+            if (verdict := gang.judge(limits, counted, passed)).action is not Action.KEEP_RUNNING:
                 return verdict
             if (progress := read_progress(gang.progress_url, timeout_seconds=POLL_SECONDS)) is not None:
+                gang.last_progress = progress
                 view.update(progress)
             time.sleep(POLL_SECONDS)
     finally:

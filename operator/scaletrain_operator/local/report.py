@@ -20,6 +20,7 @@ class RunResult:
     verdict: Verdict  # the gang policy's last word
     pods: list[RunningPod]  # of the last generation
     restarts: int
+    disruptions: int
     seconds: float
     records: list[dict[str, Any]]  # this run's metrics.jsonl records
     metrics_path: Path | None  # None: a script of one's own, which writes no metrics.jsonl
@@ -30,7 +31,8 @@ class RunResult:
 def summary(result: RunResult) -> str:
     job, verdict, records = result.job, result.verdict, result.records
     said = "Succeeded" if verdict.action is Action.SUCCEED else f"Failed: {verdict.message}"
-    lines = [f"{job.name}: {said} in {result.seconds:.1f} s, {result.restarts} restart(s)"]
+    disrupted = f", {result.disruptions} disruption(s)" if result.disruptions else ""
+    lines = [f"{job.name}: {said} in {result.seconds:.1f} s, {result.restarts} restart(s){disrupted}"]
     if records:
         speeds = [r["samplesPerSecond"] for r in records if "samplesPerSecond" in r]
         lines += [

@@ -18,7 +18,7 @@ from scaletrain_trainer.model import GPT
 class CrashingSynthetic(Dataset):
     """The synthetic data set, except that the process dies (like a lost node) on read number `crash_at_read`;
     only on `crash_rank` if given, and only in gang generation `crash_generation` if given (so that a
-    restarted gang runs through)."""
+    restarted gang runs through). `seconds_per_read` paces it, as SlowSynthetic."""
 
     def __init__(
         self,
@@ -26,9 +26,10 @@ class CrashingSynthetic(Dataset):
         crash_rank: int | None = None,
         exit_code: int = 13,
         crash_generation: int | None = None,
+        seconds_per_read: float = 0.0,
         **synthetic,
     ):
-        self.inner = SyntheticSequences(**synthetic)
+        self.inner = SlowSynthetic(seconds_per_read, **synthetic)
         self.crash_at_read, self.crash_rank, self.exit_code = crash_at_read, crash_rank, exit_code
         generation = os.environ.get("SCALETRAIN_GENERATION")
         self.armed = crash_generation is None or generation == str(crash_generation)
@@ -133,3 +134,18 @@ class MaskedSynthetic(SyntheticSequences):
         targets = targets.clone()
         targets[: index % self.length] = -100
         return inputs, targets
+
+
+class SlowSavingGPT(GPT):
+    """A GPT whose checkpoint saves take `save_seconds` longer: it writes `record_dir`/saving-<rank> when
+    a save asks for its state, then sleeps, so that a test can signal the run mid-save."""
+
+    def __init__(self, save_seconds: float, record_dir: str, **gpt):
+        super().__init__(**gpt)
+        self.save_seconds = save_seconds
+        self.record = Path(record_dir) / f"saving-{os.environ.get('RANK', '0')}"
+
+    def state_dict(self, *args, **kwargs):
+        self.record.write_text(str(time.time()))
+        time.sleep(self.save_seconds)
+        return super().state_dict(*args, **kwargs)

@@ -1,0 +1,97 @@
+"""Whole training jobs on the real control plane, for the e2e tier: a watched namespace with its operator
+(as the chart installs it) and fake nodes whose pods run on this machine (kubelet.py), and the builders
+and waits the e2e tests share. ScaleTrainJobs really train here: 2 nodes × 1 process, gloo, a tiny GPT."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .jobs import patched
+from .kube import Kube
+from .kubelet import FakeNode, Kubelet
+from .operator_harness import OperatorInstall, Team, install_watching, operator_process
+from .trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
+
+TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
+CHECKPOINT_EVERY = 5
+PROGRESS_INTERVAL = 0.3  # seconds between the operator's reads of rank 0's progress
+HANG_TIMEOUT = 4  # seconds: training.hangTimeoutSeconds for the hang tests
+# Rank 0's /progress by its pod IP: the operator runs on this machine, outside the pods' DNS.
+OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
+OPERATOR_ARGS = ("--progress-interval", str(PROGRESS_INTERVAL), "--liveness-port", "0", "--metrics-port", "0")
+
+
+@contextmanager
+def e2e_operator(install: OperatorInstall) -> Iterator[Any]:
+    """The operator process of an e2e namespace (started again by a test that restarts it)."""
+    with operator_process(install, *OPERATOR_ARGS, env=OPERATOR_ENV) as process:
+        yield process
+
+
+@contextmanager
+def e2e_namespace(control_plane, workdir: Path, nodes: Sequence[FakeNode]) -> Iterator[Team]:
+    """One watched namespace with the chart installed, and `nodes` whose pods run here; no operator yet
+    (e2e_operator). The Team also has `kubelet`, `workdir` and `install`."""
+    namespace = control_plane.create_namespace(f"e2e-{free_port()}")
+    install = install_watching(control_plane, namespace, workdir)
+    with Kubelet(control_plane.api_client(), nodes, workdir / "kubelet") as kubelet:
+        team = Team(Kube(control_plane.api_client()), namespace)
+        team.kubelet, team.workdir, team.install = kubelet, workdir, install
+        yield team
+
+
+def paced(seconds_per_read=0.01):
+    """The test data set, slowed down so that the operator sees the job running (and a test can act)."""
+    return plugin_data("SlowSynthetic", seconds_per_read=seconds_per_read)
+
+
+def submit_training(team, name, training=None, **spec):
+    """A 2-node CPU job writing checkpoints and metrics under the test's workdir (no mount namespaces
+    here: the pods see this machine's paths)."""
+    directory = team.workdir / name
+    config = patched(
+        BASE_CONFIG,
+        {"checkpoint": {"dir": str(directory / "checkpoints"), "everySteps": CHECKPOINT_EVERY},
+         "outputDir": str(directory / "out")},
+    )  # fmt: skip
+    env = [{"name": name, "value": value} for name, value in PLUGIN_ENV.items()]
+    team.submit(name, training=patched(config, training or {}), env=env, **spec)
+    return directory
+
+
+def wait_phase(team, name, phase, timeout=TIMEOUT):
+    def reached():
+        assert not team.kubelet.errors, team.kubelet.errors  # a broken kubelet, not a slow job
+        status = (team.stj(name) or {}).get("status", {})
+        if status.get("phase") == "Failed" and phase != "Failed":
+            raise AssertionError(f"{name} failed: {status.get('message')}")
+        return status.get("phase") == phase and status
+
+    return team.kube.wait_until(reached, timeout=timeout, interval=0.2)
+
+
+def wait_event(team, name, reason):
+    """The messages of the job's Events with `reason`, once there is one."""
+    return team.kube.wait_until(
+        lambda: [message for _, said, message in team.events(name) if said == reason], timeout=TIMEOUT, interval=0.1
+    )
+
+
+def steps(directory):
+    path = directory / "out" / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def text_of(path):
+    return path.exists() and path.read_text()
+
+
+def pods_of(team, job_name):
+    return sorted(
+        team.kube.list("pods", team.namespace, f"batch.kubernetes.io/job-name={job_name}"),
+        key=lambda pod: pod["metadata"]["name"],
+    )

@@ -1,0 +1,251 @@
+"""The failure policy in the operator's decisions (#16): disruptions apart from restarts, failurePolicy
+rules in the condition and the Event, nodes kept off by the next gangs, the grace period rendered."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from prometheus_client import REGISTRY
+
+from scaletrain_operator.api.models import ExcludeNodes, parse_job
+from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
+from scaletrain_operator.api.node_exclusion import avoid_nodes, with_node_excluded
+from scaletrain_operator.api.render import render_job, render_master_alias, render_service
+from scaletrain_operator.controller import metrics
+from scaletrain_operator.controller.reconcile import (
+    DISRUPTIONS_ANNOTATION,
+    EXCLUDED_NODES_ANNOTATION,
+    RESTARTS_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    Observed,
+    decide,
+    with_spec_hash,
+)
+from scaletrain_operator.controller.status import StatusBuilder
+from scaletrain_trainer.exit_codes import EXIT_HANG, EXIT_PREEMPTED
+from scaletrain_trainer.validation import ProblemsError
+from support.jobs import base_job
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+EXCLUDE = {"excludeNodes": {"mode": "Required", "max": 2}}
+WAITED = '{"result": "Hang", "step": 7, "doing": "in step 8", "waitingOnPeers": true}'
+
+
+def _job(status=None, **spec):
+    document = base_job(**spec)
+    document["metadata"]["generation"] = 1
+    document["status"] = {"phase": "Running", "currentJob": "demo-g0", "restarts": 0} | (status or {})
+    return parse_job(document)
+
+
+def _pod(index, phase, exit_code=None, node="", message="", evicted=False):
+    metadata = {"name": f"demo-g0-{index}-abcde", "annotations": {COMPLETION_INDEX: str(index)}}
+    pod = {"metadata": metadata, "spec": {"nodeName": node}, "status": {"phase": phase}}
+    if exit_code is not None:
+        terminated = {"exitCode": exit_code, "reason": "Error", "message": message}
+        pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
+    if evicted:
+        metadata["deletionTimestamp"] = "2026-11-30T11:59:00Z"
+        pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]
+    return pod
+
+
+def _decide(job, pods, child=None, generation=0):
+    services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
+    child = child or with_spec_hash(render_job(job, generation))
+    return decide(job, Observed(services=services, jobs={generation: child}, pods=pods), NOW)
+
+
+def _restarting(decision):
+    return next(c for c in decision.status["conditions"] if c["type"] == "Restarting")
+
+
+def test_a_disruption_restarts_the_gang_without_using_max_restarts():
+    job = _job(maxRestarts=0)
+    decision = _decide(job, [_pod(0, "Running"), _pod(1, "Failed", 143, node="n1", evicted=True)])
+    (next_gang,) = decision.create
+    assert (decision.status["restarts"], decision.status["disruptions"]) == (0, 1)
+    annotations = next_gang["metadata"]["annotations"]
+    assert (annotations[RESTARTS_ANNOTATION], annotations[DISRUPTIONS_ANNOTATION]) == ("0", "1")
+    assert _restarting(decision)["reason"] == "Disruption"
+    assert "a disruption, not counted against maxRestarts" in decision.status["message"]
+
+
+def test_the_trainers_preempted_exit_is_a_disruption_and_max_disruptions_caps_them():
+    preempted = [_pod(0, "Failed", EXIT_PREEMPTED, message='{"result": "Preempted", "step": 20}'), _pod(1, "Running")]
+    assert _decide(_job(maxRestarts=0), preempted).status["disruptions"] == 1
+    capped = _decide(_job({"disruptions": 2}, maxDisruptions=2), preempted)
+    assert capped.status["phase"] == "Failed" and capped.create == ()
+    assert next(c for c in capped.status["conditions"] if c["type"] == "Failed")["reason"] == "DisruptionLimitReached"
+
+
+def test_a_lost_status_patch_cannot_lose_a_disruption_or_an_excluded_node():
+    job = _job(failurePolicy=EXCLUDE)
+    child = with_spec_hash(render_job(job, 0))
+    child["metadata"]["annotations"] |= {DISRUPTIONS_ANNOTATION: "2", EXCLUDED_NODES_ANNOTATION: '["n0"]'}
+    decision = _decide(job, [_pod(0, "Running"), _pod(1, "Running")], child)
+    assert decision.status["disruptions"] == 2 and decision.status["excludedNodes"] == ["n0"]
+
+
+def test_a_rule_names_the_condition_reason_and_the_event():
+    spot = {
+        "name": "SpotReclaim",
+        "action": "RestartGangIgnoreLimit",
+        "onExitCodes": {"operator": "In", "values": [143]},
+    }
+    job = _job(failurePolicy={"rules": [spot]}, maxRestarts=0)
+    decision = _decide(job, [_pod(0, "Failed", 143), _pod(1, "Running")])
+    assert _restarting(decision)["reason"] == "SpotReclaim"
+    restarting = [e.message for e in decision.events if e.reason == "Restarting"]
+    assert "(failurePolicy rule SpotReclaim)" in restarting[0]
+    failing = _job(failurePolicy={"rules": [{"name": "BadInput", "action": "FailJob",
+                                             "onExitCodes": {"operator": "In", "values": [3]}}]})  # fmt: skip
+    failed = _decide(failing, [_pod(0, "Failed", 3), _pod(1, "Running")])
+    assert next(c for c in failed.status["conditions"] if c["type"] == "Failed")["reason"] == "BadInput"
+    assert any(e.reason == "Failed" and "rule BadInput" in e.message for e in failed.events)
+
+
+def test_after_a_hang_on_a_node_the_next_gang_is_kept_off_it_and_the_spec_hash_stays():
+    job = _job(failurePolicy=EXCLUDE)
+    hung = [_pod(0, "Failed", EXIT_HANG, node="n2", message=WAITED), _pod(1, "Running", node="n1")]
+    decision = _decide(job, hung)
+    (next_gang,) = decision.create
+    assert decision.status["excludedNodes"] == ["n1"]
+    terms = next_gang["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}]
+    unexcluded = with_spec_hash(render_job(job, 1))
+    assert next_gang["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == unexcluded["metadata"]["annotations"][
+        SPEC_HASH_ANNOTATION]  # fmt: skip
+    assert "the next gangs avoid node n1" in decision.status["message"]
+
+
+def test_without_exclude_nodes_no_node_is_avoided_and_an_application_crash_blames_none():
+    hung = [_pod(0, "Failed", EXIT_HANG, node="n2", message=WAITED), _pod(1, "Running", node="n1")]
+    assert _decide(_job(), hung).status["excludedNodes"] == []
+    crashed = [_pod(0, "Failed", 1, node="n2"), _pod(1, "Running", node="n1")]
+    assert _decide(_job(failurePolicy=EXCLUDE), crashed).status["excludedNodes"] == []
+
+
+def test_the_exclusion_keeps_the_users_terms_and_drops_the_oldest_nodes():
+    pools = [{"matchExpressions": [{"key": "pool", "operator": "In", "values": [pool]}]} for pool in "ab"]
+    users = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pools}}}
+    job = render_job(parse_job(base_job(affinity=users)), 0)
+    required = avoid_nodes(job, ["n1"], ExcludeNodes(mode="Required"))
+    terms = required["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
+    assert all(t["matchFields"] == [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}] for t in terms)
+    preferred = avoid_nodes(job, ["n1"], ExcludeNodes(mode="Preferred"))["spec"]["template"]["spec"]["affinity"][
+        "nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]  # fmt: skip
+    assert preferred == [{"weight": 100, "preference": {"matchFields": [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}}]  # fmt: skip
+    assert with_node_excluded(("n1", "n2"), "n3", ExcludeNodes(max=2)) == ("n2", "n3")
+    assert with_node_excluded(("n1", "n2"), "n1", ExcludeNodes(max=2)) == ("n2", "n1")  # newest again
+    assert with_node_excluded(("n1",), "n3", None) == ("n1",)
+
+
+def test_the_grace_period_is_rendered_from_the_spec_or_the_pod_template():
+    def grace(**spec):
+        return render_job(parse_job(base_job(**spec)), 0)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+
+    template = {"spec": {"terminationGracePeriodSeconds": 30}}
+    assert (grace(), grace(terminationGracePeriodSeconds=600), grace(podTemplate=template)) == (120, 600, 30)
+    with pytest.raises(ProblemsError) as refused:
+        parse_job(base_job(terminationGracePeriodSeconds=600, podTemplate=template))
+    assert str(refused.value) == (
+        "spec.podTemplate.spec.terminationGracePeriodSeconds: terminationGracePeriodSeconds is 600 in spec; set it "
+        "in one place"
+    )
+
+
+def test_goodput_sums_the_time_running_and_waiting_at_each_phase_change():
+    def enter(job, phase, seconds):
+        return StatusBuilder(job, NOW + timedelta(seconds=seconds)).phase(phase)["goodput"]
+
+    created = parse_job(base_job())
+    pending = enter(created, "Pending", 0)
+    assert pending == {"runningSeconds": 0, "waitingSeconds": 0, "recomputedSteps": 0, "since": "2026-11-30T12:00:00Z"}
+    running = enter(_job({"phase": "Pending", "goodput": pending}), "Running", 10)
+    restarting = enter(_job({"phase": "Running", "goodput": running}), "Restarting", 70)
+    suspended = enter(_job({"phase": "Restarting", "goodput": restarting}), "Suspended", 75)
+    resumed = enter(_job({"phase": "Suspended", "goodput": suspended}), "Pending", 1000)
+    assert (running["waitingSeconds"], restarting["runningSeconds"], suspended["waitingSeconds"]) == (10, 60, 15)
+    assert (resumed["runningSeconds"], resumed["waitingSeconds"]) == (60, 15)  # time suspended is in neither
+    assert "goodput" not in StatusBuilder(_job({"phase": "Running", "goodput": running}), NOW).phase("Running")
+
+
+def test_the_operator_exports_each_jobs_goodput_and_restart_causes_until_it_is_gone():
+    status = {"restarts": 2, "disruptions": 3, "goodput": {"runningSeconds": 60.5, "waitingSeconds": 15}}
+    job = {"metadata": {"namespace": "team", "name": "demo"}, "status": status}
+
+    def sample(name, **labels):
+        return REGISTRY.get_sample_value(name, {"namespace": "team", "name": "demo"} | labels)
+
+    metrics.report_jobs([job])
+    assert sample("scaletrain_job_seconds", spent="running") == 60.5
+    assert sample("scaletrain_job_seconds", spent="waiting") == 15
+    assert sample("scaletrain_job_gang_restarts", cause="disruption") == 3
+    metrics.report_jobs([])
+    assert sample("scaletrain_job_seconds", spent="running") is None
+
+
+def _reported(generation, started, saved, step):
+    """status.progress as the operator copied it from rank 0 of `generation`."""
+    return {"step": step, "resumedFromStep": started, "checkpointStep": saved, "generation": generation}
+
+
+def _gang(generation, started, saved, ended="Failed"):
+    return {"generation": generation, "startedFromStep": started, "reachedStep": started + 3,
+            "checkpointStep": saved, "ended": ended}  # fmt: skip
+
+
+TWO_STUCK_GANGS = (_gang(0, 0, 0), _gang(1, 0, 0))
+
+
+def _third_gang(progress, gangs=TWO_STUCK_GANGS):
+    """A job in its third gang (g2), the two before it as `gangs`, rank 0's last report `progress`."""
+    return _job({"currentJob": "demo-g2", "restarts": 2, "gangs": list(gangs), "progress": progress}, maxRestarts=10)
+
+
+CRASHED = [_pod(0, "Running"), _pod(1, "Failed", 1)]
+
+
+def test_gangs_that_fail_in_a_row_without_a_newer_checkpoint_fail_the_job_with_no_progress():
+    failed = _decide(_third_gang(_reported(2, 0, 0, 3)), CRASHED, generation=2)
+    reason = next(c for c in failed.status["conditions"] if c["type"] == "Failed")["reason"]
+    assert (failed.status["phase"], reason) == ("Failed", "NoProgress")
+    assert (
+        "3 gangs in a row failed without a checkpoint newer than the one they started from"
+        in (failed.status["message"])
+    )
+    assert [gang["generation"] for gang in failed.status["gangs"]] == [0, 1, 2]
+
+
+def test_a_gang_that_saved_a_newer_checkpoint_breaks_the_run_and_keeps_the_job_going():
+    decision = _decide(_third_gang(_reported(2, 0, 5, 8)), CRASHED, generation=2)
+    assert decision.status["phase"] == "Restarting"
+    assert decision.status["gangs"][-1] == {"generation": 2, "startedFromStep": 0, "reachedStep": 8,
+                                            "checkpointStep": 5, "ended": "Failed"}  # fmt: skip
+    # A report of an earlier gang says nothing of this one: it never reported, so it made no progress.
+    assert _decide(_third_gang(_reported(1, 0, 5, 8)), CRASHED, generation=2).status["phase"] == "Failed"
+
+
+def test_disruptions_and_spec_changes_are_not_part_of_a_crash_loop():
+    after_a_disruption = (_gang(0, 0, 0), _gang(1, 0, 0, ended="Disrupted"))
+    decision = _decide(_third_gang(_reported(2, 0, 0, 3), after_a_disruption), CRASHED, generation=2)
+    assert decision.status["phase"] == "Restarting"  # 1 in a row: the one before the disruption is not counted
+    preempted = [_pod(0, "Failed", EXIT_PREEMPTED, message='{"result": "Preempted", "step": 9}'), _pod(1, "Running")]
+    disrupted = _decide(_third_gang(_reported(2, 0, 0, 3)), preempted, generation=2)
+    assert disrupted.status["gangs"][-1]["ended"] == "Disrupted" and disrupted.status["gangs"][-1]["reachedStep"] == 9
+
+
+def test_the_steps_a_gang_trains_again_add_up_in_the_goodput():
+    """g0 reached step 8 and saved step 5; g1 resumed from 5 and failed at 7: steps 6-8 were trained
+    twice (3). g1's record counts them once it ends."""
+    first = {"generation": 0, "startedFromStep": 0, "reachedStep": 8, "checkpointStep": 5, "ended": "Failed"}
+    job = _job({"currentJob": "demo-g1", "gangs": [first], "progress": _reported(1, 5, 5, 7)}, maxRestarts=10)
+    decision = _decide(job, CRASHED, generation=1)
+    assert decision.status["goodput"]["recomputedSteps"] == 3
+    assert decision.status["gangs"][-1]["startedFromStep"] == 5
