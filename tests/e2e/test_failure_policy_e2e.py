@@ -48,7 +48,7 @@ def test_after_a_hang_the_next_gangs_avoid_the_stuck_pods_node_even_after_an_ope
         "StoppingSynthetic", stop_at_read=4 * 7 + 2, stop_rank=1, stop_generation=0, record_dir=str(tmp_path),
         seconds_per_read=0.02,
     )  # fmt: skip
-    training = {"data": stop, "maxSteps": 150, "hangTimeoutSeconds": HANG_TIMEOUT}
+    training = {"data": stop, "maxSteps": 80, "hangTimeoutSeconds": HANG_TIMEOUT}
     with e2e_operator(team.install):
         submit_training(team, name, training, maxRestarts=2, failurePolicy={"excludeNodes": {"mode": "Required"}})
         restarting = wait_event(team, name, "Restarting")
