@@ -19,9 +19,10 @@ COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY trainer/ trainer/
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# The trainer installs the wheel with its `train` extra (the pinned torch) through a requirements file.
+# The trainer installs the wheel with its `train` extra (the pinned torch) through a requirements file,
+# plus `hf` (model.name: hf, the export command) and `tensorboard` (training.tensorboard).
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    && printf '%s[train]\n' /wheels/scaletrain-*.whl > /wheels/trainer-requirements.txt
+    && printf '%s[train,hf,tensorboard]\n' /wheels/scaletrain-*.whl > /wheels/trainer-requirements.txt
 
 # ---- operator: slim Python with kopf and the kubernetes client; no torch
 FROM python:${PYTHON_VERSION}-slim AS operator

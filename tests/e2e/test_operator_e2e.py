@@ -65,6 +65,7 @@ def test_the_cpu_example_goes_pending_running_succeeded_with_progress(cluster):
     progress = cluster.wait_status(name, lambda s: (s.get("progress") or {}).get("step"), timeout=TIMEOUT)
     status = wait_phase(cluster, name, "Succeeded")
     assert 0 < progress["progress"]["step"] <= 200 and progress["progress"]["maxSteps"] == 200
+    assert status["progress"]["step"] == 200 and 0 < status["progress"]["evalLoss"] < status["progress"]["loss"] + 1
     assert [reason for _, reason, _ in cluster.events(name)] == ["Created", "Running", "Succeeded"]
     assert status["restarts"] == 0 and status["nodes"]["succeeded"] == 2
     pods = pods_of(cluster, f"{name}-g0")

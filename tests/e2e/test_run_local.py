@@ -313,5 +313,9 @@ def test_the_readme_example_runs_and_its_loss_falls(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     output = tmp_path / "scaletrain-runs/cpu-gloo/volumes/default/scaletrain-checkpoints/cpu-gloo/output/metrics.jsonl"
     records = [json.loads(line) for line in output.read_text().splitlines()]
-    assert records[-1]["step"] == 200
-    assert records[-1]["loss"] < 0.5 * records[0]["loss"]
+    logged = [record for record in records if "loss" in record]
+    assert logged[-1]["step"] == 200
+    assert logged[-1]["loss"] < 0.5 * logged[0]["loss"]
+    evaluations = {record["step"]: record["evalLoss"] for record in records if "evalLoss" in record}
+    assert list(evaluations) == [50, 100, 150, 200] and evaluations[200] < evaluations[50]
+    assert f"eval loss   {evaluations[50]:.4f} (step 50) -> {evaluations[200]:.4f} (step 200)" in result.stdout

@@ -68,7 +68,7 @@ class Run:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def losses(self) -> list[float]:
-        return [record["loss"] for record in self.metrics()]
+        return [record["loss"] for record in self.metrics() if "loss" in record]
 
 
 def free_port() -> int:

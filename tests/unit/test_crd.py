@@ -33,6 +33,7 @@ def test_crd_names_scope_and_status_subresource(crd):
         "Nodes": ".spec.nodes",
         "Step": ".status.progress.step",
         "Loss": ".status.progress.loss",
+        "Eval Loss": ".status.progress.evalLoss",
         "Tokens/s": ".status.progress.tokensPerSecond",
         "TFLOPS/Device": ".status.progress.tflopsPerDevice",
         "MFU": ".status.progress.mfu",
@@ -41,10 +42,10 @@ def test_crd_names_scope_and_status_subresource(crd):
     }
 
 
-def test_throughput_columns_show_only_in_kubectls_wide_output(crd):
+def test_eval_loss_and_throughput_columns_show_only_in_kubectls_wide_output(crd):
     (version,) = crd["spec"]["versions"]
     wide = {c["name"]: c["type"] for c in version["additionalPrinterColumns"] if c.get("priority", 0) > 0}
-    assert wide == {"Tokens/s": "number", "TFLOPS/Device": "number", "MFU": "number"}
+    assert wide == {"Eval Loss": "number", "Tokens/s": "number", "TFLOPS/Device": "number", "MFU": "number"}
 
 
 def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
@@ -61,7 +62,7 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
     assert spec["properties"]["maxRestarts"]["default"] == 3
     # Nested objects default to their fields' defaults, so that the API server fills those in too (and
     # checks its CEL rules against a whole object: `{}` broke `width % heads` with "no such key").
-    assert training["properties"]["checkpoint"]["default"] == {"everySteps": 100, "keep": 3}
+    assert training["properties"]["checkpoint"]["default"] == {"everySteps": 100, "keep": 3, "async": False}
     assert (
         training["properties"]["model"]["default"]["width"] % training["properties"]["model"]["default"]["heads"] == 0
     )
@@ -69,6 +70,7 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
     # But an object that is off unless given (default None) gets no default: the API server would turn it on.
     failure_policy = spec["properties"]["failurePolicy"]
     assert failure_policy["default"] == {} and "default" not in failure_policy["properties"]["excludeNodes"]
+    assert "default" not in training["properties"]["eval"]  # no evaluation unless asked for
     status = crd_schema["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
     condition = status["conditions"]["items"]
@@ -77,6 +79,7 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "step",
         "maxSteps",
         "loss",
+        "evalLoss",
         "lossFinite",
         "samplesPerSecond",
         "tokensPerSecond",

@@ -268,15 +268,18 @@ def test_succeeded_shows_rank_zeros_final_step_and_rounded_loss_from_its_termina
     assert "progress" not in decide(never_polled, _observed(never_polled, {0: _child(job, 0)}, pods), NOW).status
 
 
-def test_throughput_and_mfu_reach_the_status_rounded_for_kubectl_and_bad_values_are_dropped():
-    served = {"step": 7, "tokensPerSecond": 123456.789, "tflopsPerDevice": 142.53125, "mfu": 0.3142857}
+def test_eval_loss_throughput_and_mfu_reach_the_status_rounded_for_kubectl_and_bad_values_are_dropped():
+    served = {"step": 7, "evalLoss": 2.3456789, "tokensPerSecond": 123456.789, "tflopsPerDevice": 142.53125,
+              "mfu": 0.3142857}  # fmt: skip
     patch = status_patch(parse_progress(json.dumps(served).encode()))
-    assert merge_patched({}, patch) == {"step": 7, "tokensPerSecond": 123500.0, "tflopsPerDevice": 142.5, "mfu": 0.3143}
+    assert merge_patched({}, patch) == {
+        "step": 7, "evalLoss": 2.346, "tokensPerSecond": 123500.0, "tflopsPerDevice": 142.5, "mfu": 0.3143
+    }  # fmt: skip
     # On a CPU the trainer serves no mfu, and none is made up.
     assert parse_progress(b'{"step": 7, "tflopsPerDevice": 0.0001}') == {"step": 7, "tflopsPerDevice": 0.0001}
     hostile = [
-        {"tokensPerSecond": -1.0, "tflopsPerDevice": "142", "mfu": -0.1},
-        {"tokensPerSecond": True, "tflopsPerDevice": 1e999, "mfu": 1.5},  # more than the peak: a wrong estimate
+        {"tokensPerSecond": -1.0, "tflopsPerDevice": "142", "mfu": -0.1, "evalLoss": "2.3"},
+        {"tokensPerSecond": True, "tflopsPerDevice": 1e999, "mfu": 1.5, "evalLoss": 1e999},  # mfu > 1: wrong
         {"tokensPerSecond": None, "tflopsPerDevice": [1.0], "mfu": {"value": 0.3}},
     ]
     for fields in hostile:

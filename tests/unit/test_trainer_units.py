@@ -31,9 +31,11 @@ from scaletrain_trainer.data import (
     step_loader,
 )
 from scaletrain_trainer.distributed import Runtime
+from scaletrain_trainer.evaluation import Evaluator, split_off_eval
 from scaletrain_trainer.exit_codes import write_error_cause
 from scaletrain_trainer.flops import ModelFlops, peak_flops
 from scaletrain_trainer.loop import build_scheduler, train_step
+from scaletrain_trainer.losses import resolve_loss
 from scaletrain_trainer.metrics import (
     MAX_CONNECTIONS,
     REQUEST_TIMEOUT_SECONDS,
@@ -44,6 +46,7 @@ from scaletrain_trainer.model import GPT, build_model, flops_per_token
 from scaletrain_trainer.precision import resolve_precision
 from scaletrain_trainer.validation import ProblemsError
 from scaletrain_trainer.watchdog import Watchdog
+from support.plugins.losses import second_half_cross_entropy
 from support.trainer_runs import free_port
 
 CPU = torch.device("cpu")
@@ -173,6 +176,59 @@ def test_accumulated_update_equals_the_full_batch_update(micro_batch):
     torch.testing.assert_close(model.module.embedding.weight.detach(), expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("micro_batch", [1, 2, 8])
+def test_with_a_custom_loss_the_accumulated_update_equals_the_full_batch_update(micro_batch):
+    """training.loss reports its own token count, known only after the forward pass: the gradients are divided
+    by the global count after the last micro-batch, which must give the same update."""
+    inputs, targets = _tokens_with_ignored(seed=2)
+    reference = Bigram()
+    summed, count = second_half_cross_entropy(reference(inputs), targets)
+    (summed / count).backward()
+    expected = reference.embedding.weight.detach() - reference.embedding.weight.grad
+    assert int(count) != int((targets != IGNORE_INDEX).sum())  # not cross-entropy's count
+
+    model = nn.parallel.DistributedDataParallel(Bigram())
+    windows = [(inputs[i : i + micro_batch], targets[i : i + micro_batch]) for i in range(0, 8, micro_batch)]
+    loss = resolve_loss("support.plugins.losses:second_half_cross_entropy")
+    result = train_step(model, windows, _state(model), resolve_precision("fp32", CPU), 0, 1, loss=loss)
+    assert float(result.tokens) == float(count)
+    torch.testing.assert_close(model.module.embedding.weight.detach(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_a_loss_that_does_not_return_a_sum_and_a_count_is_a_config_error():
+    model = nn.parallel.DistributedDataParallel(Bigram())
+    inputs, targets = _tokens_with_ignored(seed=1)
+    loss = resolve_loss("support.plugins.losses:not_a_pair")
+    with pytest.raises(ProblemsError, match=r"loss: support.plugins.losses:not_a_pair returned Tensor, not \(summed"):
+        train_step(model, [(inputs, targets)], _state(model), resolve_precision("fp32", CPU), 0, 1, loss=loss)
+    with pytest.raises(ProblemsError, match="loss: cannot import support.plugins.losses:missing"):
+        resolve_loss("support.plugins.losses:missing")
+
+
+def test_the_held_out_share_is_chosen_by_seed_and_never_trained_on():
+    config = parse_training_config(
+        {"globalBatchSize": 8, "microBatchSize": 2, "eval": {"fraction": 0.2}, "data": {"syntheticSamples": 200}}
+    )
+    dataset = build_dataset(config.data, config.model, config.seed)
+    train, held_out = split_off_eval(dataset, config)
+    trained, evaluated = set(train.indices.tolist()), set(held_out.indices.tolist())
+    assert len(evaluated) == 40 and not trained & evaluated and trained | evaluated == set(range(200))
+    assert torch.equal(held_out[3][0], dataset[int(held_out.indices[3])][0])
+    assert split_off_eval(dataset, config)[1].indices.tolist() == held_out.indices.tolist()
+    other_seed = split_off_eval(dataset, config.model_copy(update={"seed": 8}))[1]
+    assert other_seed.indices.tolist() != held_out.indices.tolist()
+    assert split_off_eval(dataset, config.model_copy(update={"eval": None})) == (dataset, None)
+
+
+def test_a_held_out_set_smaller_than_a_global_batch_is_a_config_error():
+    config = parse_training_config(
+        {"globalBatchSize": 64, "microBatchSize": 2, "eval": {"fraction": 0.1}, "data": {"syntheticSamples": 200}}
+    )
+    _, held_out = split_off_eval(build_dataset(config.data, config.model, config.seed), config)
+    with pytest.raises(ProblemsError, match=r"eval.fraction: the held-out set holds 20 samples, fewer than one global"):
+        Evaluator(held_out, config, RUNTIME, resolve_loss(None))
+
+
 def test_per_micro_batch_mean_would_be_wrong():
     """The reference above can tell: averaging per-micro-batch means weights tokens unequally."""
     inputs, targets = _tokens_with_ignored(seed=1)
@@ -217,7 +273,7 @@ def test_warmup_then_cosine_to_min_lr():
 
 
 def test_checkpoints_are_atomic_and_pruned(tmp_path):
-    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1, keep=2), RUNTIME)
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1, keep=2), RUNTIME, "{}")
     model = nn.parallel.DistributedDataParallel(Bigram())
     state = _state(model)
     for step in (1, 2, 3):
@@ -383,6 +439,22 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
     assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 2.5
 
 
+def test_an_evaluation_is_a_record_of_its_own_and_served_as_eval_loss(tmp_path):
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    try:
+        reporter.log({"step": 10, "loss": 2.5}, eta_seconds=9.0, next_report_within=30.0)
+        reporter.log_eval(10, 2.75)
+        progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert progress["evalLoss"] == 2.75 and progress["loss"] == 2.5
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert "scaletrain_eval_loss 2.75\n" in metrics
+    finally:
+        reporter.close()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[1] == {"step": 10, "evalLoss": 2.75}
+
+
 def test_a_diverged_loss_is_served_as_strict_json_null_and_flagged(tmp_path):
     port = free_port()
     reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
@@ -486,7 +558,7 @@ def test_compile_without_a_cpp_compiler_is_a_config_error_naming_the_field(monke
 
 
 def test_resume_refuses_a_different_model(tmp_path):
-    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1), RUNTIME)
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path), every_steps=1), RUNTIME, "{}")
     state = _state(nn.parallel.DistributedDataParallel(Bigram()))
     state.step = 5
     manager.save(state)
@@ -497,19 +569,9 @@ def test_resume_refuses_a_different_model(tmp_path):
 
 
 def test_checkpoint_not_visible_to_every_rank_is_a_config_error(tmp_path):
-    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path)), RUNTIME)
+    manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path)), RUNTIME, "{}")
     with pytest.raises(ProblemsError, match="must be on shared storage"):
         manager._require_visible(tmp_path / "step-00000001")
-
-
-def test_models_with_non_persistent_buffers_are_not_built_on_the_meta_device():
-    from scaletrain_trainer.parallel import _all_state_in_state_dict
-
-    with torch.device("meta"):
-        plain = Bigram()
-        with_table = Bigram()
-        with_table.register_buffer("table", torch.ones(4), persistent=False)
-    assert _all_state_in_state_dict(plain) and not _all_state_in_state_dict(with_table)
 
 
 def test_the_hang_timeout_is_the_configured_one_else_ten_median_steps_but_at_least_five_minutes(tmp_path):

@@ -13,6 +13,12 @@ tried. A checkpoint written from non-finite state never exists (loop.stop_if_non
 
 Resuming refuses, as a config error, a checkpoint written by a different model or optimizer, and a
 checkpoint directory that some ranks cannot see (node-local storage in a multi-node job).
+
+With `checkpoint.async`, a save only copies the state to host memory (DCP's staging, the first half of
+dcp.async_save) and returns; a background thread writes that copy (dcp.save, the second half), verifies
+it and renames it into place, over a gloo process group of its own, so that none of its collectives
+interleave with the training loop's on the default group. The next save waits for it first, so saves
+never overlap, and the same rename keeps a crash meanwhile from leaving anything but `step-N.partial`.
 """
 
 from __future__ import annotations
@@ -21,7 +27,11 @@ import json
 import logging
 import re
 import shutil
+import threading
+import time
 import zlib
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from .config import CheckpointConfig
@@ -43,7 +54,14 @@ CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 PARTIAL_SUFFIX = ".partial"
 CORRUPT_SUFFIX = ".corrupt"
 MANIFEST = "manifest.json"
+# The training config the checkpoint was written with: what `python -m scaletrain_trainer.export` builds
+# the model from.
+TRAINING_CONFIG_FILE = "training-config.json"
 CHUNK_BYTES = 1 << 22
+# How long the loop waits for an asynchronous save still in progress, in distributed timeouts: as long as its
+# progress promise allows a save (loop.SAVE_COLLECTIVES). The save's collectives each have that timeout; its
+# file writes have none.
+PENDING_SAVE_TIMEOUTS = 3
 
 
 # Parts of the state that may be absent from a checkpoint: the CUDA RNG (saved on CPU) and the loss
@@ -89,16 +107,69 @@ class TrainState:
             torch.cuda.set_rng_state(state["rng_cuda"])
 
 
+class PendingSave:
+    """An asynchronous save being written, verified and renamed by `work` in a thread of its own. A daemon
+    thread: one stuck in a file write must not keep a failed process from exiting."""
+
+    def __init__(self, step: int, work: Callable[[], None]):
+        self.step = step
+        self.error: BaseException | None = None  # what ended `work`, for whoever waits on it
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(work,), name=f"checkpoint-step-{step}", daemon=True).start()
+
+    def _run(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as error:
+            self.error = error
+        finally:
+            self._done.set()
+
+    def wait(self, timeout_seconds: float) -> bool:
+        """Whether the save ended (well or not) within `timeout_seconds`."""
+        return self._done.wait(timeout_seconds)
+
+
 class CheckpointManager:
-    def __init__(self, config: CheckpointConfig, runtime: Runtime):
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        runtime: Runtime,
+        training_config_json: str,
+        timeout_seconds: float = dist.default_pg_timeout.total_seconds(),
+    ):
+        """`timeout_seconds`: distributedTimeoutSeconds, for the asynchronous saves' process group and for
+        waiting on a pending save. With checkpoint.async, constructing one is a collective."""
         self.config, self.runtime = config, runtime
+        self.training_config_json = training_config_json
+        self.timeout_seconds = timeout_seconds
         self.directory = Path(config.dir) if config.dir else None
         self.last_saved_step: int | None = None  # the same on every rank, unlike a file-system check
         self.set_aside: list[str] = []  # damaged checkpoints moved aside while resuming (rank 0)
+        self._pending: PendingSave | None = None
+        self._stager: DefaultStager | None = None
+        self._group: dist.ProcessGroup | None = None  # None: the default group
+        if self.asynchronous:
+            # Reuses its host buffers from save to save: one copy of the state, held for the run. Pinned on GPUs,
+            # for fast copies from the device.
+            on_gpu = runtime.device.type == "cuda"
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=on_gpu,
+                    use_shared_memory=False,
+                    use_async_staging=False,  # the copy is complete when save returns
+                    use_non_blocking_copy=on_gpu,
+                )
+            )
+            self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_seconds))
 
     @property
     def enabled(self) -> bool:
         return self.directory is not None
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.enabled and self.config.asynchronous
 
     def due(self, step: int) -> bool:
         return self.enabled and step % self.config.every_steps == 0
@@ -133,53 +204,106 @@ class CheckpointManager:
         log.info("resumed from %s at step %d", path, state.step)
         return path
 
-    def save(self, state: TrainState) -> Path | None:
-        """Save `state` as step-N. A write error inside DCP's writes (raised on every rank alike, so they
-        retry together) is retried once, after the half-written partial is removed (it may be what
-        filled the disk); a second one is a WriteError. A write error on rank 0 alone (its directory,
-        the manifest) reaches the entry point as it is, which makes it a WriteError too."""
-        assert self.directory is not None
-        if state.step == self.last_saved_step:
-            return None
-        try:
-            return self._save(state)
-        except CheckpointException as error:
-            if (cause := write_error_cause(error)) is None:
-                raise
-            log.warning("saving the checkpoint at step %d failed: %s; trying once more", state.step, cause)
-        try:
-            return self._save(state)
-        except CheckpointException as error:
-            if (cause := write_error_cause(error)) is None:
-                raise
-            raise WriteError(f"cannot save the checkpoint at step {state.step} in {self.directory}: {cause}") from None
+    def save(self, state: TrainState, on_commit: Callable[[int], None] = lambda step: None) -> None:
+        """Save `state` as step-N, and call `on_commit(N)` once step-N is complete (renamed into place, so
+        loadable). Synchronous: before returning. Asynchronous: this waits for the save before it (finish),
+        copies the state to host memory and returns; the background thread writes the copy and calls
+        `on_commit` from there. A failure of the background work is raised by the next finish, on every rank.
 
-    def _save(self, state: TrainState) -> Path:
+        A write error inside DCP's writes (raised on every rank alike, so they retry together) is retried
+        once, from the same state (the host copy, when asynchronous), after the half-written partial is
+        removed (it may be what filled the disk); a second one is a WriteError. A write error on rank 0 alone
+        (its directory, the manifest) reaches the entry point as it is, which makes it a WriteError too."""
         assert self.directory is not None
-        final = self.path_for(state.step)
+        self.finish()
+        if state.step == self.last_saved_step:
+            return
+        step, started = state.step, time.perf_counter()
+        if self._stager is None:
+            self._save_retrying(state.state_dict(), step, started)
+            on_commit(step)
+            return
+        staged = self._stager.stage(state.state_dict())  # from here on, training may change the state
+
+        def write_and_commit() -> None:
+            self._save_retrying(staged, step, started)
+            on_commit(step)
+
+        self._pending = PendingSave(step, write_and_commit)
+        if self.runtime.is_main:
+            log.info(
+                "checkpoint of step %d copied to host memory in %.3f s; writing it in the background",
+                step,
+                time.perf_counter() - started,
+            )
+
+    def finish(self) -> None:
+        """Wait for the asynchronous save in progress, if any, to be complete, and raise what failed it (a
+        WriteError, as from a synchronous save). Bounded: PENDING_SAVE_TIMEOUTS distributed timeouts."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        seconds = PENDING_SAVE_TIMEOUTS * self.timeout_seconds
+        if not pending.wait(seconds):
+            raise TimeoutError(f"the checkpoint of step {pending.step} was still being written after {seconds:.0f} s")
+        if pending.error is not None:
+            raise pending.error
+
+    def close(self) -> None:
+        """At the end of the run, successful or not: wait for a save still in progress, and release the host
+        copy. Its failure is only logged: the run has ended (or is ending with an error of its own) already."""
+        try:
+            self.finish()
+        except Exception as error:  # whatever failed the save, the run's own outcome stands
+            log.warning("the checkpoint being written when the run ended was not saved: %s", error)
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
+
+    def _save_retrying(self, state_dict: dict[str, Any], step: int, started: float) -> None:
+        try:
+            return self._save(state_dict, step, started)
+        except CheckpointException as error:
+            if (cause := write_error_cause(error)) is None:
+                raise
+            log.warning("saving the checkpoint at step %d failed: %s; trying once more", step, cause)
+        try:
+            return self._save(state_dict, step, started)
+        except CheckpointException as error:
+            if (cause := write_error_cause(error)) is None:
+                raise
+            raise WriteError(f"cannot save the checkpoint at step {step} in {self.directory}: {cause}") from None
+
+    def _save(self, state_dict: dict[str, Any], step: int, started: float) -> None:
+        """Write, verify and rename into place; in the background thread over the checkpoint group when
+        asynchronous, else in the training loop over the default group."""
+        assert self.directory is not None
+        group = self._group
+        final = self.path_for(step)
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         if self.runtime.is_main:
-            for stale in self.directory.glob(f"*{PARTIAL_SUFFIX}"):  # left by a crash mid-write
+            for stale in self.directory.glob(f"*{PARTIAL_SUFFIX}"):  # left by a crash mid-write, or a failed try
                 shutil.rmtree(stale, ignore_errors=True)
             partial.mkdir(parents=True)
-        dist.barrier()
-        dcp.save(state.state_dict(), checkpoint_id=partial)
-        dist.barrier()
+            (partial / TRAINING_CONFIG_FILE).write_text(self.training_config_json)
+        dist.barrier(group=group)
+        dcp.save(state_dict, checkpoint_id=partial, process_group=group)
+        dist.barrier(group=group)
         # Read back right after writing (from the page cache, mostly): the manifest vouches for the bytes
         # that reached the file system, not for what the writer meant to send.
-        files = self._shared_checksums(partial, agree(_files_in(partial) if self.runtime.is_main else []))
+        names = _from_main(_files_in(partial) if self.runtime.is_main else [], group)
+        files = self._shared_checksums(partial, names, group)
         if self.runtime.is_main:
-            (partial / MANIFEST).write_text(json.dumps({"step": state.step, "files": files}))
+            (partial / MANIFEST).write_text(json.dumps({"step": step, "files": files}))
             if final.exists():  # written by an earlier run of this job that was not resumed from it
                 shutil.rmtree(final)
             partial.rename(final)
-        self._require_visible(final)
-        self.last_saved_step = state.step
+        self._require_visible(final, group)
+        self.last_saved_step = step
         if self.runtime.is_main:
             for old in self.completed()[: -self.config.keep]:
                 shutil.rmtree(old, ignore_errors=True)
-        log.info("saved checkpoint %s", final)
-        return final
+        log.info("saved checkpoint %s in %.2f s", final, time.perf_counter() - started)
 
     def _newest_verified(self) -> Path | None:
         """The newest checkpoint whose files match its manifest. Rank 0 picks each candidate, so every rank
@@ -219,18 +343,21 @@ class CheckpointManager:
             return None
         return "; ".join(wrong[:3]) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
 
-    def _shared_checksums(self, directory: Path, names: list[str]) -> dict[str, dict[str, int] | None]:
+    def _shared_checksums(
+        self, directory: Path, names: list[str], group: dist.ProcessGroup | None = None
+    ) -> dict[str, dict[str, int] | None]:
         """Size and CRC-32 of each named file in `directory` (None: missing), every rank reading its share."""
         mine = {name: _checksum(directory / name) for name in names[self.runtime.rank :: self.runtime.world_size]}
         shares: list[dict[str, dict[str, int] | None]] = [{} for _ in range(self.runtime.world_size)]
-        dist.all_gather_object(shares, mine)
+        dist.all_gather_object(shares, mine, group=group)
         return {name: found for share in shares for name, found in share.items()}
 
-    def _require_visible(self, path: Path) -> None:
+    def _require_visible(self, path: Path, group: dist.ProcessGroup | None = None) -> None:
         """Every rank must see the same checkpoint; node-local storage would break resuming."""
-        dist.barrier()  # rank 0 may have just renamed it into place
-        visible = torch.tensor(int(path.is_dir()), device=self.runtime.device)
-        dist.all_reduce(visible, op=dist.ReduceOp.MIN)
+        dist.barrier(group=group)  # rank 0 may have just renamed it into place
+        device = self.runtime.device if group is None else torch.device("cpu")  # the checkpoint group is gloo's
+        visible = torch.tensor(int(path.is_dir()), device=device)
+        dist.all_reduce(visible, op=dist.ReduceOp.MIN, group=group)
         if not visible:
             raise ProblemsError(
                 [
@@ -241,6 +368,13 @@ class CheckpointManager:
                     )
                 ]
             )
+
+
+def _from_main(value: Any, group: dist.ProcessGroup | None) -> Any:
+    """Rank 0's value on every rank of `group` (distributed.agree, in any group)."""
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0, group=group)
+    return holder[0]
 
 
 def _files_in(directory: Path) -> list[str]:

@@ -29,7 +29,8 @@ CONFIG_ENV = "SCALETRAIN_CONFIG"
 
 # "package.module:function": how a custom model factory or dataset is named.
 IMPORT_PATH_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
-BUILTIN_MODELS = ("gpt",)
+HF_MODEL = "hf"
+BUILTIN_MODELS = ("gpt", HF_MODEL)
 BUILTIN_DATA_SOURCES = ("synthetic", "text", "tokens")
 
 
@@ -47,14 +48,23 @@ Options = Annotated[
 PrecisionName = Literal["bf16", "fp16", "fp32"]
 
 
+# The options of `model.name: hf` (hf.py): a Hugging Face config (a mapping of its fields with model_type, or a
+# local directory holding config.json) and a local directory of weights saved by save_pretrained.
+HF_CONFIG_OPTION = "config"
+HF_PRETRAINED_OPTION = "pretrained"
+
+
 class ModelConfig(SpecModel):
-    """The model. The built-in `gpt` is a GPT-style decoder; anything else is a factory function."""
+    """The model. The built-in `gpt` is a GPT-style decoder; `hf` any Hugging Face causal LM; anything else is a
+    factory function."""
 
     name: str = Field(
         "gpt",
         pattern=_builtin_or_import_path(BUILTIN_MODELS),
         max_length=256,
-        description='"gpt" (built-in decoder) or "package.module:function" returning an nn.Module.',
+        description='"gpt" (built-in decoder), "hf" (a Hugging Face causal LM, from options.config and optionally '
+        'options.pretrained: local directories or a config mapping) or "package.module:function" returning an '
+        "nn.Module.",
     )
     layers: int = Field(4, ge=1, le=512, description="Transformer blocks.")
     heads: int = Field(4, ge=1, le=512, description="Attention heads; must divide width.")
@@ -64,7 +74,12 @@ class ModelConfig(SpecModel):
     dropout: float = Field(
         0.0, ge=0.0, lt=1.0, description="Dropout probability of the built-in gpt model, in [0, 1); 0 disables it."
     )
-    options: Options = Field(default_factory=dict, description="Keyword arguments for a custom factory.")
+    options: Options = Field(
+        default_factory=dict,
+        description="Keyword arguments for a custom factory. For hf: config (a mapping of a Hugging Face config's "
+        "fields, with model_type, or a local directory holding config.json; default: pretrained's) and pretrained "
+        "(a local directory of weights saved by save_pretrained).",
+    )
 
     model_config = with_cel_rules(
         cel_rule("self.width % self.heads == 0", "width must be divisible by heads", ".width"),
@@ -75,6 +90,31 @@ class ModelConfig(SpecModel):
             yield Problem(
                 ("width",), f"{self.width} is not divisible by heads ({self.heads}); pick a multiple of heads"
             )
+        if self.name == HF_MODEL:
+            yield from self._hf_option_problems()
+
+    def _hf_option_problems(self) -> Iterator[Problem]:
+        """The options' shapes; whether they name a usable config and weights is checked where transformers is."""
+        for unknown in sorted(set(self.options) - {HF_CONFIG_OPTION, HF_PRETRAINED_OPTION}):
+            yield Problem(
+                ("options", unknown),
+                f"unknown option of the hf model; known: {HF_CONFIG_OPTION}, {HF_PRETRAINED_OPTION}",
+            )
+        config, pretrained = self.options.get(HF_CONFIG_OPTION), self.options.get(HF_PRETRAINED_OPTION)
+        if config is None and pretrained is None:
+            message = "required for model hf: a Hugging Face config's fields (with model_type) or a local directory"
+            yield Problem(("options", HF_CONFIG_OPTION), message)
+        elif config is not None and not (
+            (isinstance(config, dict) and isinstance(config.get("model_type"), str)) or _is_path(config)
+        ):
+            message = "a mapping of a Hugging Face config's fields, with model_type (e.g. llama), or a local directory"
+            yield Problem(("options", HF_CONFIG_OPTION), message)
+        if pretrained is not None and not _is_path(pretrained):
+            yield Problem(("options", HF_PRETRAINED_OPTION), "a local directory of weights saved by save_pretrained")
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 class DataConfig(SpecModel):
@@ -162,6 +202,48 @@ class CheckpointConfig(SpecModel):
     )
     every_steps: int = Field(100, ge=1, description="Save every N optimizer steps (and at the end).")
     keep: int = Field(3, ge=1, le=1000, description="How many of the newest checkpoints to keep.")
+    asynchronous: bool = Field(
+        False,
+        alias="async",  # a Python keyword, hence the field's own name
+        description="Write checkpoints in the background: a save pauses training only to copy the state to host "
+        "memory (one more copy of the model and optimizer state per process, held for the run), then the copy is "
+        "written, verified and renamed into place while training continues. The next save, a stop and the end of "
+        "the run wait for it first; a crash meanwhile leaves only step-N.partial, which resuming ignores.",
+    )
+
+
+class EvalConfig(SpecModel):
+    """Held-out evaluation: every everySteps steps, the mean token loss over the same held-out samples."""
+
+    every_steps: int = Field(100, ge=1, le=1 << 31, description="Evaluate every N optimizer steps (and at the end).")
+    steps: int = Field(
+        10,
+        ge=1,
+        le=1 << 20,
+        description="Global batches (globalBatchSize samples each) per evaluation; fewer if the held-out set holds "
+        "fewer. The same samples every time, whatever the world size.",
+    )
+    fraction: float | None = Field(
+        None,
+        gt=0,
+        le=0.5,
+        description="Hold out this share of the data set (chosen by seed, never trained on), e.g. 0.01.",
+    )
+    path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Evaluate on this file instead, read as data.source reads data.path (text and tokens sources).",
+    )
+
+    model_config = with_cel_rules(
+        cel_rule("has(self.fraction) != has(self.path)", "set exactly one of fraction and path", ".fraction"),
+    )
+
+    def problems(self) -> Iterator[Problem]:
+        if (self.fraction is None) == (self.path is None):
+            message = "set exactly one of fraction (hold out a share of the data) and path (a separate file)"
+            yield Problem(("fraction",), message)
 
 
 class TrainingConfig(SpecModel):
@@ -200,6 +282,22 @@ class TrainingConfig(SpecModel):
         description="Random seed of model initialization, data order and synthetic data, the same on every rank.",
     )
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig | None = Field(
+        None, description="Held-out evaluation, logged as evalLoss (metrics.jsonl, status.progress); unset: none."
+    )
+    loss: str | None = Field(
+        None,
+        pattern="^" + IMPORT_PATH_PATTERN + "$",
+        max_length=256,
+        description='"package.module:function(logits, targets) -> (summed loss, token count)", both 0-dim tensors; '
+        "the loss is a sum over the tokens the count counts. Unset: token cross-entropy, ignoring targets of -100. "
+        "Accumulation stays exact: the gradients are divided by the global batch's token count.",
+    )
+    tensorboard: bool = Field(
+        False,
+        description="Write TensorBoard event files into outputDir/tensorboard (rank 0): every logged metric and "
+        "evalLoss. Needs the tensorboard package in the image (pip install 'scaletrain[tensorboard]').",
+    )
     log_every_steps: int = Field(
         10,
         ge=1,
@@ -252,6 +350,11 @@ class TrainingConfig(SpecModel):
         if self.scheduler.warmup_steps > self.max_steps:
             yield Problem(
                 ("scheduler", "warmupSteps"), f"{self.scheduler.warmup_steps} exceeds maxSteps ({self.max_steps})"
+            )
+        if self.eval is not None and self.eval.path is not None and self.data.source not in ("text", "tokens"):
+            yield Problem(
+                ("eval", "path"),
+                f"a separate eval file needs data.source text or tokens, not {self.data.source}; use eval.fraction",
             )
 
     def accumulation_problems(self, world_size: int) -> list[Problem]:

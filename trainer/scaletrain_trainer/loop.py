@@ -13,13 +13,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from .checkpoint import CheckpointManager, TrainState, check_data_position
 from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
 from .data import (
-    IGNORE_INDEX,
     GlobalBatches,
     build_dataset,
     check_holds_a_global_batch,
@@ -28,13 +26,16 @@ from .data import (
     to_device,
 )
 from .distributed import HostMax, Runtime, agree, all_reduce_sum, seed_everything
+from .evaluation import Evaluator, split_off_eval
 from .exit_codes import NonFinite
 from .flops import ModelFlops, peak_flops
+from .losses import TOKEN_CROSS_ENTROPY, Loss, resolve_loss
 from .metrics import MetricsReporter, record_completed_step
 from .model import count_parameters, flops_per_token
 from .parallel import autocast_enabled, build_parallel_model, gradient_sync, unwrapped
 from .precision import Precision, resolve_precision
 from .preemption import Preempted, received, signal_named
+from .tracking import start_trackers
 from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,14 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
         runtime.world_size,
         peak_flops(device_name(runtime.device)),  # rank 0's: it computes the MFU
     )
-    dataset = build_dataset(config.data, config.model, config.seed)
+    loss = resolve_loss(config.loss)
+    dataset, held_out = split_off_eval(build_dataset(config.data, config.model, config.seed), config)
     check_holds_a_global_batch(dataset, config.global_batch_size, config.data)
+    evaluator = Evaluator(held_out, config, runtime, loss) if held_out is not None else None
     batches = GlobalBatches(
         len(dataset), config.global_batch_size, config.micro_batch_size, runtime.world_size, runtime.rank, config.seed
     )
-    checkpoints = CheckpointManager(config.checkpoint, runtime)
+    checkpoints = CheckpointManager(config.checkpoint, runtime, config.to_json(), config.distributed_timeout_seconds)
     resumed_from = checkpoints.restore_latest(state)
     if resumed_from is not None:
         check_data_position(state, batches.position(state.step))
@@ -86,7 +89,10 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     steps = iter(
         step_loader(dataset, batches, range(state.step, config.max_steps), config.data, config.seed, runtime.device)
     )
-    reporter = MetricsReporter(config.output_dir, config.metrics_port, config.max_steps, enabled=runtime.is_main)
+    trackers = start_trackers(config) if runtime.is_main else ()
+    reporter = MetricsReporter(
+        config.output_dir, config.metrics_port, config.max_steps, enabled=runtime.is_main, trackers=trackers
+    )
     reporter.report_checkpoint(state.step, resumed=True)  # step 0: a fresh start
     if checkpoints.set_aside:
         reporter.report_set_aside(checkpoints.set_aside)
@@ -106,7 +112,14 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                 micro_batches = to_device(next(steps), runtime.device)
             with step_phase(watchdog, state.step + 1, compiling=config.compile and state.step == start_step):
                 result = train_step(
-                    model, micro_batches, state, precision, config.grad_clip_norm, runtime.world_size, skips.enabled
+                    model,
+                    micro_batches,
+                    state,
+                    precision,
+                    config.grad_clip_norm,
+                    runtime.world_size,
+                    skips.enabled,
+                    loss,
                 )
             samples += batches.samples_in(state.step)
             tokens += result.tokens
@@ -130,6 +143,11 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                     if runtime.is_main:
                         log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
                     samples, tokens, last_log = 0, 0, now
+            if evaluator is not None and evaluator.due(state.step):
+                with watchdog.phase(f"evaluating after step {state.step}", waits_on_peers=True):
+                    evaluating = time.perf_counter()
+                    reporter.log_eval(state.step, evaluator(model, precision))
+                    last_log += time.perf_counter() - evaluating  # throughput counts the training's time only
             if checkpoints.due(state.step):
                 save(checkpoints, state, watchdog, reporter, config)
             watchdog.step_done(state.step)
@@ -138,14 +156,17 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                 stop_if_non_finite(first_non_finite)  # a diverged state is never saved, preempted or not
                 raise preempt(stop_signal, checkpoints, state, watchdog, reporter, config)
         if checkpoints.enabled:
-            save(checkpoints, state, watchdog, reporter, config)
+            save(checkpoints, state, watchdog, reporter, config, wait=True)
     finally:
+        with watchdog.paused_for("waiting for the checkpoint being written in the background"):
+            checkpoints.close()  # a failed run's pending save still completes, if it can
         watchdog.close()
         reporter.close()
     return {
         "step": state.step,
         "maxSteps": config.max_steps,
         "loss": reporter.progress().get("loss"),
+        **({"evalLoss": reporter.progress()["evalLoss"]} if evaluator is not None and runtime.is_main else {}),
         "resumedFrom": str(resumed_from) if resumed_from else None,
         "checkpointsSetAside": checkpoints.set_aside,
         "seconds": round(time.perf_counter() - started, 3),
@@ -158,13 +179,19 @@ def save(
     watchdog: Watchdog,
     reporter: MetricsReporter,
     config: TrainingConfig,
+    wait: bool = False,
 ) -> None:
     """A checkpoint save, unwatched by the hang watchdog (a large model's may outlast many steps). Its
-    collectives keep their timeouts, a few of which the progress promise allows for."""
-    reporter.promise_report_within(SAVE_COLLECTIVES * config.distributed_timeout_seconds + watchdog.timeout)
+    collectives keep their timeouts, a few of which the progress promise allows for. With checkpoint.async
+    it waits for the save before it and returns once the state is copied; `wait` (the run's last save, a
+    stop's) waits for this one to be complete too. /progress names a checkpoint only once it is complete."""
+    saves = 2 if wait and checkpoints.asynchronous else 1  # the pending one, then this one
+    promise = saves * SAVE_COLLECTIVES * config.distributed_timeout_seconds + watchdog.timeout
+    reporter.promise_report_within(promise)
     with watchdog.paused_for(f"saving the checkpoint of step {state.step}"):
-        checkpoints.save(state)
-    reporter.report_checkpoint(state.step)
+        checkpoints.save(state, on_commit=reporter.report_checkpoint)
+        if wait:
+            checkpoints.finish()
     reporter.promise_report_within(next_report_within(config, watchdog))  # back to the steps' pace
 
 
@@ -184,10 +211,10 @@ def preempt(
     config: TrainingConfig,
 ) -> Preempted:
     """Save the checkpoint of the step every rank stopped after (skipped when the step's regular save just
-    wrote it), and say so."""
+    wrote it), wait until it is complete, and say so."""
     if not checkpoints.enabled:
         return Preempted(state.step, stop_signal, None)
-    save(checkpoints, state, watchdog, reporter, config)
+    save(checkpoints, state, watchdog, reporter, config, wait=True)
     return Preempted(state.step, stop_signal, checkpoints.path_for(state.step).name)
 
 
@@ -254,34 +281,43 @@ def train_step(
     grad_clip_norm: float,
     world_size: int,
     skip_non_finite: bool = False,
+    loss: Loss = TOKEN_CROSS_ENTROPY,
 ) -> StepResult:
     """One optimizer step over an accumulation window of micro-batches.
 
-    Each micro-batch contributes sum(token losses) / (valid tokens in the whole global batch), so
-    the update equals the full-batch update exactly: with ignored or padded tokens, with uneven
-    token counts across micro-batches and ranks, and in a short final window. The factor
-    world_size undoes the gradient averaging of DDP/FSDP.
+    Each micro-batch contributes sum(token losses) / (tokens in the whole global batch), so the
+    update equals the full-batch update exactly: with ignored or padded tokens, with uneven token
+    counts across micro-batches and ranks, and in a short final window. The factor world_size undoes
+    the gradient averaging of DDP/FSDP. Where the targets alone give the count (cross-entropy's valid
+    targets), it is summed up front and each backward normalized at once; a custom loss reports its
+    count with its value, so the summed gradients are divided by the global count after the last
+    micro-batch instead: the same update.
 
     With `skip_non_finite`, an update whose global gradient norm is not finite is dropped, as the fp16
     scaler drops one: the norm is the same on every rank (the gradients were all-reduced), so every
     rank drops it alike.
     """
-    local_count = sum((targets != IGNORE_INDEX).sum() for _, targets in micro_batches)
-    global_count = all_reduce_sum(local_count).clamp(min=1)
-    loss_sum = torch.zeros((), device=global_count.device)
+    counted_up_front = loss.count_from_targets is not None
+    if counted_up_front:
+        global_count = all_reduce_sum(sum(loss.count_from_targets(targets) for _, targets in micro_batches))
+        normalizer = global_count.clamp(min=1)
+    loss_sum = torch.zeros((), device=micro_batches[0][0].device)
+    count_sum = torch.zeros((), dtype=torch.float64, device=loss_sum.device)  # a custom loss's count may be a float
     for index, (inputs, targets) in enumerate(micro_batches):
         with gradient_sync(model, sync=index == len(micro_batches) - 1):
             with precision.autocast(enabled=autocast_enabled(model)):
                 logits = model(inputs)
-            loss = F.cross_entropy(
-                logits.reshape(-1, logits.size(-1)).float(),
-                targets.reshape(-1),
-                ignore_index=IGNORE_INDEX,
-                reduction="sum",
-            )
-            state.scaler.scale(loss * world_size / global_count).backward()
-        loss_sum += loss.detach()
+            summed, count = loss(logits, targets)
+            state.scaler.scale(summed * world_size / (normalizer if counted_up_front else 1)).backward()
+        loss_sum += summed.detach()
+        count_sum += count.detach()
     state.scaler.unscale_(state.optimizer)
+    if not counted_up_front:
+        global_count = all_reduce_sum(count_sum)
+        normalizer = global_count.clamp(min=1)
+        for parameter in model.parameters():
+            if parameter.grad is not None:
+                parameter.grad.div_(normalizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip_norm or math.inf)
     scale_before = state.scaler.get_scale() if state.scaler.is_enabled() else None
     dropped = skip_non_finite and not state.scaler.is_enabled() and not bool(torch.isfinite(grad_norm))
@@ -300,7 +336,7 @@ def train_step(
         finite = torch.tensor(scale_after >= MIN_LOSS_SCALE, device=loss_sum.device)
     return StepResult(
         loss_sum=loss_sum,
-        tokens=global_count,
+        tokens=normalizer,
         grad_norm=grad_norm,
         loss_scale=scale_after,
         skipped=dropped or (scale_before is not None and scale_after < scale_before),

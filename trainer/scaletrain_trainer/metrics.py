@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from .tracking import Tracker, scalars_of
+
 log = logging.getLogger(__name__)
 
 TERMINATION_LOG_ENV = "SCALETRAIN_TERMINATION_LOG"  # mirrors the container's terminationMessagePath
@@ -28,15 +30,17 @@ PROMETHEUS_GAUGES = {
     "tokensPerSecond": ("scaletrain_tokens_per_second", "Training throughput in tokens per second."),
     "tflopsPerDevice": ("scaletrain_tflops_per_device", "Model TFLOP/s per device (6N plus attention per token)."),
     "mfu": ("scaletrain_mfu", "Model FLOPs utilization: a fraction of the device's dense 16-bit peak."),
+    "evalLoss": ("scaletrain_eval_loss", "Loss on the held-out samples at the last evaluation."),
     "etaSeconds": ("scaletrain_eta_seconds", "Estimated seconds until maxSteps."),
 }
 
 
 class MetricsReporter:
-    """Appends one JSON object per logged step and keeps the progress endpoint current (rank 0 only)."""
+    """Appends one JSON object per logged step (and evaluation), hands it to the trackers (tracking.py), and
+    keeps the progress endpoint current (rank 0 only)."""
 
-    def __init__(self, output_dir: str, port: int, max_steps: int, enabled: bool):
-        self.enabled = enabled
+    def __init__(self, output_dir: str, port: int, max_steps: int, enabled: bool, trackers: tuple[Tracker, ...] = ()):
+        self.enabled, self.trackers = enabled, trackers
         self._lock = threading.Lock()
         self._progress: dict[str, Any] = {"step": 0, "maxSteps": max_steps}
         self._server: ThreadingHTTPServer | None = None
@@ -55,8 +59,7 @@ class MetricsReporter:
         `next_report_within` seconds (staleAfter: the operator takes a gang silent past it for hung)."""
         if not self.enabled:
             return
-        with self.path.open("a") as file:
-            file.write(json.dumps(record) + "\n")
+        self._append(record)
         keys = ("step", "loss", "samplesPerSecond", "tokensPerSecond", "tflopsPerDevice", "mfu")
         now = datetime.now(timezone.utc)
         with self._lock:
@@ -64,6 +67,20 @@ class MetricsReporter:
             self._progress["etaSeconds"] = eta_seconds
             self._progress["updatedAt"] = now.isoformat(timespec="seconds")
         self.promise_report_within(next_report_within, now)
+
+    def log_eval(self, step: int, eval_loss: float) -> None:
+        """Append the evaluation after `step` and serve its loss as evalLoss."""
+        if not self.enabled:
+            return
+        self._append({"step": step, "evalLoss": eval_loss})
+        with self._lock:
+            self._progress["evalLoss"] = eval_loss
+
+    def _append(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+        for tracker in self.trackers:
+            tracker.log(record["step"], scalars_of(record))
 
     def report_checkpoint(self, step: int, resumed: bool = False) -> None:
         """The step of the newest checkpoint (0: none), and with `resumed` the one this run resumed from:
@@ -87,6 +104,8 @@ class MetricsReporter:
             self._progress["staleAfter"] = due.isoformat(timespec="seconds")
 
     def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -2,8 +2,9 @@
 
 A model maps inputs to logits; the trainer computes the loss (cross entropy against targets, with
 -100 marking ignored positions). Models that keep their repeated layers in an `nn.ModuleList`
-named `blocks` get per-block FSDP sharding and activation checkpointing. A model may say what a
-trained token costs with `flops_per_token(context) -> int`, as GPT does; MFU is computed from it.
+named `blocks` (GPT; a Hugging Face model's decoder layers, hf.py) get per-block FSDP sharding,
+activation checkpointing and compiling. A model may say what a trained token costs with
+`flops_per_token(context) -> int`, as GPT does; MFU is computed from it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig
+from .config import HF_MODEL, ModelConfig
 from .flops import transformer_flops_per_token, weight_flops_per_token
 from .plugins import build_from
 
@@ -93,7 +94,18 @@ class GPT(nn.Module):
 def build_model(config: ModelConfig) -> nn.Module:
     if config.name == "gpt":
         return GPT(config.vocab_size, config.context_length, config.layers, config.heads, config.width, config.dropout)
+    if config.name == HF_MODEL:
+        from .hf import build_hf_model  # transformers is an optional extra: imported for hf models only
+
+        return build_hf_model(config)
     return build_from(config.name, ("model", "name"), config.options, nn.Module, "a torch.nn.Module")
+
+
+def repeated_layers(model: nn.Module) -> nn.ModuleList | None:
+    """The model's repeated layers, its `blocks` ModuleList, if it has one: the unit FSDP shards, activation
+    checkpointing recomputes and compile compiles."""
+    blocks = getattr(model, "blocks", None)
+    return blocks if isinstance(blocks, nn.ModuleList) else None
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -16,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .config import TrainingConfig
 from .distributed import Runtime, agree, seed_everything
-from .model import build_model, count_parameters
+from .model import build_model, count_parameters, repeated_layers
 from .precision import Precision
 from .validation import Problem, ProblemsError
 
@@ -60,17 +61,19 @@ def build_parallel_model(config: TrainingConfig, precision: Precision, runtime: 
     """Build the configured model and parallelize it; returns (the module to train, the strategy).
 
     Under FSDP only rank 0 materializes the full model, on the host: the others build it on the meta
-    device, shard it, and receive their shards from rank 0. Weights are the same as under DDP.
+    device, shard it, and receive their shards (and every buffer) from rank 0. Weights are the same as under
+    DDP.
     """
     with torch.device("meta"):
         skeleton = build_model(config.model)
     strategy = choose_strategy(config.strategy, skeleton, runtime)
-    if strategy == "fsdp" and _all_state_in_state_dict(skeleton):
-        full_state = _seeded_model(config).state_dict() if runtime.is_main else {}
+    if strategy == "fsdp":
+        full_model = _seeded_model(config) if runtime.is_main else None
         model = apply_parallelism(skeleton, strategy, precision, runtime, config)
         model.to_empty(device=runtime.device)
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        set_model_state_dict(model, full_state, options=options)
+        set_model_state_dict(model, full_model.state_dict() if full_model is not None else {}, options=options)
+        _broadcast_non_persistent_buffers(model, full_model)
         return model, strategy
     return apply_parallelism(_seeded_model(config), strategy, precision, runtime, config), strategy
 
@@ -80,10 +83,25 @@ def _seeded_model(config: TrainingConfig) -> nn.Module:
     return build_model(config.model)
 
 
-def _all_state_in_state_dict(model: nn.Module) -> bool:
-    """Non-persistent buffers (e.g. precomputed tables) would stay uninitialized after a meta build."""
-    saved = model.state_dict().keys()
-    return all(name in saved for name, _ in model.named_buffers())
+@torch.no_grad()
+def _broadcast_non_persistent_buffers(model: nn.Module, full_model: nn.Module | None) -> None:
+    """Rank 0's non-persistent buffers (precomputed tables, such as rotary frequencies) to every rank: the state
+    dict leaves them out, so the meta build left them uninitialized. Matched by order, which wrapping keeps."""
+    buffers = _non_persistent_buffers(model)
+    if full_model is not None:
+        for buffer, built in zip(buffers, _non_persistent_buffers(full_model), strict=True):
+            buffer.copy_(built)
+    for buffer in buffers:
+        dist.broadcast(buffer, src=0)
+
+
+def _non_persistent_buffers(model: nn.Module) -> list[torch.Tensor]:
+    return [
+        module._buffers[name]
+        for module in model.modules()
+        for name in sorted(module._non_persistent_buffers_set)
+        if module._buffers.get(name) is not None
+    ]
 
 
 def apply_parallelism(
@@ -96,9 +114,9 @@ def apply_parallelism(
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if not any(p.is_meta for p in model.parameters()):
         model.to(runtime.device)
-    blocks = getattr(model, "blocks", None)
+    blocks = repeated_layers(model)
     if config.activation_checkpointing:
-        if not isinstance(blocks, nn.ModuleList):
+        if blocks is None:
             raise ProblemsError([Problem(("activationCheckpointing",), "the model has no `blocks` ModuleList")])
         for index, block in enumerate(blocks):
             blocks[index] = checkpoint_wrapper(block, preserve_rng_state=True)
@@ -106,7 +124,7 @@ def apply_parallelism(
         compile_in_place(model, runtime.device)
     if strategy == "fsdp":
         policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
-        for block in blocks if isinstance(blocks, nn.ModuleList) else []:
+        for block in blocks if blocks is not None else []:
             fully_shard(block, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
         return model
@@ -123,8 +141,8 @@ def compile_in_place(model: nn.Module, device: torch.device) -> None:
     so checkpoints move between compile on and off.
     """
     _require_compile_toolchain(device)
-    blocks = getattr(model, "blocks", None)
-    for module in blocks if isinstance(blocks, nn.ModuleList) else [model]:
+    blocks = repeated_layers(model)
+    for module in blocks if blocks is not None else [model]:
         module.compile()
 
 

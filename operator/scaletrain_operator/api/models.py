@@ -748,6 +748,11 @@ class Progress(SpecModel):
         description="Training loss of the last logged step, rounded to 4 significant digits (metrics.jsonl has it "
         "whole); absent when not finite.",
     )
+    eval_loss: float | None = Field(
+        None,
+        description="Loss on the held-out samples at the last evaluation (training.eval), rounded to 4 significant "
+        "digits (metrics.jsonl has it in full).",
+    )
     loss_finite: bool | None = Field(
         None, description="False when the last logged loss was NaN or infinite: the run diverged. Absent otherwise."
     )

@@ -29,6 +29,7 @@ PROGRESS_KEYS = (
     "step",
     "maxSteps",
     "loss",
+    "evalLoss",
     "samplesPerSecond",
     "tokensPerSecond",
     "tflopsPerDevice",
@@ -52,7 +53,7 @@ MAX_SET_ASIDE = 16  # checkpointsSetAside: damaged checkpoints named (a resume s
 SET_ASIDE_NAME = re.compile(r"^step-\d+\.corrupt(-\d+)?$")
 # The numbers kubectl's columns show, with the significant digits the status keeps: kubectl cannot round.
 SHOWN_DIGITS = 4
-SHOWN_NUMBERS = ("loss", "tokensPerSecond", "tflopsPerDevice", "mfu")
+SHOWN_NUMBERS = ("loss", "evalLoss", "tokensPerSecond", "tflopsPerDevice", "mfu")
 CHUNK_BYTES = 4096
 
 

@@ -33,11 +33,17 @@ def summary(result: RunResult) -> str:
     said = "Succeeded" if verdict.action is Action.SUCCEED else f"Failed: {verdict.message}"
     disrupted = f", {result.disruptions} disruption(s)" if result.disruptions else ""
     lines = [f"{job.name}: {said} in {result.seconds:.1f} s, {result.restarts} restart(s){disrupted}"]
-    if records:
-        speeds = [r["samplesPerSecond"] for r in records if "samplesPerSecond" in r]
+    logged = [r for r in records if "loss" in r]  # the steps' records, not the evaluations'
+    if logged:
+        speeds = [r["samplesPerSecond"] for r in logged if "samplesPerSecond" in r]
+        evaluations = [r for r in records if "evalLoss" in r]
         lines += [
-            f"  steps       {records[-1]['step']}/{job.spec.training.max_steps if job.spec.training else '?'}",
-            f"  loss        {records[0]['loss']:.4f} (step {records[0]['step']}) -> {records[-1]['loss']:.4f}",
+            f"  steps       {logged[-1]['step']}/{job.spec.training.max_steps if job.spec.training else '?'}",
+            f"  loss        {logged[0]['loss']:.4f} (step {logged[0]['step']}) -> {logged[-1]['loss']:.4f}",
+            f"  eval loss   {evaluations[0]['evalLoss']:.4f} (step {evaluations[0]['step']}) -> "
+            f"{evaluations[-1]['evalLoss']:.4f} (step {evaluations[-1]['step']})"
+            if evaluations
+            else "",
             f"  throughput  {statistics.median(speeds):.0f} samples/s (median)" if speeds else "",
             f"  metrics     {result.metrics_path}",
         ]

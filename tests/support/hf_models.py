@@ -1,0 +1,76 @@
+"""A tiny Hugging Face causal LM for the trainer's tests (`model.name: hf`): its config, a saved copy of it to
+train from, its data, and what a checkpoint holds of it, read without the code under test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# 2 layers, width 64, vocabulary 256: a Llama (RMSNorm, rotary positions, grouped-query attention, SwiGLU).
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 256,
+    "max_position_embeddings": 64,
+}
+CONTEXT = 16
+SEED = 7
+# One global batch of the base config (16): every step trains on all of it, so the first step's loss is the
+# saved model's mean loss over the whole data set, whatever order the samples come in.
+SAMPLES = 16
+
+
+def tiny_llama_model(**options: Any) -> dict[str, Any]:
+    """The `model` section of a training config for the tiny Llama, with `options`."""
+    return {"name": "hf", "vocabSize": TINY_LLAMA["vocab_size"], "contextLength": CONTEXT, "options": options}
+
+
+def synthetic_options() -> dict[str, Any]:
+    """The trainer's synthetic data set for the tiny Llama, as keyword arguments of SyntheticSequences (and of
+    the fault plugins' data sets, which wrap it)."""
+    return {"samples": SAMPLES, "context_length": CONTEXT, "vocab_size": TINY_LLAMA["vocab_size"], "seed": SEED}
+
+
+def save_tiny_llama(directory: Path) -> torch.nn.Module:
+    """A freshly initialized tiny Llama, saved with save_pretrained into `directory` (returned in eval mode)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**TINY_LLAMA)
+    torch.manual_seed(12345)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    model.save_pretrained(directory)
+    return model.eval()
+
+
+def all_samples() -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of every sample of the synthetic data set, stacked."""
+    from scaletrain_trainer.data import SyntheticSequences
+
+    samples = SyntheticSequences(**synthetic_options())
+    inputs, targets = zip(*(samples[index] for index in range(len(samples))), strict=True)
+    return torch.stack(inputs), torch.stack(targets)
+
+
+def mean_token_loss(causal_lm: torch.nn.Module) -> float:
+    """The model's mean cross entropy over every target token of the data set."""
+    inputs, targets = all_samples()
+    with torch.no_grad():
+        logits = causal_lm(input_ids=inputs, use_cache=False).logits
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
+
+
+def checkpoint_weights(step_directory: Path, scratch: Path) -> dict[str, torch.Tensor]:
+    """The model's weights in a checkpoint by their Hugging Face names, read with DCP's own converter (the
+    trainer saves them as `model.hf.<name>`)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    converted = scratch / "checkpoint.pt"
+    dcp_to_torch_save(step_directory, converted)
+    state = torch.load(converted, weights_only=False)
+    return {name.removeprefix("hf."): tensor for name, tensor in state["model"].items()}
