@@ -131,6 +131,7 @@ class Gang:
         self.generation = generation
         self.pods: list[RunningPod] = []
         self.last_progress: dict[str, Any] | None = None  # rank 0's last /progress answer
+        self.judged: list[PodOutcome] = []  # the pods as the last judgement saw them
 
     @property
     def progress_url(self) -> str:
@@ -154,13 +155,15 @@ class Gang:
         return [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
 
     def record(self, ended: str) -> GangRecord:
-        """This gang's record, were it to end now (the operator's status.gangs)."""
-        return ended_gang(self.generation, self.last_progress, self.outcomes(), ended)
+        """This gang's record, were it to end as last judged (the operator's status.gangs)."""
+        return ended_gang(self.generation, self.last_progress, self.judged, ended)
 
     def judge(self, limits: GangLimits, counted: Counted, deadline_passed: bool) -> Verdict:
-        """The gang policy on these pods; run-local's deadline timer speaks for the Job controller."""
+        """The gang policy on these pods; run-local's deadline timer speaks for the Job controller. One poll
+        of the pods: the verdict and the gang's record see them alike."""
+        self.judged = self.outcomes()
         return judge(
-            self.outcomes(),
+            self.judged,
             limits,
             counted.restarts,
             disruptions=counted.disruptions,
