@@ -1,6 +1,6 @@
 """Hostile input: how long `scaletrain validate` takes, and how much memory, for each bad spec.
 
-Every case of the malformed-spec table (tests/support/malformed.py), plus the inputs that once took a
+Every case of the malformed-spec table (tests/scaletrain_testing/malformed.py), plus the inputs that once took a
 minute or gigabytes: 50 MB of annotations, 100,000-deep YAML, and a 100 MB podTemplate string. Each is
 read from a file and validated in this process, as `scaletrain validate` does. Reports the slowest case
 and the largest peak of Python allocations (tracemalloc). Targets: no case over 2 s or 300 MB, and
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -21,13 +20,10 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the malformed-spec table and its builders (tests/support)
-
-from scaletrain_operator.cli import InputError, load_jobs  # noqa: E402
-from scaletrain_trainer.validation import ProblemsError  # noqa: E402
-from support.jobs import base_job, patched  # noqa: E402
-from support.malformed import MALFORMED  # noqa: E402
+from scaletrain_operator.cli import InputError, load_jobs
+from scaletrain_testing.jobs import base_job, patched
+from scaletrain_testing.malformed import MALFORMED
+from scaletrain_trainer.validation import ProblemsError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MiB = 2**20

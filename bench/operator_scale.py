@@ -1,6 +1,6 @@
 """Operator at scale on the real control plane: 100 ScaleTrainJobs created at once.
 
-The control plane is the tests' own (tests/support/control_plane.py: etcd, kube-apiserver, the Job
+The control plane is the tests' own (tests/scaletrain_testing/control_plane.py: etcd, kube-apiserver, the Job
 controller, the scheduler); the operator is installed as its Helm chart installs it (namespaced, one
 replica, its ServiceAccount and RBAC) and runs as its own process (`scaletrain-operator`). Reports, as
 a table and JSON: seconds from each job's creation until its Service and Job exist (p50, p95), the API
@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -27,15 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # for tests/support, the harness the tests and benchmarks share
+from kubernetes import client, watch
 
-from kubernetes import client, watch  # noqa: E402
-
-from support.audit import AuditLog, Request  # noqa: E402
-from support.control_plane import KUBERNETES_VERSION, ControlPlane  # noqa: E402
-from support.kube import Kube  # noqa: E402
-from support.operator_harness import Team, install_operator, operator_process  # noqa: E402
+from scaletrain_testing.audit import AuditLog, Request
+from scaletrain_testing.control_plane import KUBERNETES_VERSION, ControlPlane
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.operator_harness import Team, install_operator, operator_process
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NODES = 2  # per job

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from support.control_plane import KUBERNETES_VERSION, ControlPlane, unavailable_reason
-from support.jobs import REPO, load_yaml
+from scaletrain_testing.control_plane import KUBERNETES_VERSION, ControlPlane, unavailable_reason
+from scaletrain_testing.jobs import REPO, load_yaml
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.e2e_jobs import (
+from scaletrain_testing.e2e_jobs import (
     HANG_TIMEOUT,
     TIMEOUT,
     e2e_namespace,
@@ -18,9 +18,9 @@ from support.e2e_jobs import (
     wait_event,
     wait_phase,
 )
-from support.kubelet import FakeNode
-from support.operator_harness import condition
-from support.trainer_runs import PLUGIN_ENV, plugin_data
+from scaletrain_testing.kubelet import FakeNode
+from scaletrain_testing.operator_harness import condition
+from scaletrain_testing.trainer_runs import TRAINER_ENV, plugin_data
 
 NODES = [FakeNode("excl-node-1"), FakeNode("excl-node-2"), FakeNode("excl-node-3")]
 
@@ -59,7 +59,7 @@ def test_after_a_hang_the_next_gangs_avoid_the_stuck_pods_node_even_after_an_ope
         assert bad_node not in placed_nodes(team, f"{name}-g1")
     # A new operator process (the old one is gone) and a spec change that restarts the gang (not counted).
     with e2e_operator(team.install):
-        env = [{"name": key, "value": value} for key, value in PLUGIN_ENV.items()] + [{"name": "EDITED", "value": "1"}]
+        env = [{"name": key, "value": value} for key, value in TRAINER_ENV.items()] + [{"name": "EDITED", "value": "1"}]
         team.patch_stj(name, {"spec": {"env": env}})
         assert bad_node not in placed_nodes(team, f"{name}-g2")
         status = wait_phase(team, name, "Succeeded")

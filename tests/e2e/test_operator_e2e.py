@@ -1,6 +1,6 @@
 """End to end on the real control plane: the operator as the chart installs it, the real Job
 controller, scheduler and garbage collector, and the kubelet stand-in running each pod as local
-processes (tests/support/kubelet.py). ScaleTrainJobs really train here: 2 nodes × 1 process, gloo,
+processes (tests/scaletrain_testing/kubelet.py). ScaleTrainJobs really train here: 2 nodes × 1 process, gloo,
 a tiny GPT."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import yaml
 
 from scaletrain_operator.controller.settings import DEFAULTS
 from scaletrain_operator.local.processes import scan_processes, signal_processes
-from support.e2e_jobs import (
+from scaletrain_testing.e2e_jobs import (
     CHECKPOINT_EVERY,
     HANG_TIMEOUT,
     PROGRESS_INTERVAL,
@@ -29,10 +29,10 @@ from support.e2e_jobs import (
     wait_event,
     wait_phase,
 )
-from support.jobs import DELETE, EXAMPLES
-from support.kubelet import FakeNode
-from support.operator_harness import condition
-from support.trainer_runs import plugin_data
+from scaletrain_testing.jobs import DELETE, EXAMPLES
+from scaletrain_testing.kubelet import FakeNode
+from scaletrain_testing.operator_harness import condition
+from scaletrain_testing.trainer_runs import plugin_data
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # scripts of one's own, on the pods' PYTHONPATH
 NODES = [FakeNode("cpu-node-1"), FakeNode("cpu-node-2")]

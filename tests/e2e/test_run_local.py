@@ -22,9 +22,9 @@ import yaml
 from scaletrain_operator.local.gang import POD_NETWORK_ENV
 from scaletrain_operator.local.pod_network import LOOPBACK, NAMESPACES, why_no_namespaces
 from scaletrain_operator.local.processes import processes_with_env, signal_processes
-from support.jobs import DELETE, REPO, base_job, patched
-from support.process_tree import descendants, survivors
-from support.trainer_runs import BASE_CONFIG, PLUGIN_ENV, plugin_data
+from scaletrain_testing.jobs import DELETE, REPO, base_job, patched
+from scaletrain_testing.process_tree import descendants, survivors
+from scaletrain_testing.trainer_runs import BASE_CONFIG, TRAINER_ENV, plugin_data
 
 TIMEOUT = 240
 SCRATCH = "/scratch"  # the job's volume, a claim; run-local keeps it in WORKDIR/volumes/NAMESPACE/CLAIM
@@ -46,7 +46,7 @@ def tiny_job(name, training=None, **spec):
         training=patched(config, training or {}),
         volumes=[{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
         volumeMounts=[{"name": "scratch", "mountPath": SCRATCH}],
-        env=[{"name": name, "value": value} for name, value in PLUGIN_ENV.items()],
+        env=[{"name": name, "value": value} for name, value in TRAINER_ENV.items()],
         **spec,
     )
     job["metadata"] = {"name": name}

@@ -21,7 +21,7 @@ import yaml
 
 from scaletrain_operator.local.gang import POD_NETWORK_ENV
 from scaletrain_operator.local.pod_network import LOOPBACK, NAMESPACES, free_port, why_no_namespaces
-from support.jobs import DELETE, base_job
+from scaletrain_testing.jobs import DELETE, base_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # on the "image": PYTHONPATH points here
 TIMEOUT = 120

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from support.trainer_runs import SYNTHETIC_OPTIONS, config_for, run_trainer
+from scaletrain_testing.trainer_runs import SYNTHETIC_OPTIONS, config_for, run_trainer
 
 SYNC = {"maxSteps": 8, "checkpoint": {"everySteps": 2, "keep": 2}}
 ASYNC = SYNC | {"checkpoint": SYNC["checkpoint"] | {"async": True}}
@@ -32,7 +32,7 @@ def test_a_kill_mid_write_leaves_only_a_partial_and_resuming_is_exact(tmp_path):
     expected = {r["step"]: r["loss"] for r in straight.metrics()}
     checkpoints, record = tmp_path / "checkpoints", tmp_path / "at-kill.json"
     data = {
-        "source": "support.plugins.checkpoint_faults:KilledMidCheckpoint",
+        "source": "scaletrain_testing.plugins.checkpoint_faults:KilledMidCheckpoint",
         "options": SYNTHETIC_OPTIONS
         | {
             "kill_at_read": READS_PER_STEP * 4 + 1,  # the first read of step 5, once step 4's save has begun

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from support.jobs import REPO
+from scaletrain_testing.jobs import REPO
 
 
 def _bench(script: str, tmp_path, *args: str) -> dict:

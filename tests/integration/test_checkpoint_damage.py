@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from support.trainer_runs import config_for, run_trainer
+from scaletrain_testing.trainer_runs import config_for, run_trainer
 
 # Constant LR so that a run of 20 steps and the resumed tail of it follow the same schedule; saves at
 # 10, 15 and 20 are kept.

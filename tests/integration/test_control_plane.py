@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from support.control_plane import wait_for
+from scaletrain_testing.control_plane import wait_for
 
 ApiException = kubernetes.client.ApiException
 

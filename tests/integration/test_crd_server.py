@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from scaletrain_operator.api.models import parse_job
-from support.control_plane import KUBERNETES_VERSION, wait_for
-from support.jobs import EXAMPLES, REPO, base_job, load_yaml, patched
-from support.malformed import CEL, MALFORMED, OPERATOR, SCHEMA
+from scaletrain_testing.control_plane import KUBERNETES_VERSION, wait_for
+from scaletrain_testing.jobs import EXAMPLES, REPO, base_job, load_yaml, patched
+from scaletrain_testing.malformed import CEL, MALFORMED, OPERATOR, SCHEMA
 
 GROUP, VERSION, PLURAL = "scaletrain.io", "v1alpha1", "scaletrainjobs"
 CRD_NAME = f"{PLURAL}.{GROUP}"

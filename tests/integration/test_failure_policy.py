@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from support.operator_harness import condition, quiet_team
+from scaletrain_testing.operator_harness import condition, quiet_team
 
 FAIL_ON_3 = {"name": "BadInput", "action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}
 SIGTERM_IS_A_DISRUPTION = {

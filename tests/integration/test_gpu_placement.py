@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from support.jobs import EXAMPLES, patched
-from support.kube import Kube
-from support.kubelet import FakeNode, Kubelet, gpu_node
-from support.operator_harness import Team, install_watching, operator_process
+from scaletrain_testing.jobs import EXAMPLES, patched
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.kubelet import FakeNode, Kubelet, gpu_node
+from scaletrain_testing.operator_harness import Team, install_watching, operator_process
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 BIG = {"cpu": "96", "memory": "2Ti"}  # room for the example's requests (64 CPUs, 1000Gi)

@@ -12,12 +12,7 @@ import shutil
 import pytest
 import torch
 
-from scaletrain_trainer.config import ModelConfig
-from scaletrain_trainer.export import EXIT_CANNOT_EXPORT
-from scaletrain_trainer.export import main as export_main
-from scaletrain_trainer.model import build_model
-from scaletrain_trainer.validation import ProblemsError
-from support.hf_models import (
+from scaletrain_testing.hf_models import (
     TINY_LLAMA,
     checkpoint_weights,
     mean_token_loss,
@@ -25,7 +20,12 @@ from support.hf_models import (
     synthetic_options,
     tiny_llama_model,
 )
-from support.trainer_runs import config_for, run_trainer
+from scaletrain_testing.trainer_runs import config_for, run_trainer
+from scaletrain_trainer.config import ModelConfig
+from scaletrain_trainer.export import EXIT_CANNOT_EXPORT
+from scaletrain_trainer.export import main as export_main
+from scaletrain_trainer.model import build_model
+from scaletrain_trainer.validation import ProblemsError
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def test_resumed_at_world_size_1_after_a_crash_at_2_it_equals_the_straight_run(r
     """Rank 1 dies during step 6, after the step-5 checkpoint; resumed from it by one process, the run equals
     the straight one on two: exact resume, and world size 1 == 2 (fp32 sums in another order only)."""
     crash_data = {
-        "source": "support.plugins.faults:CrashingSynthetic",
+        "source": "scaletrain_testing.plugins.faults:CrashingSynthetic",
         "options": {"crash_at_read": 8 * 5 + 3, "crash_rank": 1} | synthetic_options(),  # 8 samples/rank/step
     }
     crashed = runs("crash-w2", {"data": crash_data})

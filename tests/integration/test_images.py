@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.jobs import REPO
+from scaletrain_testing.jobs import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 BIN = Path(sys.executable).parent

@@ -1,4 +1,4 @@
-"""The kubelet stand-in (support/kubelet.py) on the real control plane: Nodes that register Ready,
+"""The kubelet stand-in (scaletrain_testing/kubelet.py) on the real control plane: Nodes that register Ready,
 pods the real scheduler binds to them and the real Job controller creates, run on the pod executor
 with their status reported as the kubelet reports it, and deletion with the pod's grace period."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from scaletrain_operator.local.pod_network import NAMESPACES
 from scaletrain_operator.local.processes import scan_processes
-from support.kube import Kube
-from support.kubelet import GPU_RESOURCE, FakeNode, Kubelet, gpu_node
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.kubelet import GPU_RESOURCE, FakeNode, Kubelet, gpu_node
 
 WAIT = 60.0  # seconds for a pod to be scheduled, started and finished on a shared machine
 # Writes its arguments to the container's termination message file, which the kubelet reports.

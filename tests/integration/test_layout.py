@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -10,9 +11,9 @@ from importlib import metadata
 import pytest
 import tomllib
 
-from support.imports import import_graph
-from support.imports import wing as wing_of
-from support.jobs import REPO
+from scaletrain_testing.imports import import_graph
+from scaletrain_testing.imports import wing as wing_of
+from scaletrain_testing.jobs import REPO
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
 
@@ -61,6 +62,15 @@ def test_one_distribution_with_extras_and_console_script():
     assert any(r.startswith("pytest") for r in project["optional-dependencies"]["dev"])
     scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
     assert scripts["scaletrain"] == "scaletrain_operator.cli:main"
+
+
+def test_bench_and_the_tests_share_the_harness_as_an_installed_package():
+    """tests/scaletrain_testing is installed with the editable set-up: bench/ imports it from anywhere, and
+    nothing reaches into tests/ by editing sys.path."""
+    result = _python("import scaletrain_testing.control_plane, scaletrain_testing.plugins.faults; print('ok')", cwd="/")
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    for path in [*(REPO / "bench").glob("*.py"), *(REPO / "tests").rglob("*.py")]:
+        assert not re.search(r"sys\.path\.(insert|append)|sys\.path\s*\+?=", path.read_text()), f"{path} edits sys.path"
 
 
 def test_cli_help_lists_the_commands():

@@ -16,13 +16,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import yaml
 
-from support.audit import counts
-from support.hostile_http import HostileServer
-from support.jobs import REPO, base_job, patched
-from support.kube import Kube
-from support.malformed import MALFORMED, OPERATOR
-from support.operator_harness import Team, condition, install_watching, operator_process
-from support.trainer_runs import free_port
+from scaletrain_testing.audit import counts
+from scaletrain_testing.hostile_http import HostileServer
+from scaletrain_testing.jobs import REPO, base_job, patched
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.malformed import MALFORMED, OPERATOR
+from scaletrain_testing.operator_harness import Team, condition, install_watching, operator_process
+from scaletrain_testing.trainer_runs import free_port
 
 METRICS_PORT = free_port()
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from support.kubelet import FakeNode, Kubelet
-from support.operator_harness import TIMEOUT, Team, condition, quiet_team
-from support.status_faults import StatusWriteFaults
+from scaletrain_testing.kubelet import FakeNode, Kubelet
+from scaletrain_testing.operator_harness import TIMEOUT, Team, condition, quiet_team
+from scaletrain_testing.status_faults import StatusWriteFaults
 
 NOWHERE = {"scaletrain.io/test-pool": "nowhere"}  # a node selector no node matches
 

@@ -8,10 +8,10 @@ import urllib.request
 
 import pytest
 
-from support.audit import counts
-from support.kube import Kube
-from support.operator_harness import Team, install_operator, install_watching, operator_process
-from support.trainer_runs import free_port
+from scaletrain_testing.audit import counts
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.operator_harness import Team, install_operator, install_watching, operator_process
+from scaletrain_testing.trainer_runs import free_port
 
 QUIET = ("--liveness-port", "0", "--metrics-port", "0")
 

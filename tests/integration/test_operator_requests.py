@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from scaletrain_operator.controller.cluster import Cluster, Conflict, ObjectRef
-from support.audit import counts
-from support.kube import Kube
-from support.operator_harness import Team, install_crds, install_watching, operator_process
+from scaletrain_testing.audit import counts
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.operator_harness import Team, install_crds, install_watching, operator_process
 
 QUIET = ("--liveness-port", "0", "--metrics-port", "0")
 JOBS = 10

@@ -7,7 +7,6 @@ after its processes died) must not kill what now lives in a namespace of that nu
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,9 +14,8 @@ import time
 
 from scaletrain_operator.local.executor import PodExecutor
 from scaletrain_operator.local.processes import ProcessInfo, scan_processes, signal_processes
-from support.executor_host import a_pod
-from support.jobs import REPO
-from support.process_tree import descendants, survivors
+from scaletrain_testing.executor_host import a_pod
+from scaletrain_testing.process_tree import descendants, survivors
 
 START_SECONDS = 60
 # A main process that starts a worker in a session of its own, as torchrun does, and says so.
@@ -50,9 +48,16 @@ def test_a_stopped_pod_no_longer_claims_processes_by_its_old_network_namespace(t
 def test_sigkill_of_the_executors_process_leaves_none_of_its_pods_processes(tmp_path):
     """Its orphan guard kills them all within 2 s: the pod's main process and the worker it started in
     a session of its own (no process group signal reaches it)."""
-    command = [sys.executable, "-m", "support.executor_host", str(tmp_path), "python", "-c", WORKER_IN_OWN_SESSION]
-    env = os.environ | {"PYTHONPATH": str(REPO / "tests")}
-    host = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    command = [
+        sys.executable,
+        "-m",
+        "scaletrain_testing.executor_host",
+        str(tmp_path),
+        "python",
+        "-c",
+        WORKER_IN_OWN_SESSION,
+    ]
+    host = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     log = tmp_path / "logs" / "orphan_main.log"
     try:
         deadline = time.monotonic() + START_SECONDS

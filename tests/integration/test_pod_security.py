@@ -13,10 +13,10 @@ from kubernetes.client.rest import ApiException
 
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import render_job
-from support.control_plane import wait_for
-from support.jobs import REPO, base_job
-from support.kube import Kube
-from support.operator_harness import Team, install_watching, operator_process
+from scaletrain_testing.control_plane import wait_for
+from scaletrain_testing.jobs import REPO, base_job
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.operator_harness import Team, install_watching, operator_process
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}

@@ -10,7 +10,7 @@ import tracemalloc
 import pytest
 
 from scaletrain_operator.api.progress import read_progress
-from support.hostile_http import SHAPES, HostileServer
+from scaletrain_testing.hostile_http import SHAPES, HostileServer
 
 DEADLINE = 1.0
 WORTHLESS = sorted(set(SHAPES) - {"nan", "wrong-types", "long-set-aside"})

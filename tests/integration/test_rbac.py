@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from scaletrain_operator.controller import rbac
-from support.chart import of_kind
-from support.kube import Kube
-from support.operator_harness import Team, install_operator, install_watching, operator_process
+from scaletrain_testing.chart import of_kind
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.operator_harness import Team, install_operator, install_watching, operator_process
 
 QUIET = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
 

@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
+from scaletrain_testing.trainer_runs import BASE_CONFIG, GPT_OPTIONS, config_for, free_port, plugin_data, run_trainer
 from scaletrain_trainer.model import GPT
-from support.trainer_runs import BASE_CONFIG, GPT_OPTIONS, config_for, free_port, plugin_data, run_trainer
 
 FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes only reorder float sums
 
@@ -167,7 +167,7 @@ def test_fp16_skips_the_step_on_all_ranks_when_one_rank_sees_inf(runs, tmp_path,
     record_dir = tmp_path / "checksums"
     record_dir.mkdir()
     model = {
-        "name": "support.plugins.faults:PoisonedGPT",
+        "name": "scaletrain_testing.plugins.faults:PoisonedGPT",
         "options": GPT_OPTIONS | {"poison_step": 4, "poison_rank": 1, "micro_steps": 2, "record_dir": str(record_dir)},
     }
     run = _ok(runs(f"fp16-inf-{strategy}", {"precision": "fp16", "strategy": strategy, "model": model, "maxSteps": 6}))
@@ -214,7 +214,7 @@ def test_config_error_fails_fast_on_every_rank(runs):
 def test_custom_model_and_data_example_runs_with_fsdp_and_checkpointing(tmp_path):
     import yaml
 
-    from support.jobs import REPO
+    from scaletrain_testing.jobs import REPO
 
     job = yaml.safe_load((REPO / "examples" / "custom-model.yaml").read_text())
     config = job["spec"]["training"] | {"strategy": "fsdp", "activationCheckpointing": True, "maxSteps": 20}

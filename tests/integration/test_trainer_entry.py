@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
+from scaletrain_testing.jobs import REPO
+from scaletrain_testing.trainer_runs import free_port
 from scaletrain_trainer.config import parse_training_config
 from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR
-from support.jobs import REPO
-from support.trainer_runs import free_port
 
 
 def _module(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from support.trainer_runs import config_for, run_trainer
+from scaletrain_testing.trainer_runs import config_for, run_trainer
 
 FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes and splits only reorder float sums
 EVAL = {"eval": {"everySteps": 5, "steps": 2, "fraction": 0.2}, "maxSteps": 12}
-CUSTOM_LOSS = {"loss": "support.plugins.losses:second_half_cross_entropy", "maxSteps": 8}
+LOSSES = "scaletrain_testing.plugins.losses"
+CUSTOM_LOSS = {"loss": f"{LOSSES}:second_half_cross_entropy", "maxSteps": 8}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,12 @@ def test_accumulation_stays_exact_with_a_custom_loss(runs):
 
 
 def test_a_loss_that_breaks_its_contract_fails_as_a_config_error(tmp_path):
-    run = run_trainer(tmp_path, config_for(tmp_path, {"loss": "support.plugins.losses:not_a_pair", "maxSteps": 3}))
+    run = run_trainer(
+        tmp_path, config_for(tmp_path, {"loss": "scaletrain_testing.plugins.losses:not_a_pair", "maxSteps": 3})
+    )
     assert run.returncode == 78, run.output[-3000:]
-    assert "loss: support.plugins.losses:not_a_pair returned Tensor, not (summed loss, token count)" in run.output
+    assert (
+        "loss: scaletrain_testing.plugins.losses:not_a_pair returned Tensor, not (summed loss, token count)"
+        in run.output
+    )
     assert "Traceback" not in run.output

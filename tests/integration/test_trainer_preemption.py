@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from scaletrain_testing.process_tree import descendants, survivors
+from scaletrain_testing.trainer_runs import GPT_OPTIONS, PodRun, Run, config_for, plugin_data, run_trainer, start_pod
 from scaletrain_trainer.exit_codes import EXIT_PREEMPTED
-from support.process_tree import descendants, survivors
-from support.trainer_runs import GPT_OPTIONS, PodRun, Run, config_for, plugin_data, run_trainer, start_pod
 
 MAX_STEPS = 60
 EXIT_WITHIN = 15  # seconds from the SIGTERM until every process of the pod is gone
@@ -133,7 +133,7 @@ def test_a_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, st
 def test_a_sigterm_during_a_save_lets_it_finish_and_stops_at_its_step(tmp_path, start):
     """The save of step 10 takes 3 s longer (SlowSavingGPT); the SIGTERM comes during it. The save is
     neither cut short nor repeated, and the newest checkpoint loads."""
-    model = {"name": "support.plugins.faults:SlowSavingGPT", "options": GPT_OPTIONS | {"save_seconds": 3}}
+    model = {"name": "scaletrain_testing.plugins.faults:SlowSavingGPT", "options": GPT_OPTIONS | {"save_seconds": 3}}
     model["options"] |= {"record_dir": str(tmp_path)}
     pod = start(tmp_path, {"model": model, "checkpoint": {"everySteps": 10}})
     _wait_until(pod, (tmp_path / "saving-0").exists)

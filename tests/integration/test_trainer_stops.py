@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
+from scaletrain_testing.trainer_runs import GPT_OPTIONS, config_for, run_trainer
 from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, EXIT_NON_FINITE, EXIT_WRITE_ERROR
-from support.trainer_runs import GPT_OPTIONS, config_for, run_trainer
 
 # SGD at lr 10 without clipping: the loss explodes and is NaN within about ten steps.
 DIVERGING = {"optimizer": {"name": "sgd", "lr": 10}, "gradClipNorm": 0, "maxSteps": 30, "logEverySteps": 1}
@@ -46,7 +46,7 @@ def test_every_rank_stops_at_the_same_step(tmp_path):
 
 def test_fp16_whose_loss_scale_collapses_stops_instead_of_skipping_forever(tmp_path):
     poison = {"poison_step": 1, "poison_until": 40, "poison_rank": 0, "micro_steps": 4, "record_dir": str(tmp_path)}
-    model = {"name": "support.plugins.faults:PoisonedGPT", "options": GPT_OPTIONS | poison}
+    model = {"name": "scaletrain_testing.plugins.faults:PoisonedGPT", "options": GPT_OPTIONS | poison}
     run = _run(tmp_path / "fp16", {"precision": "fp16", "model": model, "maxSteps": 40, "logEverySteps": 1})
     assert run.returncode == EXIT_NON_FINITE, run.output[-2000:]
     records = run.metrics()
@@ -90,7 +90,10 @@ def test_a_checkpoint_the_disk_cannot_take_is_retried_once_then_a_one_line_write
 def _poisoned(record_dir, first, last):
     """A GPT whose gradients are infinite in steps first..last (1-based)."""
     poison = {"poison_step": first, "poison_until": last, "poison_rank": 0, "micro_steps": 4}
-    return {"name": "support.plugins.faults:PoisonedGPT", "options": GPT_OPTIONS | poison | {"record_dir": record_dir}}
+    return {
+        "name": "scaletrain_testing.plugins.faults:PoisonedGPT",
+        "options": GPT_OPTIONS | poison | {"record_dir": record_dir},
+    }
 
 
 def test_on_non_finite_skip_drops_the_poisoned_updates_and_trains_on(tmp_path):

@@ -15,7 +15,7 @@ from scaletrain_operator.controller.decision import Decision, Event
 from scaletrain_operator.controller.handlers import _reconcile, needs_fresh_look
 from scaletrain_operator.controller.reconcile import with_spec_hash
 from scaletrain_operator.controller.workqueue import Outcome
-from support.jobs import base_job
+from scaletrain_testing.jobs import base_job
 
 NAMESPACE = "team-a"
 

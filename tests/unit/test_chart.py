@@ -14,9 +14,9 @@ from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import render_network_policy
 from scaletrain_operator.controller import rbac
 from scaletrain_operator.controller.main import build_parser
-from support.chart import CHART, RELEASE_NAMESPACE, load_chart, of_kind, render
-from support.jobs import base_job
-from support.kube_schema import schema_errors
+from scaletrain_testing.chart import CHART, RELEASE_NAMESPACE, load_chart, of_kind, render
+from scaletrain_testing.jobs import base_job
+from scaletrain_testing.kube_schema import schema_errors
 
 # Chart.yaml's kubeVersion floor (the CRD's CEL rules use fieldPath and reason, new in 1.28), and the newest.
 KUBERNETES_VERSIONS = ("1.28", "1.37")

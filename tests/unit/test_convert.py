@@ -11,10 +11,10 @@ import yaml
 from scaletrain_operator.api.convert import Conversion, ConversionError, convert
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import render_children
+from scaletrain_testing.cli import run_cli
+from scaletrain_testing.kube_schema import schema_errors
+from scaletrain_testing.kubeflow_jobs import CONVERT_FIXTURES, every_path, fixture, pytorchjob, read, replaced, trainjob
 from scaletrain_trainer.documents import load_documents
-from support.cli import run_cli
-from support.kube_schema import schema_errors
-from support.kubeflow_jobs import CONVERT_FIXTURES, every_path, fixture, pytorchjob, read, replaced, trainjob
 
 KUBERNETES_VERSION = "1.33"
 # Values of the wrong shape for any field: the conversion must name the field or carry on, never crash.

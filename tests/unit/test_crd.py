@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from scaletrain_operator.api.crd import crd_yaml
 from scaletrain_operator.api.progress import MAXIMUM, MINIMUM
-from support.cli import run_cli
-from support.jobs import REPO
-from support.kube_schema import fields_without_description
+from scaletrain_testing.cli import run_cli
+from scaletrain_testing.jobs import REPO
+from scaletrain_testing.kube_schema import fields_without_description
 
 
 def test_checked_in_crd_is_not_stale():

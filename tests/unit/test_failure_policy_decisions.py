@@ -23,9 +23,9 @@ from scaletrain_operator.controller.reconcile import (
     with_spec_hash,
 )
 from scaletrain_operator.controller.status import StatusBuilder
+from scaletrain_testing.jobs import base_job
 from scaletrain_trainer.exit_codes import EXIT_HANG, EXIT_PREEMPTED
 from scaletrain_trainer.validation import ProblemsError
-from support.jobs import base_job
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 EXCLUDE = {"excludeNodes": {"mode": "Required", "max": 2}}

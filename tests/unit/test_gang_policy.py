@@ -19,8 +19,8 @@ from scaletrain_operator.api.gang_policy import (
     stalled,
 )
 from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, parse_job
+from scaletrain_testing.jobs import DELETE, base_job
 from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, EXIT_HANG, EXIT_WRITE_ERROR
-from support.jobs import DELETE, base_job
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 LIMITS = GangLimits(nodes=2, max_restarts=3, active_deadline_seconds=600)

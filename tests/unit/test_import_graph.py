@@ -3,7 +3,7 @@ trainer config, never back, and no module imports itself through a cycle (read f
 
 from __future__ import annotations
 
-from support.imports import import_graph, wing
+from scaletrain_testing.imports import import_graph, wing
 
 ALLOWED_WINGS = {
     "package": set(),

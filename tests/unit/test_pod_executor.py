@@ -34,8 +34,8 @@ from scaletrain_operator.local.pod_spec import (
     working_dir,
 )
 from scaletrain_operator.local.processes import exit_code
+from scaletrain_testing.jobs import base_job
 from scaletrain_trainer.validation import ProblemsError
-from support.jobs import base_job
 
 FIELDS = PodFields(pod_ip="10.244.0.7", host_ip="10.244.0.1", node_name="node-a")
 CONTAINER = ("spec", "containers", 0)

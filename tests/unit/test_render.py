@@ -11,8 +11,8 @@ import pytest
 from scaletrain_operator.api.merge import merge_under
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import generation_free, render_children, render_job
+from scaletrain_testing.jobs import DELETE, EXAMPLES, base_job, load_yaml
 from scaletrain_trainer.validation import ProblemsError
-from support.jobs import DELETE, EXAMPLES, base_job, load_yaml
 
 KUBERNETES_VERSION = "1.33"
 

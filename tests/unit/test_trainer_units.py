@@ -19,6 +19,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
+from scaletrain_testing.plugins.losses import second_half_cross_entropy
+from scaletrain_testing.trainer_runs import free_port
 from scaletrain_trainer.checkpoint import CheckpointManager, TrainState, check_data_position
 from scaletrain_trainer.config import CheckpointConfig, DataConfig, ModelConfig, SchedulerConfig, parse_training_config
 from scaletrain_trainer.data import (
@@ -46,8 +48,6 @@ from scaletrain_trainer.model import GPT, build_model, flops_per_token
 from scaletrain_trainer.precision import resolve_precision
 from scaletrain_trainer.validation import ProblemsError
 from scaletrain_trainer.watchdog import Watchdog
-from support.plugins.losses import second_half_cross_entropy
-from support.trainer_runs import free_port
 
 CPU = torch.device("cpu")
 RUNTIME = Runtime(rank=0, local_rank=0, world_size=1, device=CPU, backend="gloo")
@@ -189,7 +189,7 @@ def test_with_a_custom_loss_the_accumulated_update_equals_the_full_batch_update(
 
     model = nn.parallel.DistributedDataParallel(Bigram())
     windows = [(inputs[i : i + micro_batch], targets[i : i + micro_batch]) for i in range(0, 8, micro_batch)]
-    loss = resolve_loss("support.plugins.losses:second_half_cross_entropy")
+    loss = resolve_loss("scaletrain_testing.plugins.losses:second_half_cross_entropy")
     result = train_step(model, windows, _state(model), resolve_precision("fp32", CPU), 0, 1, loss=loss)
     assert float(result.tokens) == float(count)
     torch.testing.assert_close(model.module.embedding.weight.detach(), expected, rtol=1e-6, atol=1e-7)
@@ -198,11 +198,13 @@ def test_with_a_custom_loss_the_accumulated_update_equals_the_full_batch_update(
 def test_a_loss_that_does_not_return_a_sum_and_a_count_is_a_config_error():
     model = nn.parallel.DistributedDataParallel(Bigram())
     inputs, targets = _tokens_with_ignored(seed=1)
-    loss = resolve_loss("support.plugins.losses:not_a_pair")
-    with pytest.raises(ProblemsError, match=r"loss: support.plugins.losses:not_a_pair returned Tensor, not \(summed"):
+    loss = resolve_loss("scaletrain_testing.plugins.losses:not_a_pair")
+    with pytest.raises(
+        ProblemsError, match=r"loss: scaletrain_testing.plugins.losses:not_a_pair returned Tensor, not \(summed"
+    ):
         train_step(model, [(inputs, targets)], _state(model), resolve_precision("fp32", CPU), 0, 1, loss=loss)
-    with pytest.raises(ProblemsError, match="loss: cannot import support.plugins.losses:missing"):
-        resolve_loss("support.plugins.losses:missing")
+    with pytest.raises(ProblemsError, match="loss: cannot import scaletrain_testing.plugins.losses:missing"):
+        resolve_loss("scaletrain_testing.plugins.losses:missing")
 
 
 def test_the_held_out_share_is_chosen_by_seed_and_never_trained_on():

@@ -10,9 +10,9 @@ import re
 import pytest
 import yaml
 
-from support.cli import run_cli
-from support.jobs import DELETE, EXAMPLES, base_job, patched
-from support.malformed import MALFORMED
+from scaletrain_testing.cli import run_cli
+from scaletrain_testing.jobs import DELETE, EXAMPLES, base_job, patched
+from scaletrain_testing.malformed import MALFORMED
 
 
 def _document(patch):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.jobs import REPO
+from scaletrain_testing.jobs import REPO
 
 CLUSTER = "scaletrain-e2e"
 NAMESPACE = "scaletrain-e2e"

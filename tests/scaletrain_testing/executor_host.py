@@ -1,5 +1,5 @@
 """A process that starts one pod on the pod executor and never stops it, for tests that kill the
-process: `python -m support.executor_host ROOT COMMAND...` (with tests/ on PYTHONPATH). The pod
+process: `python -m scaletrain_testing.executor_host ROOT COMMAND...`. The pod
 network is the shared loopback, which a killed process leaves nothing of."""
 
 from __future__ import annotations

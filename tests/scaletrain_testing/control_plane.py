@@ -295,7 +295,7 @@ class ControlPlane:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
             f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-            # Every request, one JSON line each (support/audit.py): the tests count the operator's calls here.
+            # Every request, one JSON line each (audit.py): the tests count the operator's calls here.
             f"--audit-policy-file={self._write_audit_policy()}",
             f"--audit-log-path={self.audit.path}",
             "--audit-log-mode=blocking",

@@ -14,7 +14,7 @@ from .jobs import patched
 from .kube import Kube
 from .kubelet import FakeNode, Kubelet
 from .operator_harness import OperatorInstall, Team, install_watching, operator_process
-from .trainer_runs import BASE_CONFIG, PLUGIN_ENV, free_port, plugin_data
+from .trainer_runs import BASE_CONFIG, TRAINER_ENV, free_port, plugin_data
 
 TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
 CHECKPOINT_EVERY = 5
@@ -58,7 +58,7 @@ def submit_training(team, name, training=None, **spec):
         {"checkpoint": {"dir": str(directory / "checkpoints"), "everySteps": CHECKPOINT_EVERY},
          "outputDir": str(directory / "out")},
     )  # fmt: skip
-    env = [{"name": name, "value": value} for name, value in PLUGIN_ENV.items()]
+    env = [{"name": name, "value": value} for name, value in TRAINER_ENV.items()]
     team.submit(name, training=patched(config, training or {}), env=env, **spec)
     return directory
 

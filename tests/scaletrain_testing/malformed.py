@@ -5,7 +5,7 @@ it, and tests/integration/test_crd_server.py the real API server."""
 
 from __future__ import annotations
 
-from support.jobs import DELETE
+from scaletrain_testing.jobs import DELETE
 
 SCHEMA, CEL, OPERATOR = "schema", "cel", "operator"
 

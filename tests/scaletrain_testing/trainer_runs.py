@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from support.jobs import REPO, patched
-from support.process_tree import descendants
+from scaletrain_testing.jobs import patched
+from scaletrain_testing.process_tree import descendants
 
 TIMEOUT = 240  # seconds; a hung run fails the test instead of the suite
 
@@ -48,13 +48,13 @@ SYNTHETIC_OPTIONS = {
     "vocab_size": BASE_CONFIG["model"]["vocabSize"],
     "seed": BASE_CONFIG["seed"],
 }
-# What a process needs to import the fault plugins (tests/plugins), and one thread each on small CPUs.
-PLUGIN_ENV = {"PYTHONPATH": str(REPO / "tests"), "OMP_NUM_THREADS": "1"}
+# One thread per process on small CPUs. (The fault plugins import as part of the installed scaletrain_testing.)
+TRAINER_ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def plugin_data(name: str, **options: Any) -> dict[str, Any]:
     """A `data` config for the data set `name` of tests/plugins/faults.py over the base synthetic data."""
-    return {"source": f"support.plugins.faults:{name}", "options": options | SYNTHETIC_OPTIONS}
+    return {"source": f"scaletrain_testing.plugins.faults:{name}", "options": options | SYNTHETIC_OPTIONS}
 
 
 @dataclass
@@ -109,7 +109,7 @@ def run_trainer(
         "--config",
         str(config_path),
     ]
-    environment = os.environ | PLUGIN_ENV | (env or {})
+    environment = os.environ | TRAINER_ENV | (env or {})
     result = subprocess.run(
         command, cwd=directory, env=environment, capture_output=True, text=True, timeout=TIMEOUT, check=False
     )
@@ -148,7 +148,7 @@ def start_pod(directory: Path, config: dict[str, Any], nproc: int = 2) -> PodRun
     (directory / "termination-log").touch()
     environment = (
         os.environ
-        | PLUGIN_ENV
+        | TRAINER_ENV
         | {
             "SCALETRAIN_CONFIG": json.dumps(config),
             "SCALETRAIN_TERMINATION_LOG": str(directory / "termination-log"),
