@@ -45,6 +45,18 @@ def test_every_step_time_suite_trains_valid_configs(monkeypatch):
             parse_training_config(suite.training | variant.overrides)
 
 
+def test_the_checkpoint_blocking_benchmark_trains_valid_configs(monkeypatch):
+    """Not run here (its 6 runs of a width-256 GPT take minutes); its configs are checked."""
+    from scaletrain_trainer.config import parse_training_config
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    checkpoint_blocking = importlib.import_module("checkpoint_blocking")
+    for asynchronous in checkpoint_blocking.VARIANTS.values():
+        checkpoint = {"dir": "/tmp/checkpoints", "everySteps": checkpoint_blocking.EVERY_STEPS, "async": asynchronous}
+        config = parse_training_config(checkpoint_blocking.TRAINING | {"checkpoint": checkpoint})
+        assert config.checkpoint.asynchronous is asynchronous
+
+
 def test_gpu_benchmark_code_path_runs_on_cpu(tmp_path):
     report = _bench("gpu.py", tmp_path, "--tiny", "--allow-cpu", "--steps", "2", "--warmup", "1")
     assert set(report["results"]) == {"fp32", "bf16"} and report["bf16Speedup"] > 0

@@ -266,7 +266,8 @@ def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_los
         pods = team.start_pods("finished-g0")
         polled = team.wait_status("finished", lambda s: s.get("progress"))["progress"]
         assert (polled["step"], polled["loss"], polled["etaSeconds"]) == (190, 5.317, 70.0)
-        summary = {"result": "Succeeded", "step": 200, "maxSteps": 200, "loss": 1.0987654321, "seconds": 21.3}
+        summary = {"result": "Succeeded", "step": 200, "maxSteps": 200, "loss": 1.0987654321, "evalLoss": 1.23456,
+                   "seconds": 21.3}  # fmt: skip
         team.set_pod_phase(pods[0], "Succeeded", termination_message=json.dumps(summary))
         team.set_pod_phase(pods[1], "Succeeded")
         team.wait_phase("finished", "Succeeded")
@@ -278,8 +279,8 @@ def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_los
     table = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished").stdout.splitlines()
     assert table[1].split()[:6] == ["finished", "Succeeded", "2", "200", "1.099", "0"]
     wide = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished", "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[4:9] == ["LOSS", "TOKENS/S", "TFLOPS/DEVICE", "MFU", "RESTARTS"]
-    assert wide[1].split()[4:9] == ["1.099", "128", "0.5", "0.25", "0"]  # the last poll's throughput
+    assert wide[0].split()[4:10] == ["LOSS", "EVAL-LOSS", "TOKENS/S", "TFLOPS/DEVICE", "MFU", "RESTARTS"]
+    assert wide[1].split()[4:10] == ["1.099", "1.235", "128", "0.5", "0.25", "0"]  # the last poll's throughput
 
 
 def test_damaged_checkpoints_rank_zero_set_aside_get_one_warning_event(team):

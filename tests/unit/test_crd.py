@@ -33,7 +33,7 @@ def test_crd_names_scope_and_status_subresource(crd):
         "Nodes": ".spec.nodes",
         "Step": ".status.progress.step",
         "Loss": ".status.progress.loss",
-        "Eval Loss": ".status.progress.evalLoss",
+        "Eval-Loss": ".status.progress.evalLoss",
         "Tokens/s": ".status.progress.tokensPerSecond",
         "TFLOPS/Device": ".status.progress.tflopsPerDevice",
         "MFU": ".status.progress.mfu",
@@ -45,7 +45,7 @@ def test_crd_names_scope_and_status_subresource(crd):
 def test_eval_loss_and_throughput_columns_show_only_in_kubectls_wide_output(crd):
     (version,) = crd["spec"]["versions"]
     wide = {c["name"]: c["type"] for c in version["additionalPrinterColumns"] if c.get("priority", 0) > 0}
-    assert wide == {"Eval Loss": "number", "Tokens/s": "number", "TFLOPS/Device": "number", "MFU": "number"}
+    assert wide == {"Eval-Loss": "number", "Tokens/s": "number", "TFLOPS/Device": "number", "MFU": "number"}
 
 
 def test_schema_has_bounds_enums_required_and_defaults(crd_schema):

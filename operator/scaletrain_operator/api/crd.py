@@ -25,7 +25,7 @@ PRINTER_COLUMNS = [
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
-    {"name": "Eval Loss", "type": "number", "jsonPath": ".status.progress.evalLoss", "priority": 1},
+    {"name": "Eval-Loss", "type": "number", "jsonPath": ".status.progress.evalLoss", "priority": 1},
     # -o wide only (priority 1): throughput, per device and against its peak
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond", "priority": 1},
     {"name": "TFLOPS/Device", "type": "number", "jsonPath": ".status.progress.tflopsPerDevice", "priority": 1},
