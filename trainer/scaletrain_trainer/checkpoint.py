@@ -291,7 +291,7 @@ class CheckpointManager:
         dist.barrier(group=group)
         # Read back right after writing (from the page cache, mostly): the manifest vouches for the bytes
         # that reached the file system, not for what the writer meant to send.
-        names = _from_main(_files_in(partial) if self.runtime.is_main else [], group)
+        names = agree(_files_in(partial) if self.runtime.is_main else [], group)
         files = self._shared_checksums(partial, names, group)
         if self.runtime.is_main:
             (partial / MANIFEST).write_text(json.dumps({"step": step, "files": files}))
@@ -368,13 +368,6 @@ class CheckpointManager:
                     )
                 ]
             )
-
-
-def _from_main(value: Any, group: dist.ProcessGroup | None) -> Any:
-    """Rank 0's value on every rank of `group` (distributed.agree, in any group)."""
-    holder = [value]
-    dist.broadcast_object_list(holder, src=0, group=group)
-    return holder[0]
 
 
 def _files_in(directory: Path) -> list[str]:

@@ -65,11 +65,12 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def agree(value: T) -> T:
-    """Rank 0's value on every rank. Choices made from local facts (memory, device model) could
-    differ between nodes, and ranks that choose differently deadlock in their first collective."""
+def agree(value: T, group: dist.ProcessGroup | None = None) -> T:
+    """Rank 0's value on every rank (of `group`, else of the default group). Choices made from local facts
+    (memory, device model) could differ between nodes, and ranks that choose differently deadlock in their
+    first collective."""
     holder = [value]
-    dist.broadcast_object_list(holder, src=0)
+    dist.broadcast_object_list(holder, src=0, group=group)
     return holder[0]
 
 
