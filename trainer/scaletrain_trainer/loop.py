@@ -310,7 +310,8 @@ def train_step(
             summed, count = loss(logits, targets)
             state.scaler.scale(summed * world_size / (normalizer if counted_up_front else 1)).backward()
         loss_sum += summed.detach()
-        count_sum += count.detach()
+        if not counted_up_front:  # cross-entropy's count is already summed
+            count_sum += count.detach()
     state.scaler.unscale_(state.optimizer)
     if not counted_up_front:
         global_count = all_reduce_sum(count_sum)
