@@ -15,7 +15,7 @@ def run_worker(script: str, worker_args: list[str], nproc: int = 2, timeout: int
     """`torchrun SCRIPT --worker ... --result-file F` on CPU/gloo; returns the JSON rank 0 wrote to F."""
     with tempfile.TemporaryDirectory() as scratch:
         result_file = Path(scratch) / "result.json"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+        command = [sys.executable, "-m", "scaletrain_trainer.torchrun", "--standalone", f"--nproc-per-node={nproc}",
                    script, *worker_args, "--result-file", str(result_file)]  # fmt: skip
         env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
         subprocess.run(command, env=env, check=True, capture_output=True, timeout=timeout)

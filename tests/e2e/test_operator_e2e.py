@@ -130,7 +130,7 @@ def test_a_gang_that_freezes_whole_is_found_by_its_silence_and_restarted_as_hung
     """Every process of both pods stops (SIGSTOP), as a frozen node would leave them: no watchdog can act
     and no pod exits. Rank 0's last progress report promised the next by its hang timeout plus a logging
     interval; the operator restarts the gang once that promise and its polling lag have passed."""
-    training = {"data": paced(0.02), "maxSteps": 80, "hangTimeoutSeconds": HANG_TIMEOUT,
+    training = {"data": paced(0.02), "maxSteps": 50, "hangTimeoutSeconds": HANG_TIMEOUT,
                 "checkpoint": {"everySteps": 1000}}  # fmt: skip
     submit_training(cluster, "e2e-frozen", training, maxRestarts=1)
     # Frozen only once a report promised the next one: a gang frozen before its first report promised

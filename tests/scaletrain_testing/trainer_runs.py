@@ -100,7 +100,7 @@ def run_trainer(
     directory.mkdir(parents=True, exist_ok=True)
     config_path = directory / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    launcher = [sys.executable, "-m", "scaletrain_trainer.torchrun", "--standalone", f"--nproc-per-node={nproc}"]
     command = [
         *prefix,
         *(launcher if nproc > 1 else [sys.executable]),

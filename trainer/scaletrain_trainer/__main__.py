@@ -31,6 +31,7 @@ from .exit_codes import (
 )
 from .metrics import write_termination_message
 from .preemption import Preempted, install_handlers
+from .startup import frozen_imports
 from .validation import ProblemsError
 
 
@@ -43,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(asctime)s %(name)s: %(message)s")
     try:
         config = load_training_config(args.config)
-        from .distributed import init_distributed, shutdown  # torch is imported only once the config is valid
-        from .loop import train
+        with frozen_imports():  # torch is imported only once the config is valid
+            from .distributed import init_distributed, shutdown
+            from .loop import train
 
         runtime = init_distributed(config.distributed_timeout_seconds)
         summary = train(config, runtime)  # a failure propagates: non-zero exit, and torchrun stops the peers

@@ -50,9 +50,10 @@ def main(argv: list[str]) -> int:
             preflight(dict(os.environ))
     except ProblemsError as error:
         return config_error(error)
-    # `python -m torch.distributed.run` is torchrun, without depending on PATH. It runs as a child, not
-    # exec'd, so that its exit can be read; the pod's stop signals reach it through this process.
-    torchrun = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv], env=torchrun_env(os.environ))
+    # torchrun (torchrun.py), without depending on PATH. It runs as a child, not exec'd, so that its exit
+    # can be read; the pod's stop signals reach it through this process.
+    command = [sys.executable, "-m", "scaletrain_trainer.torchrun", *argv]
+    torchrun = subprocess.Popen(command, env=torchrun_env(os.environ))
     for number in FORWARDED_SIGNALS:
         signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
     return pod_exit_code(torchrun.wait(), termination_message_path())
