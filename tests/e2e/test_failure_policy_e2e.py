@@ -71,7 +71,7 @@ def test_an_evicted_pod_checkpoints_and_its_gang_restarts_as_a_disruption_withou
     SIGTERM from the kubelet. The trainer saves a checkpoint after the step it is in and exits 80; the next
     gang resumes there. With maxRestarts 0, a crash would fail the job."""
     team, name = namespace, "e2e-evicted"
-    training = {"data": paced(0.02), "maxSteps": 40, "checkpoint": {"everySteps": 1000}}
+    training = {"data": paced(0.02), "maxSteps": 60, "checkpoint": {"everySteps": 1000}}
     with e2e_operator(team.install):
         directory = submit_training(team, name, training, maxRestarts=0)
         team.kube.wait_until(lambda: len(steps(directory)) >= 10, timeout=TIMEOUT, interval=0.05)
@@ -87,7 +87,7 @@ def test_an_evicted_pod_checkpoints_and_its_gang_restarts_as_a_disruption_withou
     saved = sorted(path.name for path in (directory / "checkpoints").iterdir() if path.name.startswith("step-"))
     assert len(saved) >= 1 and int(saved[0].removeprefix("step-")) >= evicted_at  # saved on SIGTERM, not before
     # The next gang went on from the step the evicted one stopped after: no step trained twice, none lost.
-    assert steps(directory) == list(range(1, 41))
+    assert steps(directory) == list(range(1, 61))
 
 
 READS_PER_STEP = 8  # samples of each rank's data set per step: its half of a global batch of 16
@@ -102,13 +102,13 @@ def crashing_in_step(step, seconds_per_read=0.0):
 
 def test_gangs_that_crash_before_any_new_checkpoint_end_the_job_with_no_progress(namespace):
     """A crash loop: every gang dies in its 3rd step, before its first checkpoint (every 5 steps). After
-    maxRestartsWithoutProgress (2) such gangs the job fails, though maxRestarts would allow more."""
+    maxRestartsWithoutProgress (3) such gangs the job fails, though maxRestarts would allow more."""
     team, name = namespace, "e2e-crash-loop"
     with e2e_operator(team.install):
-        submit_training(team, name, {"data": crashing_in_step(3)}, maxRestarts=10, maxRestartsWithoutProgress=2)
+        submit_training(team, name, {"data": crashing_in_step(3)}, maxRestarts=10, maxRestartsWithoutProgress=3)
         status = wait_phase(team, name, "Failed")
-    assert condition({"status": status}, "Failed")["reason"] == "NoProgress" and status["restarts"] == 1
-    assert [gang["ended"] for gang in status["gangs"]] == ["Failed"] * 2
+    assert condition({"status": status}, "Failed")["reason"] == "NoProgress" and status["restarts"] == 2
+    assert [gang["ended"] for gang in status["gangs"]] == ["Failed"] * 3
 
 
 def test_gangs_that_crash_after_a_newer_checkpoint_keep_the_job_going(namespace):

@@ -22,8 +22,10 @@ def test_what_the_imports_made_is_frozen_and_the_collector_is_as_it_was(unfrozen
         before = gc.get_freeze_count()
         with frozen_imports():
             assert not gc.isenabled()  # no collection scans the import's objects
+            assert gc.get_freeze_count() == before  # frozen after the imports, not before them
             made = [[index] for index in range(1000)]  # container objects, as an import's are
         assert gc.get_freeze_count() >= before + len(made)
+        assert not any(tracked is made[0] for tracked in gc.get_objects())  # the collector no longer sees it
         assert gc.isenabled() is enabled
     finally:
         gc.enable()

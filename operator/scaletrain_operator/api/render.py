@@ -19,7 +19,8 @@ from .merge import merge_under
 from .models import ScaleTrainJob, ScaleTrainJobSpec
 
 # The trainer's pod launcher checks the training config (exiting 78 on a config error, which the
-# operator does not retry), then execs torchrun with these arguments; torchrun's flags come from PET_*.
+# operator does not retry), then runs torchrun (`python -m scaletrain_trainer.torchrun`) as a child with these
+# arguments; torchrun's flags come from PET_*.
 DEFAULT_COMMAND = ["python", "-m", "scaletrain_trainer.launch"]
 DEFAULT_TORCHRUN_ARGS = ["--module", "scaletrain_trainer"]
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTATION}']"
