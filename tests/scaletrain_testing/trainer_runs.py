@@ -18,6 +18,7 @@ import yaml
 
 from scaletrain_testing.jobs import patched
 from scaletrain_testing.process_tree import descendants
+from scaletrain_trainer.launch import TORCHRUN
 
 TIMEOUT = 240  # seconds; a hung run fails the test instead of the suite
 
@@ -100,7 +101,7 @@ def run_trainer(
     directory.mkdir(parents=True, exist_ok=True)
     config_path = directory / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    launcher = [sys.executable, "-m", "scaletrain_trainer.torchrun", "--standalone", f"--nproc-per-node={nproc}"]
+    launcher = [*TORCHRUN, "--standalone", f"--nproc-per-node={nproc}"]
     command = [
         *prefix,
         *(launcher if nproc > 1 else [sys.executable]),

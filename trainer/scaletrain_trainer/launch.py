@@ -32,6 +32,8 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # after which the kubelet kills the container, is left as the only limit.
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 TRAINER_SHUTDOWN_TIMEOUT_SECONDS = 24 * 3600
+# torchrun (torchrun.py) with this Python, without depending on PATH; torchrun's arguments follow.
+TORCHRUN = (sys.executable, "-m", "scaletrain_trainer.torchrun")
 
 
 def preflight(environ: dict[str, str]) -> None:
@@ -50,10 +52,9 @@ def main(argv: list[str]) -> int:
             preflight(dict(os.environ))
     except ProblemsError as error:
         return config_error(error)
-    # torchrun (torchrun.py), without depending on PATH. It runs as a child, not exec'd, so that its exit
-    # can be read; the pod's stop signals reach it through this process.
-    command = [sys.executable, "-m", "scaletrain_trainer.torchrun", *argv]
-    torchrun = subprocess.Popen(command, env=torchrun_env(os.environ))
+    # torchrun runs as a child, not exec'd, so that its exit can be read; the pod's stop signals reach it
+    # through this process.
+    torchrun = subprocess.Popen([*TORCHRUN, *argv], env=torchrun_env(os.environ))
     for number in FORWARDED_SIGNALS:
         signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
     return pod_exit_code(torchrun.wait(), termination_message_path())

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 @contextmanager
 def frozen_imports() -> Iterator[None]:
     """Run the imports inside with the collector off; then freeze every object alive (what the imports
-    made, and the little made before them, all of it living as long as the process); then turn the
-    collector back on, as it was."""
+    made, and the little made before them, nearly all of it living as long as the process); then turn
+    the collector back on, as it was."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
