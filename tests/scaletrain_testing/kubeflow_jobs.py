@@ -44,14 +44,18 @@ def pytorchjob(container: dict[str, Any] | None = None, **spec: Any) -> dict[str
     }
 
 
-def trainjob(trainer: dict[str, Any] | None = None, ml_policy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def trainjob(
+    trainer: dict[str, Any] | None = None, ml_policy: dict[str, Any] | None = None, **spec: Any
+) -> list[dict[str, Any]]:
     """A TrainJob and the ClusterTrainingRuntime it references: `trainer` is the TrainJob's
-    spec.trainer, `ml_policy` the runtime's (default: torch with numProcPerNode auto)."""
+    spec.trainer, `ml_policy` the runtime's (default: torch with numProcPerNode auto); keyword arguments
+    are added to the TrainJob's spec, a `pod` one to the runtime's trainer node pod spec."""
+    pod = spec.pop("pod", {})
     job = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": "small"},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer or {}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer or {}, **spec},
     }
     node = {"name": "node", "image": "example.com/torch:2", "command": ["torchrun", "train.py"]}
     runtime = {
@@ -63,13 +67,21 @@ def trainjob(trainer: dict[str, Any] | None = None, ml_policy: dict[str, Any] | 
             "template": {
                 "spec": {
                     "replicatedJobs": [
-                        {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [node]}}}}}
+                        {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [node], **pod}}}}}
                     ]
                 }
             },
         },
     }
     return [job, runtime]
+
+
+def pod_override(
+    spec: dict[str, Any] | None = None, targets: tuple[str, ...] = ("node",), **fields: Any
+) -> dict[str, Any]:
+    """A TrainJob podTemplateOverride of `targets` (default: the trainer nodes) with `spec`; keyword
+    arguments are added to it (metadata, ...)."""
+    return {"targetJobs": [{"name": target} for target in targets], "spec": spec or {}, **fields}
 
 
 def every_path(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:

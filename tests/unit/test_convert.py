@@ -4,6 +4,8 @@ converted gets one line per problem naming the field, and no input ends in a tra
 
 from __future__ import annotations
 
+import json
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -13,7 +15,16 @@ from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import render_children
 from scaletrain_testing.cli import run_cli
 from scaletrain_testing.kube_schema import schema_errors
-from scaletrain_testing.kubeflow_jobs import CONVERT_FIXTURES, every_path, fixture, pytorchjob, read, replaced, trainjob
+from scaletrain_testing.kubeflow_jobs import (
+    CONVERT_FIXTURES,
+    every_path,
+    fixture,
+    pod_override,
+    pytorchjob,
+    read,
+    replaced,
+    trainjob,
+)
 from scaletrain_trainer.documents import load_documents
 
 KUBERNETES_VERSION = "1.33"
@@ -223,6 +234,11 @@ def test_replica_types_are_read_in_any_case_as_the_controller_does():
         (pytorchjob(runPolicy={"backoffLimit": 500}), "spec.runPolicy.backoffLimit", "at most 100"),
         (pytorchjob(runPolicy={"managedBy": "kueue.x-k8s.io/multikueue"}), "spec.runPolicy.managedBy", "operator"),
         (pytorchjob(elasticPolicy={"rdzvBackend": "etcd"}), "spec.elasticPolicy.rdzvBackend", "rank-0 pod"),
+        (
+            pytorchjob({"command": ["torchrun", "--rdzv-backend=etcd", "t.py"]}, elasticPolicy={"rdzvBackend": "etcd"}),
+            "spec.elasticPolicy.rdzvBackend",
+            "rank-0 pod",
+        ),
         (pytorchjob(elasticPolicy={"metrics": []}), "spec.elasticPolicy.metrics", "autoscaling"),
         (pytorchjob(surprise=1), "spec.surprise", "not a PyTorchJob spec field"),
         (pytorchjob({"debugMode": True}), "{worker}.containers[0].debugMode", "not a core/v1 Container field"),
@@ -267,6 +283,46 @@ def test_what_cannot_be_carried_over_is_reported_at_its_source_path(job, path, f
     assert fragment in unmapped[path]
 
 
+def test_a_c10d_rendezvous_the_controller_set_is_reported_as_the_static_one_it_becomes():
+    conversion = convert([pytorchjob({"command": ["torchrun", "train.py"]}, elasticPolicy={"rdzvBackend": "c10d"})])
+    message = _unmapped(conversion)["spec.elasticPolicy.rdzvBackend"]
+    assert message.startswith('"c10d": the PyTorchJob controller set PET_RDZV_BACKEND to it')
+    assert "static rendezvous" in message and "add env PET_RDZV_BACKEND=c10d" in message
+    # The fix it names converts, and keeps c10d without a report.
+    fixed = pytorchjob(
+        {"command": ["torchrun", "train.py"], "env": [{"name": "PET_RDZV_BACKEND", "value": "c10d"}]},
+        elasticPolicy={"rdzvBackend": "c10d"},
+    )
+    conversion = convert([fixed])
+    assert "spec.elasticPolicy.rdzvBackend" not in _unmapped(conversion)
+    assert conversion.job["spec"]["env"] == [{"name": "PET_RDZV_BACKEND", "value": "c10d"}]
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        {"command": ["torchrun", "--rdzv-backend=c10d", "train.py"]},
+        {"command": ["python", "-m", "torch.distributed.run"], "args": ["--rdzv_backend", "c10d", "train.py"]},
+        {"command": ["bash", "-c", "torchrun --rdzv-backend c10d train.py"]},
+    ],
+)
+def test_a_c10d_rendezvous_the_command_picks_itself_is_kept_without_a_report(launch):
+    conversion = convert([pytorchjob(launch, elasticPolicy={"rdzvBackend": "c10d"})])
+    assert "spec.elasticPolicy.rdzvBackend" not in _unmapped(conversion)
+
+
+def test_a_master_difference_shows_both_values_whole():
+    worker_args = ["--epochs", "10", "--batch-size", "64", "--lr", "0.01", "--log-interval", "10", "--backend", "nccl"]
+    master_args = [*worker_args, "--save-model"]
+    job = pytorchjob()
+    replica_specs = job["spec"]["pytorchReplicaSpecs"]
+    replica_specs["Worker"]["template"]["spec"]["containers"][0]["args"] = worker_args
+    replica_specs["Master"]["template"]["spec"]["containers"][0]["args"] = master_args
+    message = _unmapped(convert([job]))["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].args"]
+    here, there = json.dumps(master_args), json.dumps(worker_args)
+    assert message == f"differs from Worker's ({here} here, {there} there): the Worker's is kept"
+
+
 def test_a_template_difference_between_master_and_worker_names_the_field_and_keeps_the_workers():
     job = pytorchjob()
     master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
@@ -295,6 +351,117 @@ def test_a_template_difference_between_master_and_worker_names_the_field_and_kee
 def test_trainjob_fields_override_the_runtime_as_kubeflow_trainer_does(trainer, ml_policy, expected):
     spec = convert(trainjob(trainer, ml_policy)).job["spec"]
     assert {key: spec.get(key) for key in expected} == expected
+
+
+def test_a_trainjob_takes_its_pod_template_overrides_where_they_map():
+    conversion = convert(fixture("trainjob-pod-overrides"))
+    spec = conversion.job["spec"]
+    # The runtime's node container mounts the dataset volume only the override supplies.
+    assert spec["volumes"] == [{"name": "dataset", "persistentVolumeClaim": {"claimName": "lora-dataset"}}]
+    assert spec["volumeMounts"] == [{"name": "dataset", "mountPath": "/data", "readOnly": True}]
+    assert spec["shmSize"] == "16Gi"  # the override's emptyDir, mounted at /dev/shm by its container override
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "g6.12xlarge"}
+    assert spec["serviceAccountName"] == "trainer"
+    assert spec["podTemplate"] == {"metadata": {"labels": {"team": "nlp"}}}
+    unmapped = _unmapped(conversion)
+    assert unmapped.keys() == {
+        "ClusterTrainingRuntime torch-with-dataset spec.template.spec.replicatedJobs[0]",
+        "spec.podTemplateOverrides[1].spec.nodeSelector",  # the dataset initializer's
+    }
+    assert (
+        "targets dataset-initializer, not the trainer nodes"
+        in unmapped["spec.podTemplateOverrides[1].spec.nodeSelector"]
+    )
+
+
+def test_pod_overrides_merge_over_the_runtime_as_a_strategic_merge_patch_does():
+    runtime_pod = {
+        "nodeSelector": {"pool": "gpu", "zone": "a"},
+        "tolerations": [{"key": "old", "operator": "Exists"}],
+        "volumes": [{"name": "cache", "emptyDir": {}}],
+    }
+    override = {
+        "nodeSelector": {"zone": "b"},
+        "tolerations": [{"key": "new", "operator": "Exists"}],
+        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "cache"}}],
+    }
+    for key, value in (("podTemplateOverrides", {"spec": override}), ("podSpecOverrides", override)):
+        overrides = [{"targetJobs": [{"name": "node"}], **value}]
+        spec = convert(trainjob(pod=runtime_pod, **{key: overrides})).job["spec"]
+        assert spec["nodeSelector"] == {"pool": "gpu", "zone": "b"}, key  # a map merges key by key
+        assert spec["tolerations"] == override["tolerations"], key  # a list without a merge key is replaced
+        assert spec["volumes"] == override["volumes"], key  # a volume of the same name is replaced
+
+
+OVERRIDE = "spec.podTemplateOverrides[0]"
+
+
+@pytest.mark.parametrize(
+    "documents, path, fragment",
+    [
+        (
+            trainjob(podTemplateOverrides=[pod_override({"containers": [{"name": "sidecar", "env": []}]})]),
+            f"{OVERRIDE}.spec.containers[0]",
+            "no containers entry named sidecar",
+        ),
+        (
+            trainjob(podTemplateOverrides=[pod_override({"containers": [{"name": "node", "image": "other:1"}]})]),
+            f"{OVERRIDE}.spec.containers[0].image",
+            "not a field of a container override",
+        ),
+        (
+            trainjob(podTemplateOverrides=[pod_override({"hostNetwork": True})]),
+            f"{OVERRIDE}.spec.hostNetwork",
+            "not a field of a pod override's spec",
+        ),
+        (
+            trainjob(podTemplateOverrides=[pod_override(metadata={"name": "fixed"})]),
+            f"{OVERRIDE}.metadata.name",
+            "not a field of a pod override's metadata",
+        ),
+        (
+            trainjob(podTemplateOverrides=[pod_override({"nodeSelector": {"a": "b"}}, ("node", "launcher"))]),
+            f"{OVERRIDE}.targetJobs[1]",
+            "launcher: ScaleTrain runs the trainer nodes (node) only",
+        ),
+        (
+            trainjob(podSpecOverrides=[{"targetJobs": [{"name": "launcher"}], "tolerations": []}]),
+            "spec.podSpecOverrides[0].tolerations",
+            "targets launcher, not the trainer nodes (node)",
+        ),
+        # What an override supplies and ScaleTrain cannot keep is reported where the override says it.
+        (
+            trainjob(
+                podTemplateOverrides=[
+                    pod_override(
+                        {
+                            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+                            "containers": [
+                                {"name": "node", "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}
+                            ],
+                        }
+                    )
+                ]
+            ),
+            f"{OVERRIDE}.spec.volumes[0]",
+            "set shmSize",
+        ),
+        (
+            trainjob(
+                podTemplateOverrides=[
+                    pod_override({"containers": [{"name": "node", "env": [{"name": "MASTER_ADDR", "value": "x"}]}]})
+                ]
+            ),
+            f"{OVERRIDE}.spec.containers[0].env[0]",
+            "MASTER_ADDR is set by ScaleTrain",
+        ),
+    ],
+)
+def test_what_a_pod_override_cannot_carry_over_is_reported_at_its_field(documents, path, fragment):
+    unmapped = _unmapped(convert(documents))
+    assert path in unmapped, unmapped
+    assert fragment in unmapped[path]
 
 
 def test_a_trainjob_without_resources_reports_auto_on_cpu():
@@ -371,6 +538,18 @@ RUNTIME = "ClusterTrainingRuntime torch-distributed"
         ),
         ([replaced(pytorchjob(), WORKER_POD[:-1], "x")], f"{WORKER}.template", "must be a mapping"),
         ([pytorchjob(nprocPerNode="many")], "spec.nprocPerNode", "a whole number, or one of auto"),
+        (trainjob(podTemplateOverrides={"spec": {}}), "spec.podTemplateOverrides", "must be a list"),
+        (trainjob(podTemplateOverrides=["x"]), "spec.podTemplateOverrides[0]", "must be a mapping (a pod override)"),
+        (
+            trainjob(podTemplateOverrides=[pod_override({"volumes": "data"})]),
+            f"{OVERRIDE}.spec.volumes",
+            "must be a list",
+        ),
+        (
+            trainjob(podTemplateOverrides=[pod_override({"tolerations": {"key": "a"}})]),
+            f"{OVERRIDE}.spec.tolerations",
+            "must be a list",
+        ),
         (
             [pytorchjob({"resources": {"limits": {"nvidia.com/gpu": 1, "amd.com/gpu": 1}}})],
             f"{WORKER}.template.spec.containers[0].resources",

@@ -110,6 +110,14 @@ RENDEZVOUS_MESSAGE = (
     "ScaleTrain's gang meets at its rank-0 pod (PET_MASTER_ADDR, PET_MASTER_PORT, and PET_RDZV_ENDPOINT for "
     "torchrun --rdzv-backend=c10d)"
 )
+RDZV_BACKEND_ENV = "PET_RDZV_BACKEND"  # torchrun's --rdzv-backend, which the PyTorchJob controller set from rdzvBackend
+RDZV_BACKEND_FLAGS = ("--rdzv-backend", "--rdzv_backend")
+STATIC_RENDEZVOUS_MESSAGE = (
+    f"the PyTorchJob controller set {RDZV_BACKEND_ENV} to it; ScaleTrain's pods do not, so torchrun meets in its "
+    "static rendezvous at the rank-0 pod (PET_MASTER_ADDR, PET_MASTER_PORT), each pod's node rank its index: add "
+    f"env {RDZV_BACKEND_ENV}=c10d to keep c10d (it meets at PET_RDZV_ENDPOINT, the rank-0 pod, and assigns node "
+    "ranks itself)"
+)
 FIXED_GANG_MESSAGE = "elastic scaling: ScaleTrain runs a fixed gang of `nodes` pods"
 ELASTIC_UNMAPPED = {
     "rdzvHost": RENDEZVOUS_MESSAGE,
@@ -124,13 +132,36 @@ TRAINJOB_UNMAPPED = {
     "initializer": "ScaleTrain has no initializer step: download the data and model in an init container "
     "(podTemplate) or before the job",
     "runtimePatches": "not applied: add what it patches to the ScaleTrainJob (podTemplate for what has no field)",
-    "podTemplateOverrides": "not applied: add its fields to the ScaleTrainJob (podTemplate for what has no field)",
-    "podSpecOverrides": "not applied: add its fields to the ScaleTrainJob (podTemplate for what has no field)",
     "labels": "labels of the JobSet and its Jobs: ScaleTrain labels its own children; pod labels go in podTemplate",
     "annotations": "annotations of the JobSet and its Jobs; pod annotations go in podTemplate",
     "managedBy": "the ScaleTrain operator manages the job",
 }
 TRAINER_GROUP = "trainer.kubeflow.org"
+# A TrainJob's pod overrides: podTemplateOverrides[] {targetJobs, metadata, spec}, and podSpecOverrides[], its
+# earlier form, with the spec's fields beside targetJobs. Kubeflow Trainer merges each, in order, into the pod
+# template of the replicated Jobs it targets; of metadata only labels and annotations.
+POD_OVERRIDES = ("podTemplateOverrides", "podSpecOverrides")
+OVERRIDE_SECTION_FIELDS = {
+    "metadata": frozenset({"labels", "annotations"}),
+    "spec": frozenset(
+        "serviceAccountName nodeSelector affinity tolerations volumes initContainers containers schedulingGates "
+        "imagePullSecrets".split()
+    ),
+}
+CONTAINER_OVERRIDE_FIELDS = ("name", "env", "volumeMounts")  # an override changes a runtime's container, never adds one
+# How the strategic merge patch Kubeflow Trainer applies merges the lists an override reaches: item by item on
+# their core/v1 patchMergeKey, containers field by field and other items whole (volumes are retainKeys);
+# lists without a key (tolerations, affinity terms) are replaced.
+OVERRIDE_MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumeMounts": "mountPath",
+    "volumes": "name",
+    "imagePullSecrets": "name",
+    "schedulingGates": "name",
+}
+OVERRIDE_FIELD_BY_FIELD = frozenset({"containers", "initContainers"})
 JOB_SPEC_READ = ("template", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
 REPLICATED_JOB_UNMAPPED = {
     "replicas": "ScaleTrain runs one Job of `nodes` pods per gang",
@@ -191,6 +222,21 @@ class _Findings:
 
     def drop(self, where: Where, message: str) -> None:
         self.unmapped.append(Finding(where, message))
+
+    def take(self, other: _Findings, origins: dict[Where, Where]) -> None:
+        """Add `other`'s findings, each named where its value came from: `origins` maps where a value merged
+        in from elsewhere landed to where it came from."""
+        for mine, theirs in ((self.errors, other.errors), (self.unmapped, other.unmapped)):
+            mine.extend(Finding(_origin(finding.where, origins), finding.message) for finding in theirs)
+
+
+def _origin(where: Where, origins: dict[Where, Where]) -> Where:
+    """Where the value at `where` came from: the source recorded for it or for the nearest field holding it."""
+    for length in range(len(where.path), -1, -1):
+        origin = origins.get(Where(where.path[:length], where.document))
+        if origin is not None:
+            return origin.at(*where.path[length:])
+    return where
 
 
 def convert(documents: list[Any]) -> Conversion:
@@ -369,7 +415,7 @@ def _pytorchjob_fields(job: dict[str, Any], found: _Findings) -> dict[str, Any]:
     restart_policy = _typed(kept_spec, "restartPolicy", kept_where, str, found)
     if restart_policy not in (None, "Never"):
         found.drop(kept_where.at("restartPolicy"), f"{restart_policy} {RESTART_POLICY_MESSAGE}")
-    elastic = _elastic_policy(spec, where, nodes, found)
+    elastic = _elastic_policy(spec, where, nodes, fields, found)
     fields |= _run_policy(spec, where, restart_policy, found)
     fields["nodes"] = nodes
     fields["masterPort"] = _pytorchjob_master_port(replicas["Master" if counts.get("Master") else "Worker"][0], elastic)
@@ -408,7 +454,7 @@ def _replica_count(kind: str, replica: dict[str, Any], where: Where, found: _Fin
 def _report_master_differences(master: tuple[dict[str, Any], Where], worker: dict[str, Any], found: _Findings) -> None:
     master_spec, where = master
     for path in _differences(_comparable(master_spec), _comparable(worker)):
-        here, there = _brief_or_unset(_lookup(master_spec, path)), _brief_or_unset(_lookup(worker, path))
+        here, there = _whole_or_unset(_lookup(master_spec, path)), _whole_or_unset(_lookup(worker, path))
         found.drop(where.at(*path), f"differs from Worker's ({here} here, {there} there): the Worker's is kept")
 
 
@@ -453,8 +499,9 @@ def _lookup(value: Any, path: tuple[PathPart, ...]) -> Any:
     return value
 
 
-def _brief_or_unset(value: Any) -> str:
-    return "unset" if value is _MISSING else _brief(value)
+def _whole_or_unset(value: Any) -> str:
+    """A value as JSON, whole: two values cut short to a common prefix would hide what differs."""
+    return "unset" if value is _MISSING else json.dumps(value, default=str)
 
 
 def _run_policy(spec: dict[str, Any], where: Where, restart_policy: str | None, found: _Findings) -> dict[str, Any]:
@@ -498,21 +545,35 @@ def _max_restarts(limit: int, where: Where, found: _Findings) -> int:
     return limit
 
 
-def _elastic_policy(spec: dict[str, Any], where: Where, nodes: int, found: _Findings) -> tuple[dict[str, Any], Where]:
+def _elastic_policy(
+    spec: dict[str, Any], where: Where, nodes: int, fields: dict[str, Any], found: _Findings
+) -> tuple[dict[str, Any], Where]:
     """The elastic policy, its fields ScaleTrain cannot keep reported: nProcPerNode and rdzvPort are read
-    by the callers, c10d is the backend the rendered env serves, and replica bounds equal to the gang's
-    size lose nothing."""
+    by the callers, and replica bounds equal to the gang's size lose nothing. rdzvBackend was the
+    controller's PET_RDZV_BACKEND, which ScaleTrain does not set: lost unless the training container
+    (`fields`) picks the backend itself, and then kept only for c10d, which the rendered env serves."""
     at = where.at("elasticPolicy")
     policy = _mapping(spec, "elasticPolicy", where, found)
     for key in _others(policy, ("nProcPerNode", "rdzvPort")):
         value = policy[key]
         if key in ("minReplicas", "maxReplicas") and value != nodes:
             found.drop(at.at(key), f"{_brief(value)}: {FIXED_GANG_MESSAGE} ({nodes})")
+        elif key == "rdzvBackend" and not _picks_rendezvous_backend(fields):
+            found.drop(at.at(key), f"{_brief(value)}: {STATIC_RENDEZVOUS_MESSAGE}")
         elif key == "rdzvBackend" and value != "c10d":
             found.drop(at.at(key), f"{_brief(value)}: {RENDEZVOUS_MESSAGE}")
         elif key not in ("minReplicas", "maxReplicas", "rdzvBackend"):
             found.drop(at.at(key), ELASTIC_UNMAPPED.get(key, "not a PyTorchJob elasticPolicy field"))
     return policy, at
+
+
+def _picks_rendezvous_backend(fields: dict[str, Any]) -> bool:
+    """Whether the training container chooses torchrun's rendezvous backend itself: a flag in its command
+    or args (a word of a `bash -c` script too), or env PET_RDZV_BACKEND."""
+    words = [word for word in [*(fields.get("command") or []), *(fields.get("args") or [])] if isinstance(word, str)]
+    return any(flag in word for word in words for flag in RDZV_BACKEND_FLAGS) or any(
+        var["name"] == RDZV_BACKEND_ENV for var in fields.get("env") or []
+    )
 
 
 def _pytorchjob_master_port(host: dict[str, Any], elastic: tuple[dict[str, Any], Where]) -> Any:
@@ -579,7 +640,7 @@ def _procs_per_node(value: Any, where: Where, gpus: int, counted_cpus: int | Non
 def _trainjob_fields(job: dict[str, Any], documents: list[Any], found: _Findings) -> dict[str, Any]:
     where = Where(("spec",))
     spec = _mapping(job, "spec", Where(), found)
-    for key in _others(spec, ("runtimeRef", "trainer", "suspend", "activeDeadlineSeconds")):
+    for key in _others(spec, ("runtimeRef", "trainer", "suspend", "activeDeadlineSeconds", *POD_OVERRIDES)):
         found.drop(where.at(key), TRAINJOB_UNMAPPED.get(key, "not a TrainJob spec field"))
     runtime = _runtime(spec, where, documents, found)
     if runtime is None:
@@ -589,8 +650,11 @@ def _trainjob_fields(job: dict[str, Any], documents: list[Any], found: _Findings
     node = _trainer_node(*jobset, found)
     if node is None:
         return {}
-    job_spec, job_where = node
-    fields, container_where = _pod_fields(job_spec.get("template"), job_where.at("template"), TRAINER_NODE, found)
+    job_spec, job_where, node_name = node
+    overrides = _pod_overrides(spec, where, job_spec.get("template"), node_name, found)
+    fields, container_where = _overridden_pod_fields(
+        job_spec.get("template"), job_where.at("template"), overrides, found
+    )
     trainer_where = where.at("trainer")
     trainer = _mapping(spec, "trainer", where, found)
     fields |= _trainer_overrides(trainer, trainer_where, fields.get("env", []), found)
@@ -599,7 +663,7 @@ def _trainjob_fields(job: dict[str, Any], documents: list[Any], found: _Findings
     trainer_nodes = _typed(trainer, "numNodes", trainer_where, int, found)
     fields["nodes"] = trainer_nodes if trainer_nodes is not None else nodes
     fields["procsPerNode"] = _trainjob_procs(trainer, trainer_where, torch, fields, found)
-    fields |= _trainjob_lifecycle(spec, where, node, jobset, found)
+    fields |= _trainjob_lifecycle(spec, where, (job_spec, job_where), jobset, found)
     fields["queueName"] = _queue_name(job)
     return fields
 
@@ -637,13 +701,14 @@ def _jobset_spec(runtime_spec: dict[str, Any], where: Where, found: _Findings) -
     return _mapping(template, "spec", template_where, found), template_where.at("spec")
 
 
-def _trainer_node(jobset: dict[str, Any], where: Where, found: _Findings) -> tuple[dict[str, Any], Where] | None:
-    """The Job spec of the trainer nodes, with where it is; the runtime's other steps are reported."""
+def _trainer_node(jobset: dict[str, Any], where: Where, found: _Findings) -> tuple[dict[str, Any], Where, Any] | None:
+    """The Job spec of the trainer nodes, with where it is and the name of their replicated Job; the
+    runtime's other steps are reported."""
     at = where.at("replicatedJobs")
     node = None
     for index, replicated in enumerate(_list(jobset, "replicatedJobs", where, found)):
         if node is None and _is_trainer_node(replicated):
-            node = _node_job_spec(replicated, at.at(index), found)
+            node = (*_node_job_spec(replicated, at.at(index), found), replicated.get("name"))
         else:
             step = _dig(replicated, "name") or index
             message = f"the {step} step: ScaleTrain runs the trainer nodes only; run it before the job, or as an "
@@ -679,6 +744,168 @@ def _node_job_spec(replicated: dict[str, Any], where: Where, found: _Findings) -
     for key in _others(job_spec, {*JOB_SPEC_READ, *JOB_SPEC_SET_BY_SCALETRAIN}):
         found.drop(job_where.at(key), "ScaleTrain renders the Job itself: this setting of it is not kept")
     return job_spec, job_where
+
+
+PodOverride = tuple[str, dict[str, Any], Where]  # the section of the pod template it patches, the patch, where it is
+
+
+def _pod_overrides(
+    spec: dict[str, Any], where: Where, template: Any, node_name: Any, found: _Findings
+) -> list[PodOverride]:
+    """The TrainJob's pod overrides of the trainer nodes' pod template (`template`), in the order Kubeflow
+    Trainer merges them; what of them does not reach the trainer nodes is reported field by field."""
+    patches: list[PodOverride] = []
+    for key in POD_OVERRIDES:
+        at = where.at(key)
+        for index, override in enumerate(_list(spec, key, where, found)):
+            if not isinstance(override, dict):
+                found.error(at.at(index), f"must be a mapping (a pod override), not {type(override).__name__}")
+                continue
+            sections = _override_sections(override, at.at(index), key, found)
+            targets = _override_targets(override, at.at(index), node_name, found)
+            for section, patch, section_where in sections:
+                if node_name in targets:
+                    patches.append(
+                        (section, _override_patch(section, patch, section_where, template, found), section_where)
+                    )
+                else:
+                    targeted = ", ".join(map(str, targets)) or "no replicated Job"
+                    message = f"this override targets {targeted}, not the trainer nodes ({node_name}), the only pods "
+                    for field in patch:
+                        found.drop(section_where.at(field), message + "ScaleTrain runs: not applied")
+    return patches
+
+
+def _override_sections(
+    override: dict[str, Any], where: Where, kind: str, found: _Findings
+) -> list[tuple[str, dict[str, Any], Where]]:
+    """(section, its fields, where they are) of a pod override: a podTemplateOverride's metadata and spec,
+    a podSpecOverride's own fields (its spec)."""
+    if kind == "podSpecOverrides":
+        return [("spec", {key: value for key, value in override.items() if key != "targetJobs"}, where)]
+    for key in _others(override, ("targetJobs", *OVERRIDE_SECTION_FIELDS)):
+        found.drop(where.at(key), "not a PodTemplateOverride field")
+    return [
+        (section, _mapping(override, section, where, found), where.at(section)) for section in OVERRIDE_SECTION_FIELDS
+    ]
+
+
+def _override_targets(override: dict[str, Any], where: Where, node_name: Any, found: _Findings) -> list[Any]:
+    """The names of the replicated Jobs a pod override targets; the targets besides the trainer nodes are
+    reported when it targets them too."""
+    at = where.at("targetJobs")
+    names = []
+    for index, target in enumerate(_list(override, "targetJobs", where, found)):
+        if not isinstance(target, dict) or not isinstance(target.get("name"), str):
+            found.error(at.at(index), "must be a mapping with a name (the replicated Job it targets)")
+        else:
+            names.append(target["name"])
+    if node_name in names:
+        for index, name in enumerate(names):
+            if name != node_name:
+                found.drop(at.at(index), f"{name}: ScaleTrain runs the trainer nodes ({node_name}) only")
+    return names
+
+
+def _override_patch(
+    section: str, fields: dict[str, Any], where: Where, template: Any, found: _Findings
+) -> dict[str, Any]:
+    """The part of a pod override's section that Kubeflow Trainer merges into the pod template; the rest
+    is reported field by field."""
+    patch = {}
+    for key, value in fields.items():
+        if key not in OVERRIDE_SECTION_FIELDS[section]:
+            found.drop(where.at(key), f"not a field of a pod override's {section}: Kubeflow Trainer does not apply it")
+        elif key in OVERRIDE_FIELD_BY_FIELD:
+            patch[key] = _container_overrides(fields, key, where, _dig(template, "spec", key), found)
+        else:
+            patch[key] = value
+    return patch
+
+
+def _container_overrides(
+    fields: dict[str, Any], key: str, where: Where, runtime_containers: Any, found: _Findings
+) -> list[dict[str, Any]]:
+    """A pod override's containers (or initContainers): each changes the runtime's container of its name,
+    its env and volumeMounts only; one the runtime lacks is reported, as Kubeflow Trainer refuses it."""
+    at = where.at(key)
+    present = (
+        [_dig(container, "name") for container in runtime_containers] if isinstance(runtime_containers, list) else []
+    )
+    kept = []
+    for index, container in enumerate(_list(fields, key, where, found)):
+        if not isinstance(container, dict) or not isinstance(container.get("name"), str):
+            found.error(at.at(index), "must be a mapping with a name (a container override)")
+        elif container["name"] not in present:
+            message = f"the runtime's trainer node pod has no {key} entry named {container['name']}, which Kubeflow "
+            found.drop(at.at(index), message + "Trainer requires of an override: not applied")
+        else:
+            for field in _others(container, CONTAINER_OVERRIDE_FIELDS):
+                found.drop(
+                    at.at(index, field), "not a field of a container override: Kubeflow Trainer does not apply it"
+                )
+            kept.append({field: container[field] for field in CONTAINER_OVERRIDE_FIELDS if field in container})
+    return kept
+
+
+def _overridden_pod_fields(
+    template: Any, where: Where, overrides: list[PodOverride], found: _Findings
+) -> tuple[dict[str, Any], Where | None]:
+    """_pod_fields of the trainer nodes' pod template with the pod overrides merged in, as Kubeflow Trainer
+    merges them; a finding about a value an override supplied names the override's field."""
+    origins: dict[Where, Where] = {}
+    for section, patch, patch_where in overrides:
+        current = _dig(template, section)
+        # A template or section of the wrong type is left as it is, for _pod_fields to report.
+        if isinstance(template, dict) and isinstance(current if current is not None else {}, dict):
+            merged = _overlay(current or {}, patch, where.at(section), patch_where, origins)
+            template = template | {section: merged}
+    template_found = _Findings()
+    fields, container_where = _pod_fields(template, where, TRAINER_NODE, template_found)
+    found.take(template_found, origins)
+    return fields, container_where
+
+
+def _overlay(
+    base: Any, patch: Any, where: Where, source: Where, origins: dict[Where, Where], field: PathPart | None = None
+) -> Any:
+    """`patch` (at `source`) merged over `base` (at `where`) as a strategic merge patch merges a pod
+    template: mappings key by key, the lists of OVERRIDE_MERGE_KEYS item by item, anything else replaced.
+    Where each value of the patch lands is recorded in `origins`. Neither input is modified."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        merged = dict(base)
+        for key, value in patch.items():
+            merged[key] = _overlay(base.get(key), value, where.at(key), source.at(key), origins, key)
+        return merged
+    key = OVERRIDE_MERGE_KEYS.get(field) if isinstance(field, str) else None
+    if key is not None and _keyed(base, key) and _keyed(patch, key):
+        merged_list = list(base)
+        for index, item in enumerate(patch):
+            position = next((i for i, old in enumerate(merged_list) if old[key] == item[key]), len(merged_list))
+            if position == len(merged_list):
+                merged_list.append(item)
+                _record(origins, where.at(position), source.at(index))
+            elif field in OVERRIDE_FIELD_BY_FIELD:
+                merged_list[position] = _overlay(
+                    merged_list[position], item, where.at(position), source.at(index), origins
+                )
+            else:
+                merged_list[position] = item
+                _record(origins, where.at(position), source.at(index))
+        return merged_list
+    _record(origins, where, source)
+    return patch
+
+
+def _keyed(items: Any, key: str) -> bool:
+    return isinstance(items, list) and all(isinstance(item, dict) and key in item for item in items)
+
+
+def _record(origins: dict[Where, Where], where: Where, source: Where) -> None:
+    """Record that the value at `where` came from `source`, replacing what was recorded inside it."""
+    for inside in [w for w in origins if w.document == where.document and w.path[: len(where.path)] == where.path]:
+        del origins[inside]
+    origins[where] = source
 
 
 def _ml_policy(
