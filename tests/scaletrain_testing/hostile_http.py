@@ -6,14 +6,19 @@
 Each shape is an answer that once stalled or broke the operator's housekeeping pass (SHAPES). The
 server speaks raw TCP, so it can send what no HTTP library would, and counts the bytes it managed to
 send (`sent`): a reader that stops early keeps that small.
+
+The other way round, `Slowloris` is a hostile client of a server: connections that trickle a request or
+send nothing, held as long as the server lets them.
 """
 
 from __future__ import annotations
 
+import selectors
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 HEADERS = "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
 
@@ -117,3 +122,87 @@ class HostileServer:
                 time.sleep(0.05)  # let the reader see the whole answer before the close
             except OSError:  # the reader hung up
                 pass
+
+
+class Slowloris:
+    """Hostile clients of the HTTP server at 127.0.0.1:`port`: `trickling` connections that send a request
+    one byte per `tick` seconds, never finishing it, and `idle` ones that send nothing. Each one the server
+    closes is noted, with how long it was open (`lifetimes`, by kind), and replaced at the next tick, as an
+    attacker would, so that the load holds for as long as the context lasts."""
+
+    TRICKLED = b"GET /progress HTTP/1.1\r\nHost: victim\r\nX-Padding: " + b"a" * 4096
+
+    def __init__(self, port: int, trickling: int = 0, idle: int = 0, tick: float = 1.0):
+        self.port, self.tick = port, tick
+        self.wanted = {"trickling": trickling, "idle": idle}
+        self.lifetimes: dict[str, list[float]] = {"trickling": [], "idle": []}
+        self._selector = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._attack, name="slowloris", daemon=True)
+
+    def __enter__(self) -> Slowloris:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()
+        self._selector.close()
+
+    def _held(self) -> dict[str, int]:
+        """The connections held open, by kind."""
+        kinds = [key.data.kind for key in self._selector.get_map().values()]
+        return {kind: kinds.count(kind) for kind in self.wanted}
+
+    def _attack(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            if time.monotonic() >= next_tick:
+                self._refill()
+                self._trickle()
+                next_tick += self.tick
+            for key, _ in self._selector.select(timeout=max(0.0, next_tick - time.monotonic())):
+                self._note_if_closed(key.fileobj, key.data)
+
+    def _refill(self) -> None:
+        held = self._held()
+        for kind, wanted in self.wanted.items():
+            for _ in range(wanted - held[kind]):
+                try:
+                    connection = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+                except OSError:  # refused or backlogged: tried again at the next tick
+                    break
+                connection.setblocking(False)
+                self._selector.register(connection, selectors.EVENT_READ, _Held(kind, time.monotonic()))
+
+    def _trickle(self) -> None:
+        for key in list(self._selector.get_map().values()):
+            held: _Held = key.data
+            if held.kind != "trickling":
+                continue
+            try:
+                key.fileobj.send(self.TRICKLED[held.sent : held.sent + 1])
+                held.sent += 1
+            except OSError:  # closed by the server: noted as such
+                self._note_if_closed(key.fileobj, held)
+
+    def _note_if_closed(self, connection: socket.socket, held: _Held) -> None:
+        try:
+            if connection.recv(4096):
+                return  # an answer (none is expected before the request is complete): still open
+        except BlockingIOError:
+            return
+        except OSError:  # reset
+            pass
+        self.lifetimes[held.kind].append(time.monotonic() - held.opened)
+        self._selector.unregister(connection)
+        connection.close()
+
+
+@dataclass
+class _Held:
+    kind: str
+    opened: float
+    sent: int = 0

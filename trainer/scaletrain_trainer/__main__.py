@@ -55,7 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         return config_error(error)
     except NonFinite as diverged:  # on every rank, at the same step: nothing after it was saved
         print(f"scaletrain: {diverged}", file=sys.stderr)
-        write_termination_message({"result": NON_FINITE_RESULT, "firstNonFiniteStep": diverged.step})
+        write_termination_message(
+            {
+                "result": NON_FINITE_RESULT,
+                "firstNonFiniteStep": diverged.step,
+                "lastFiniteCheckpointStep": diverged.last_checkpoint_step,
+            }
+        )
         return EXIT_NON_FINITE
     except Preempted as stopped:  # on every rank, after the same step, whose checkpoint is saved
         print(f"scaletrain: {stopped}", file=sys.stderr)
@@ -89,5 +95,20 @@ def write_error(cause: str) -> int:
     return EXIT_WRITE_ERROR
 
 
+def record_for_torchrun(error: BaseException) -> None:
+    """Write `error` and its traceback to TORCHELASTIC_ERROR_FILE, which torchrun gives each worker, as
+    torchelastic's @record does: torchrun copies the first failed worker's into its own, and the pod
+    launcher puts its end into the termination message (launch.py). Not @record on main itself: that would
+    import torch before the config is checked."""
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    get_error_handler().record_exception(error)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        exit_code = main()
+    except Exception as uncaught:
+        record_for_torchrun(uncaught)
+        raise
+    sys.exit(exit_code)

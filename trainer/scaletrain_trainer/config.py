@@ -317,7 +317,15 @@ class TrainingConfig(SpecModel):
         "fail",
         description="A NaN or infinite loss or gradient norm. fail: stop at the next log step or save, exit 79, "
         "naming the step (nothing after it is saved). skip: drop that update, as the fp16 loss scaler does (one "
-        "host sync per step), and fail after 10 skipped steps in a row.",
+        "host sync per step), save no checkpoint until an update is applied again, and fail as fail does after "
+        "maxNonFiniteSteps dropped steps in a row. Either way a run whose last loss is not finite fails.",
+    )
+    max_non_finite_steps: int = Field(
+        3,
+        ge=1,
+        le=1 << 31,
+        description="onNonFinite: skip: this many steps in a row with a non-finite loss or gradient norm (their "
+        "updates dropped) stop the run as diverged, exit 79. A loss that stays NaN is a divergence, not a bad batch.",
     )
     hang_timeout_seconds: int | None = Field(
         None,

@@ -73,6 +73,30 @@ def waited_on_peers(termination_message: str) -> bool:
     return summary.get("result") == HANG_RESULT and summary.get("waitingOnPeers") is True
 
 
+# torchelastic's @record writes an uncaught exception, with its traceback, to the file this names; torchrun,
+# itself decorated so, copies its first failed worker's file into its own (launch.py reads it from there).
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# The summary's field that holds the end of that exception, added by the pod launcher (launch.py).
+ERROR_FIELD = "error"
+
+
+def elastic_error_text(document: object) -> str | None:
+    """The traceback a torchelastic error file holds (`message.extraInfo.py_callstack`), else its message;
+    None when `document`, a parsed JSON document, is not such a file."""
+    if not isinstance(document, dict):
+        return None
+    message = document.get("message")
+    if isinstance(message, str) and "timestamp" in document:  # the format of a message without a traceback
+        return message.strip() or None
+    if not isinstance(message, dict) or not isinstance(message.get("extraInfo"), dict):
+        return None
+    callstack = message["extraInfo"].get("py_callstack")
+    for text in (callstack, message.get("message")):
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    return None
+
+
 def final_failure(exit_code: int | None, termination_message: str) -> Result | None:
     """The result, when it is one no gang restart can fix (FINAL)."""
     result = result_of(exit_code, termination_message)
@@ -101,12 +125,23 @@ def write_error_cause(error: BaseException) -> str | None:
 
 class NonFinite(Exception):
     """The run diverged at `step`: a NaN or infinite loss or gradient norm (fp16: the loss scale fell
-    below loop.MIN_LOSS_SCALE). Raised at the first host read after it, before anything is saved; the
-    trainer then exits EXIT_NON_FINITE."""
+    below loop.MIN_LOSS_SCALE; onNonFinite skip: maxNonFiniteSteps dropped updates in a row, `step` the
+    first). Raised at the first host read after it, before anything is saved; the trainer then exits
+    EXIT_NON_FINITE. `last_checkpoint_step`, set once the saves in flight have ended: the newest
+    checkpoint's step (0: there is none, as /progress's checkpointStep), the last with finite weights, as
+    nothing later was saved."""
 
     def __init__(self, step: int):
-        super().__init__(f"the loss or the gradients were not finite at step {step}: the run diverged")
+        super().__init__(step)
         self.step = step
+        self.last_checkpoint_step = 0
+
+    def __str__(self) -> str:
+        newest = f"step {self.last_checkpoint_step}" if self.last_checkpoint_step else "none"
+        return (
+            f"the loss or the gradients were not finite at step {self.step}: the run diverged "
+            f"(the last finite checkpoint: {newest})"
+        )
 
 
 class WriteError(Exception):

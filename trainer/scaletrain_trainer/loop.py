@@ -104,8 +104,10 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     # The first step whose loss or gradients were not finite, or -1: kept on the device, so that
     # checking it costs no host sync; read at the syncs that log steps and saves make anyway.
     first_non_finite = torch.full((), -1, dtype=torch.int64, device=runtime.device)
-    skips = ConsecutiveSkips(config.on_non_finite == "skip")
+    skip_non_finite = config.on_non_finite == "skip"
+    streak = NonFiniteStreak(config.max_non_finite_steps)
     watchdog = Watchdog(config.hang_timeout_seconds, config.output_dir, runtime.rank).start()
+    diverged: NonFinite | None = None
     try:
         while state.step < config.max_steps:
             with watchdog.phase(f"loading the data of step {state.step + 1}", waits_on_peers=False):
@@ -118,7 +120,7 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                     precision,
                     config.grad_clip_norm,
                     runtime.world_size,
-                    skips.enabled,
+                    skip_non_finite,
                     loss,
                 )
             samples += batches.samples_in(state.step)
@@ -126,10 +128,11 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
             state.step += 1
             state.data_position = batches.position(state.step)
             record_completed_step(state.step)
-            skips.count(result, state.step)
+            streak.count(state.step, result.dropped)
             unseen = (first_non_finite < 0) & ~result.finite
             first_non_finite = torch.where(unseen, state.step, first_non_finite)
-            due_to_save = checkpoints.due(state.step) or (checkpoints.enabled and state.step == config.max_steps)
+            saving = streak.saves_now(checkpoints.due(state.step))
+            due_to_save = saving or (checkpoints.enabled and state.step == config.max_steps)
             with watchdog.phase(f"logging step {state.step} (a reduction across ranks)", waits_on_peers=True):
                 if state.step % config.log_every_steps == 0 or state.step == config.max_steps or due_to_save:
                     stop_if_non_finite(first_non_finite)
@@ -137,6 +140,8 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                     now = time.perf_counter()
                     is_lm = micro_batches[0][1].dim() > 1
                     record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm, model_flops)
+                    if state.step == config.max_steps:
+                        streak.check_final_loss(record["loss"], state.step)
                     steps_done = state.step - start_step
                     eta = (now - started) / steps_done * (config.max_steps - state.step)
                     reporter.log(record, eta_seconds=eta, next_report_within=next_report_within(config, watchdog))
@@ -148,7 +153,7 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                     evaluating = time.perf_counter()
                     reporter.log_eval(state.step, evaluator(model, precision))
                     last_log += time.perf_counter() - evaluating  # throughput counts the training's time only
-            if checkpoints.due(state.step):
+            if saving:
                 save(checkpoints, state, watchdog, reporter, config)
             watchdog.step_done(state.step)
             # At max_steps the run ends anyway, with its final save.
@@ -157,9 +162,14 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
                 raise preempt(stop_signal, checkpoints, state, watchdog, reporter, config)
         if checkpoints.enabled:
             save(checkpoints, state, watchdog, reporter, config, wait=True)
+    except NonFinite as stop:
+        diverged = stop
+        raise
     finally:
         with watchdog.paused_for("waiting for the checkpoint being written in the background"):
             checkpoints.close()  # a failed run's pending save still completes, if it can
+        if diverged is not None:  # the newest checkpoint, the pending one included: nothing non-finite is saved
+            diverged.last_checkpoint_step = checkpoints.last_saved_step or 0
         watchdog.close()
         reporter.close()
     return {
@@ -233,22 +243,50 @@ def next_report_within(config: TrainingConfig, watchdog: Watchdog) -> float:
     return config.log_every_steps * watchdog.typical_step_seconds + watchdog.timeout
 
 
-class ConsecutiveSkips:
-    """onNonFinite: skip. Counts the updates train_step dropped in a row; too many is a divergence."""
+class NonFiniteStreak:
+    """onNonFinite: skip. The steps in a row whose update train_step dropped (their loss or global gradient norm
+    was not finite, the same on every rank): `limit` of them are a divergence, a loss that stays NaN whatever
+    the batch. A dropped step is no progress, so no checkpoint is saved while a streak lasts: a save due
+    meanwhile waits for the next applied update (a stop signal's save still saves: a disruption is no crash,
+    and dropped updates left the weights finite). A gang that diverges again from the last checkpoint then
+    leaves nothing newer than it started from, which the operator's crash-loop guard sees. Host-side and
+    pure: train_step already synced on the norm."""
 
-    LIMIT = 10
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.first: int | None = None  # the streak's first step; None while updates are applied
+        self.length = 0
+        self.save_owed = False  # a save fell due during the streak
 
-    def __init__(self, enabled: bool):
-        self.enabled, self.in_a_row = enabled, 0
-
-    def count(self, result: StepResult, step: int) -> None:
-        if not self.enabled:
+    def count(self, step: int, dropped: bool) -> None:
+        """Note whether `step`'s update was dropped; raise NonFinite, naming the streak's first step, at the limit."""
+        if not dropped:
+            self.first, self.length = None, 0
             return
-        self.in_a_row = self.in_a_row + 1 if result.dropped else 0
-        if self.in_a_row:
-            log.warning("step %d: the gradients were not finite; update dropped (%d in a row)", step, self.in_a_row)
-        if self.in_a_row >= self.LIMIT:
-            raise NonFinite(step - self.in_a_row + 1)
+        self.first = step if self.first is None else self.first
+        self.length += 1
+        log.warning(
+            "step %d: the loss or the gradients were not finite; update dropped (%d in a row, %d stop the run)",
+            step,
+            self.length,
+            self.limit,
+        )
+        if self.length >= self.limit:
+            raise NonFinite(self.first)
+
+    def saves_now(self, due: bool) -> bool:
+        """Whether to save at this step: a save due now, or one owed since the streak, once updates apply again."""
+        self.save_owed = self.save_owed or due
+        if self.save_owed and self.first is None:
+            self.save_owed = False
+            return True
+        return False
+
+    def check_final_loss(self, loss: float, step: int) -> None:
+        """A run never ends on a non-finite loss, whatever the policy: it raises NonFinite naming the streak's
+        first step (fp16, whose loss scaler skips steps itself, keeps no streak: the last step)."""
+        if not math.isfinite(loss):
+            raise NonFinite(self.first if self.first is not None else step)
 
 
 def stop_if_non_finite(first_non_finite: torch.Tensor) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import os
+import socket
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,14 @@ log = logging.getLogger(__name__)
 TERMINATION_LOG_ENV = "SCALETRAIN_TERMINATION_LOG"  # mirrors the container's terminationMessagePath
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps at most 4096 bytes
-REQUEST_TIMEOUT_SECONDS = 2.0  # for a client to send its request (the operator's reads take milliseconds)
-MAX_CONNECTIONS = 16  # served at once
+# The progress server (ProgressServer): the operator's reads take milliseconds, and requests are tiny GETs.
+REQUEST_DEADLINE_SECONDS = 2.0  # from accept to the answer sent
+MAX_REQUEST_BYTES = 8192  # the request line and headers
+MAX_CONNECTIONS = 256  # open at once; the next closes the oldest
+LISTEN_BACKLOG = 1024  # connections the kernel completes and holds until the event loop accepts them
+CLOSE_TIMEOUT_SECONDS = 5.0
+TEXT = "text/plain; charset=utf-8"
+Answer = tuple[int, str, bytes]  # status, Content-Type, body
 
 PROMETHEUS_GAUGES = {
     "step": ("scaletrain_step", "Optimizer steps completed."),
@@ -43,7 +52,7 @@ class MetricsReporter:
         self.enabled, self.trackers = enabled, trackers
         self._lock = threading.Lock()
         self._progress: dict[str, Any] = {"step": 0, "maxSteps": max_steps}
-        self._server: ThreadingHTTPServer | None = None
+        self._server: ProgressServer | None = None
         if not enabled:
             return
         Path(output_dir).mkdir(parents=True, exist_ok=True)
@@ -107,8 +116,7 @@ class MetricsReporter:
         for tracker in self.trackers:
             tracker.close()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
 
     def prometheus_text(self) -> str:
         progress = self.progress()
@@ -129,64 +137,114 @@ def finite_json(progress: dict[str, Any]) -> dict[str, Any]:
     return served
 
 
-class BoundedHTTPServer(ThreadingHTTPServer):
-    """A thread per connection, at most MAX_CONNECTIONS at once: a connection beyond that is closed at
-    once, so idle or slow clients cannot pile up threads in the trainer."""
+class ProgressServer:
+    """Serves GET /progress and /metrics from one thread running an asyncio event loop: an open connection
+    costs a few kilobytes and no thread, so idle or slow clients (another tenant's pods, say) can hold
+    hundreds of them without delaying anyone else's answer. What keeps the operator's reads getting through:
 
-    daemon_threads = True
-    request_queue_size = 64  # connections waiting to be accepted (and then served or closed)
+    - a deadline per request, not per receive: REQUEST_DEADLINE_SECONDS from accept to the answer sent,
+      however a client paces its bytes (one byte a second held a thread-per-connection server's every slot);
+    - a size cap on the request head (MAX_REQUEST_BYTES), and no body ever read: only GET is answered, and
+      each connection is closed after its one answer (HTTP/1.0);
+    - a cap on open connections (MAX_CONNECTIONS): the next one closes the oldest, which, every deadline
+      being as long, has had the longest to send its request. The operator's read sends its request at once
+      and is answered within milliseconds: only MAX_CONNECTIONS others connecting meanwhile could close it.
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
-        super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    A path or port reserved for the operator would need a secret, or a second port, in every pod; this keeps
+    the one unauthenticated endpoint, whose answers are not secret, and makes holding it open worthless."""
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+    def __init__(self, port: int, answer: Callable[[str, str], Answer]):
+        """Listen on `port`, all interfaces (OSError when it is taken), and answer each request with
+        `answer(method, path)`, called in the server's thread."""
+        self._answer = answer
+        self._listener = socket.create_server(("", port))
+        self._loop = asyncio.new_event_loop()
+        self._closing = asyncio.Event()
+        self._open: dict[asyncio.StreamWriter, None] = {}  # in accept order: the oldest first
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete, args=(self._serve(),), name="progress-server", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop listening and close every connection; waits for the server's thread, boundedly."""
+        self._loop.call_soon_threadsafe(self._closing.set)
+        self._thread.join(CLOSE_TIMEOUT_SECONDS)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        server = await asyncio.start_server(
+            self._connection, sock=self._listener, backlog=LISTEN_BACKLOG, limit=MAX_REQUEST_BYTES
+        )
+        async with server:
+            await self._closing.wait()
+            server.close()
+            for writer in self._open:
+                writer.transport.abort()
+            await asyncio.gather(*asyncio.all_tasks() - {asyncio.current_task()}, return_exceptions=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open[writer] = None
+        if len(self._open) > MAX_CONNECTIONS:
+            oldest = next(iter(self._open))
+            del self._open[oldest]
+            oldest.transport.abort()
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
+            await asyncio.wait_for(self._answer_one(reader, writer), REQUEST_DEADLINE_SECONDS)
+        except (asyncio.TimeoutError, ValueError, ConnectionError):
+            pass  # too slow (the deadline), too long (the limit: ValueError), or gone: closed unanswered
         finally:
-            self._slots.release()
+            self._open.pop(writer, None)
+            writer.transport.abort()  # at once: nothing is left to send
+
+    async def _answer_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read the request head, answer it, and close once the answer is sent."""
+        head = [await reader.readline()]  # each line: ValueError past MAX_REQUEST_BYTES
+        while head[-1].strip():  # the request line and headers (unused), up to the blank line
+            if not head[-1].endswith(b"\n") or sum(map(len, head)) > MAX_REQUEST_BYTES:
+                return  # the client hung up mid-head, or the head is too long
+            head.append(await reader.readline())
+        if not head[-1].endswith(b"\n"):
+            return  # the client hung up before the blank line
+        writer.write(_response(*self._answer_line(head[0])))
+        writer.close()
+        await writer.wait_closed()
+
+    def _answer_line(self, request_line: bytes) -> Answer:
+        parts = request_line.decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return 400, TEXT, b"a request line: GET /progress HTTP/1.0\n"
+        method, path, _ = parts
+        return self._answer(method, path)
 
 
-def _start_server(port: int, reporter: MetricsReporter) -> ThreadingHTTPServer | None:
+def _response(status: int, content_type: str, body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def _start_server(port: int, reporter: MetricsReporter) -> ProgressServer | None:
     """Serve /progress (JSON) and /metrics (Prometheus), GET only (other methods get 501). Best effort:
     a busy port must not stop training."""
 
-    class Handler(BaseHTTPRequestHandler):
-        timeout = REQUEST_TIMEOUT_SECONDS  # a client that sends its request slowly, or never, is dropped
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            if self.path == "/progress":
-                body, content_type = json.dumps(finite_json(reporter.progress())).encode(), "application/json"
-            elif self.path == "/metrics":
-                body, content_type = reporter.prometheus_text().encode(), "text/plain; version=0.0.4"
-            else:
-                self.send_error(404, "try /progress or /metrics")
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # polled often; keep the training log clean
-            pass
+    def answer(method: str, path: str) -> Answer:
+        if method != "GET":
+            return 501, TEXT, b"only GET is served: GET /progress or /metrics\n"
+        if path == "/progress":
+            return 200, "application/json", json.dumps(finite_json(reporter.progress())).encode()
+        if path == "/metrics":
+            return 200, "text/plain; version=0.0.4", reporter.prometheus_text().encode()
+        return 404, TEXT, b"try /progress or /metrics\n"
 
     try:
-        server = BoundedHTTPServer(("", port), Handler)
+        server = ProgressServer(port, answer)
     except OSError as error:
         log.warning("progress endpoint disabled: cannot listen on port %d: %s", port, error)
         return None
-    threading.Thread(target=server.serve_forever, name="progress-server", daemon=True).start()
     log.info("serving progress on :%d/progress and Prometheus metrics on :%d/metrics", port, port)
     return server
 

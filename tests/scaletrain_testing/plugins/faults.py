@@ -149,3 +149,20 @@ class SlowSavingGPT(GPT):
         self.record.write_text(str(time.time()))
         time.sleep(self.save_seconds)
         return super().state_dict(*args, **kwargs)
+
+
+class DivergingGPT(GPT):
+    """A GPT whose output, so its loss and every gradient, is NaN from step `nan_from_step` on (1-based), as a
+    diverged model's is, while its weights stay finite. It counts its forward passes in a buffer, which a
+    checkpoint saves, so that a resumed run turns NaN at the same step."""
+
+    def __init__(self, nan_from_step: int, micro_steps: int, **gpt):
+        super().__init__(**gpt)
+        self.nan_from_step, self.micro_steps = nan_from_step, micro_steps
+        self.register_buffer("forward_passes", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        step = int(self.forward_passes) // self.micro_steps + 1  # the step being computed
+        self.forward_passes += 1
+        logits = super().forward(tokens)
+        return logits * float("nan") if step >= self.nan_from_step else logits
