@@ -13,6 +13,7 @@ from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLE
 from scaletrain_operator.api.node_exclusion import avoid_nodes, with_node_excluded
 from scaletrain_operator.api.render import render_job, render_master_alias, render_service
 from scaletrain_operator.controller import metrics
+from scaletrain_operator.controller.cluster import EVENT_MESSAGE_LIMIT
 from scaletrain_operator.controller.reconcile import (
     DISRUPTIONS_ANNOTATION,
     EXCLUDED_NODES_ANNOTATION,
@@ -22,9 +23,9 @@ from scaletrain_operator.controller.reconcile import (
     decide,
     with_spec_hash,
 )
-from scaletrain_operator.controller.status import StatusBuilder
+from scaletrain_operator.controller.status import StatusBuilder, bounded
 from scaletrain_testing.jobs import base_job
-from scaletrain_trainer.exit_codes import EXIT_HANG, EXIT_PREEMPTED
+from scaletrain_trainer.exit_codes import EXIT_HANG, EXIT_NON_FINITE, EXIT_PREEMPTED
 from scaletrain_trainer.validation import ProblemsError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -39,11 +40,13 @@ def _job(status=None, **spec):
     return parse_job(document)
 
 
-def _pod(index, phase, exit_code=None, node="", message="", evicted=False):
+def _pod(index, phase, exit_code=None, node="", message="", evicted=False, finished=None):
     metadata = {"name": f"demo-g0-{index}-abcde", "annotations": {COMPLETION_INDEX: str(index)}}
     pod = {"metadata": metadata, "spec": {"nodeName": node}, "status": {"phase": phase}}
     if exit_code is not None:
-        terminated = {"exitCode": exit_code, "reason": "Error", "message": message}
+        terminated = {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed", "message": message}
+        if finished is not None:
+            terminated["finishedAt"] = finished
         pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
     if evicted:
         metadata["deletionTimestamp"] = "2026-11-30T11:59:00Z"
@@ -249,3 +252,65 @@ def test_the_steps_a_gang_trains_again_add_up_in_the_goodput():
     decision = _decide(job, CRASHED, generation=1)
     assert decision.status["goodput"]["recomputedSteps"] == 3
     assert decision.status["gangs"][-1]["startedFromStep"] == 5
+
+
+# A long traceback, as the pod launcher leaves its end in the termination message (up to 4096 bytes).
+LONG_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    + '  File "/app/train.py", line 1, in f\n    f()\n' * 60
+    + ("RuntimeError: CUDA error: an illegal memory access was encountered")
+)
+LAST_LINE = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def _failed_event(decision):
+    return next(e.message for e in decision.events if e.reason == "Failed")
+
+
+def test_a_restart_and_a_failure_for_the_restart_limit_say_the_exception_in_status_and_event():
+    crashed = [_pod(0, "Running"), _pod(1, "Failed", 1, message=LONG_TRACEBACK)]
+    restart = _decide(_job(maxRestarts=1), crashed)
+    assert restart.status["message"].endswith(LAST_LINE)
+    (restarting,) = [e.message for e in restart.events if e.reason == "Restarting"]
+    failed = _decide(_job(maxRestarts=0), crashed)
+    assert failed.status["phase"] == "Failed" and failed.status["message"].endswith(LAST_LINE)
+    for message in (restarting, _failed_event(failed)):
+        # The Event's message is cut as the operator posts it: its start says what failed, its end why.
+        posted = bounded(message, EVENT_MESSAGE_LIMIT)
+        assert len(posted) <= EVENT_MESSAGE_LIMIT < len(message)
+        assert posted.startswith("pod demo-g0-1-abcde failed (Error, exit code 1);") and posted.endswith(LAST_LINE)
+
+
+def test_a_loss_that_is_not_finite_fails_the_job_at_once_naming_the_step_and_the_checkpoint():
+    summary = '{"result": "NonFinite", "firstNonFiniteStep": 9, "step": 10, "lastFiniteCheckpointStep": 5}'
+    diverged = [
+        _pod(0, "Failed", EXIT_NON_FINITE, message=summary),
+        _pod(1, "Failed", EXIT_NON_FINITE, message=summary),
+    ]
+    decision = _decide(_job(maxRestarts=3), diverged)
+    assert decision.create == () and decision.status["phase"] == "Failed"
+    assert next(c for c in decision.status["conditions"] if c["type"] == "Failed")["reason"] == "NonFiniteLoss"
+    for message in (decision.status["message"], _failed_event(decision)):
+        assert "loss not finite at step 9 (the last finite checkpoint: step 5), not retried" in message
+
+
+def test_a_gang_that_finished_with_a_loss_that_is_not_finite_fails_the_job():
+    summary = '{"result": "Succeeded", "step": 40, "maxSteps": 40, "loss": null, "lossFinite": false}'
+    decision = _decide(_job(), [_pod(0, "Succeeded", 0, message=summary), _pod(1, "Succeeded", 0)])
+    assert decision.status["phase"] == "Failed"
+    assert "pod demo-g0-0-abcde finished (Completed, exit code 0): loss not finite at step 40" in (
+        _failed_event(decision)
+    )
+
+
+def test_an_eviction_names_the_evicted_pod_and_keeps_the_next_gang_off_its_node():
+    """Rank 1 on n1 is evicted; rank 0 on n2 stops first, after the checkpoint every rank saved."""
+    preempted = '{"result": "Preempted", "step": 20}'
+    gang = [
+        _pod(0, "Failed", EXIT_PREEMPTED, node="n2", message=preempted, finished="2026-11-30T11:59:30Z"),
+        _pod(1, "Failed", EXIT_PREEMPTED, node="n1", message=preempted, evicted=True, finished="2026-11-30T11:59:31Z"),
+    ]
+    decision = _decide(_job(failurePolicy=EXCLUDE), gang)
+    assert decision.status["excludedNodes"] == ["n1"]
+    (restarting,) = [e.message for e in decision.events if e.reason == "Restarting"]
+    assert restarting.startswith("pod demo-g0-1-abcde was disrupted on node n1 (TerminationByKubelet, exit code 80)")

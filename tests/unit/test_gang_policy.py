@@ -10,6 +10,7 @@ import pytest
 from scaletrain_operator.api.gang_policy import (
     DEADLINE_EXCEEDED,
     DISRUPTION_TARGET,
+    NON_FINITE_LOSS,
     Action,
     GangLimits,
     PodOutcome,
@@ -20,7 +21,13 @@ from scaletrain_operator.api.gang_policy import (
 )
 from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, parse_job
 from scaletrain_testing.jobs import DELETE, base_job
-from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, EXIT_HANG, EXIT_WRITE_ERROR
+from scaletrain_trainer.exit_codes import (
+    EXIT_CONFIG_ERROR,
+    EXIT_HANG,
+    EXIT_NON_FINITE,
+    EXIT_PREEMPTED,
+    EXIT_WRITE_ERROR,
+)
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 LIMITS = GangLimits(nodes=2, max_restarts=3, active_deadline_seconds=600)
@@ -246,3 +253,114 @@ def test_an_ended_gangs_record_takes_the_furthest_step_rank_0_reported():
     record = ended_gang(3, reported, [done], "Disrupted")
     assert (record.started_from_step, record.reached_step, record.checkpoint_step) == (5, 9, 5)
     assert ended_gang(3, None, [], "Failed").reached_step is None
+
+
+# The end of a traceback, as the pod launcher leaves it in the termination message (launch.with_error).
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/app/train.py", line 40, in main\n'
+    "    batch = next(shards)\n"
+    "ValueError: shard 7 of the training data is corrupt"
+)
+LAST_LINE = "ValueError: shard 7 of the training data is corrupt"
+CRASH_LIMITS = replace(LIMITS, max_restarts_without_progress=3)
+
+
+@pytest.mark.parametrize(
+    "restarts, stalled_gangs, reason, says",
+    [
+        (0, 0, None, "pod demo-g0-1 failed (Error, exit code 1); gang restart 1/3 from the last checkpoint. Trace"),
+        (3, 0, "RestartLimitReached", "maxRestarts (3) reached. Traceback"),
+        (0, 3, "NoProgress", "a crash loop. Traceback"),
+    ],
+    ids=["a restart", "the restart limit", "a crash loop"],
+)
+def test_every_failure_message_ends_with_the_root_cause_pods_error(restarts, stalled_gangs, reason, says):
+    crashed = [pod(0, "Running"), pod(1, "Failed", 1, 5, message=TRACEBACK)]
+    verdict = judge(crashed, CRASH_LIMITS, restarts, stalled_gangs=stalled_gangs)
+    assert verdict.reason == reason
+    assert says in verdict.message and verdict.message.endswith(LAST_LINE), verdict.message
+
+
+def test_the_error_in_a_trainer_summary_and_in_a_torchelastic_error_file_is_shown_as_text():
+    summary = '{"result": "Hang", "step": 7, "error": "Traceback (most recent call last):\\nRuntimeError: gloo"}'
+    hung = judge([pod(0, "Failed", EXIT_HANG, 5, message=summary)], LIMITS, 0)
+    assert hung.message.endswith(
+        '. {"result": "Hang", "step": 7}\nTraceback (most recent call last):\nRuntimeError: gloo'
+    )
+    # A script's own torchrun, or its @record, wrote TORCHELASTIC_ERROR_FILE (the termination message) itself.
+    elastic = (
+        '{"message": {"message": "ValueError: shard 7", "extraInfo": {"py_callstack": "Traceback (most recent call '
+        'last):\\nValueError: shard 7\\n", "timestamp": "1764500000"}, "errorCode": 1}}'
+    )
+    own = judge([pod(0, "Failed", 1, 5, message=elastic)], LIMITS, 0)
+    assert own.message.endswith("from the last checkpoint. Traceback (most recent call last):\nValueError: shard 7")
+
+
+NON_FINITE = '{"result": "NonFinite", "firstNonFiniteStep": 9, "step": 10, "lastFiniteCheckpointStep": 5}'
+
+
+@pytest.mark.parametrize(
+    "exit_code, message, says",
+    [
+        (EXIT_NON_FINITE, NON_FINITE, "loss not finite at step 9 (the last finite checkpoint: step 5), not retried"),
+        (1, NON_FINITE, "loss not finite at step 9 (the last finite checkpoint: step 5), not retried"),  # torchrun's 1
+        (EXIT_NON_FINITE, '{"result": "NonFinite", "step": 12, "checkpointStep": 10}',
+         "loss not finite at step 12 (the last finite checkpoint: step 10)"),
+        (EXIT_NON_FINITE, '{"result": "NonFinite", "step": 3, "checkpointStep": 0}',
+         "loss not finite at step 3 (no checkpoint before it)"),
+        (EXIT_NON_FINITE, "", "failed (Error, exit code 79): loss not finite, not retried"),
+    ],
+    ids=["exit 79", "reported under torchrun", "checkpointStep", "no checkpoint yet", "no summary"],
+)  # fmt: skip
+def test_a_loss_that_is_not_finite_fails_the_job_at_once_and_says_where(exit_code, message, says):
+    verdict = judge([pod(0, "Failed", exit_code, 5, message=message), pod(1, "Running")], LIMITS, 0)
+    assert (verdict.action, verdict.reason, verdict.exit_code) == (Action.FAIL, NON_FINITE_LOSS, EXIT_NON_FINITE)
+    assert says in verdict.message, verdict.message
+
+
+def test_a_rule_may_retry_a_loss_that_is_not_finite_and_the_message_still_says_so():
+    limits = replace(LIMITS, rules=(rule("RetryDivergence", "RestartGang", ("In", [EXIT_NON_FINITE])),))
+    verdict = judge([pod(0, "Failed", EXIT_NON_FINITE, 5, message=NON_FINITE)], limits, 0)
+    assert (verdict.action, verdict.reason) == (Action.RESTART, "RetryDivergence")
+    assert "loss not finite at step 9 (the last finite checkpoint: step 5) (failurePolicy rule RetryDivergence)" in (
+        verdict.message
+    )
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        '{"result": "Succeeded", "step": 40, "maxSteps": 40, "loss": null, "lossFinite": false, "checkpointStep": 40}',
+        '{"result": "Succeeded", "step": 40, "maxSteps": 40, "loss": NaN}',
+    ],
+    ids=["lossFinite false", "a NaN loss"],
+)
+def test_a_gang_whose_rank_0_finished_with_a_loss_that_is_not_finite_did_not_succeed(summary):
+    finished = [pod(0, "Succeeded", 0, 5, message=summary), pod(1, "Succeeded", 0, 5)]
+    verdict = judge(finished, LIMITS, 0)
+    assert (verdict.action, verdict.reason, verdict.exit_code) == (Action.FAIL, NON_FINITE_LOSS, EXIT_NON_FINITE)
+    assert verdict.root_cause.index == 0
+    assert "pod demo-g0-0 finished (Completed, exit code 0): loss not finite at step 40" in verdict.message
+    assert judge(finished, LIMITS, 0, job_complete=True).action is Action.FAIL  # the Job controller's word too
+    healthy = [pod(0, "Succeeded", 0, 5, message='{"result": "Succeeded", "step": 40, "loss": 1.2}'), finished[1]]
+    assert judge(healthy, LIMITS, 0).action is Action.SUCCEED
+
+
+def test_the_disrupted_pod_is_the_cause_of_an_eviction_not_the_first_rank_to_stop_for_it():
+    """Rank 1 is evicted; every rank saves and exits 80, rank 0 first. The eviction is rank 1's, and so is
+    its node: the one a node-caused disruption excludes."""
+    stopped_first = on_node(pod(0, "Failed", EXIT_PREEMPTED, 5, message=PREEMPTED), "n1")
+    evicted = on_node(pod(1, "Failed", EXIT_PREEMPTED, 6, stopping=True, message=PREEMPTED), "n2",
+                      disruption="TerminationByKubelet")  # fmt: skip
+    for gang in ([stopped_first, evicted], [stopped_first, replace(evicted, phase="Running", exit_code=None)]):
+        verdict = judge(gang, LIMITS_2, 0)
+        assert (verdict.action, verdict.reason, verdict.disruption) == (Action.RESTART, "Disruption", True)
+        assert (verdict.root_cause.name, verdict.avoid_node) == ("demo-g0-1", "n2")
+        assert verdict.message.startswith("pod demo-g0-1 was disrupted on node n2 (TerminationByKubelet"), verdict
+    # Without an evicted pod, exit 80 is the trainer's own SIGTERM: the first to stop is the cause, no node blamed.
+    alone = judge([stopped_first, on_node(pod(1, "Failed", EXIT_PREEMPTED, 6, message=PREEMPTED), "n2")], LIMITS_2, 0)
+    assert (alone.root_cause.name, alone.avoid_node) == ("demo-g0-0", "")
+    # A rank that crashed on its own is still the cause, evicted peer or not.
+    crashed = on_node(pod(0, "Failed", 1, 4), "n1")
+    assert judge([crashed, evicted], LIMITS_2, 0).root_cause.name == "demo-g0-0"

@@ -4,25 +4,41 @@ torchrun reports any failed worker as exit code 1, so a config error found insid
 look like a crash worth restarting. Checking first, in the pod's own process, lets the pod exit with
 EXIT_CONFIG_ERROR, which the operator does not retry. What only a worker can find (a token id out of
 range, a full disk) it records as the termination message's result; when torchrun fails, the pod
-exits with that result's code instead of torchrun's 1 (exit_codes.result_of). Usage (the rendered
-default):
+exits with that result's code instead of torchrun's 1 (exit_codes.result_of).
+
+Why a pod failed reaches its status: torchrun is given a TORCHELASTIC_ERROR_FILE of the launcher's own,
+into which it copies the root-cause error (the first failed worker's exception and traceback, written by
+torchelastic's @record) when it fails. The launcher then puts the end of that traceback, where the
+exception is, into the pod's termination message: as the `error` field of the summary the trainer left
+there, or on its own when there is none, within the kubelet's 4096 bytes. Usage (the rendered default):
 
     python -m scaletrain_trainer.launch --module scaletrain_trainer
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from .__main__ import config_error
 from .config import CONFIG_ENV, load_training_config
-from .exit_codes import EXIT_CODES, result_of
-from .metrics import termination_message_path
+from .exit_codes import (
+    ERROR_FIELD,
+    ERROR_FILE_ENV,
+    EXIT_CODES,
+    PREEMPTED_RESULT,
+    elastic_error_text,
+    result_of,
+    summary_of,
+)
+from .metrics import TERMINATION_MESSAGE_LIMIT, termination_message_path
 from .validation import Problem, ProblemsError
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -34,6 +50,7 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 TRAINER_SHUTDOWN_TIMEOUT_SECONDS = 24 * 3600
 # torchrun (torchrun.py) with this Python, without depending on PATH; torchrun's arguments follow.
 TORCHRUN = (sys.executable, "-m", "scaletrain_trainer.torchrun")
+CUT_MARK = "..."  # where the start of a traceback too long for the termination message was cut off
 
 
 def preflight(environ: dict[str, str]) -> None:
@@ -54,10 +71,66 @@ def main(argv: list[str]) -> int:
         return config_error(error)
     # torchrun runs as a child, not exec'd, so that its exit can be read; the pod's stop signals reach it
     # through this process.
-    torchrun = subprocess.Popen([*TORCHRUN, *argv], env=torchrun_env(os.environ))
-    for number in FORWARDED_SIGNALS:
-        signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
-    return pod_exit_code(torchrun.wait(), termination_message_path())
+    with error_file() as root_cause:
+        env = torchrun_env(os.environ) | ({ERROR_FILE_ENV: str(root_cause)} if root_cause is not None else {})
+        torchrun = subprocess.Popen([*TORCHRUN, *argv], env=env)
+        for number in FORWARDED_SIGNALS:
+            signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
+        torchrun_exit = torchrun.wait()
+        if torchrun_exit != 0 and root_cause is not None:
+            record_root_cause(root_cause, termination_message_path())
+    return pod_exit_code(torchrun_exit, termination_message_path())
+
+
+@contextmanager
+def error_file() -> Iterator[Path | None]:
+    """A path for torchrun's root-cause error, private to this launcher: the pod's own TORCHELASTIC_ERROR_FILE
+    is its termination message, which torchrun would overwrite whole, and unbounded. None where no
+    temporary directory can be made (a read-only root filesystem): the pod then runs without."""
+    try:
+        directory = tempfile.TemporaryDirectory(prefix="scaletrain-launch-")
+    except OSError as error:
+        print(f"scaletrain: no file for torchrun's root-cause error ({error}); running without", file=sys.stderr)
+        directory = None
+    if directory is None:
+        yield None
+        return
+    with directory as path:
+        yield Path(path) / "error.json"
+
+
+def record_root_cause(error_file: Path, termination_message: Path) -> None:
+    """Put the end of the error torchrun recorded in `error_file` into the termination message, when both
+    files are there: torchrun writes none when no worker raised (an exit code of its own, a signal), and
+    outside a pod there is no termination message."""
+    if not error_file.exists() or not termination_message.exists():
+        return
+    try:
+        if summary_of(termination_message.read_text()).get("result") == PREEMPTED_RESULT:
+            return  # stopped from outside after its checkpoint: the workers' tracebacks are of the stop signal
+        error = elastic_error_text(json.loads(error_file.read_text()))
+        if error is None:
+            return
+        termination_message.write_text(with_error(termination_message.read_text(), error))
+    except (OSError, ValueError, RecursionError) as problem:  # best effort: the exit code says the rest
+        print(f"scaletrain: cannot record the root-cause error in {termination_message}: {problem}", file=sys.stderr)
+
+
+def with_error(termination_message: str, error: str, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
+    """The termination message with `error` added: as the `error` field of the trainer's summary when the
+    message is one, else after the text a script left there, if any; either way within `limit` bytes, cut
+    at the start (the end names the exception)."""
+    summary = summary_of(termination_message)
+    if not summary:
+        return tail(f"{termination_message.rstrip()}\n{error}" if termination_message.strip() else error, limit)
+    room = limit - len(json.dumps(summary | {ERROR_FIELD: ""}).encode())
+    while room > 0:
+        message = json.dumps(summary | {ERROR_FIELD: tail(error, room)})
+        excess = len(message.encode()) - limit  # JSON escapes make the error longer than its text
+        if excess <= 0:
+            return message
+        room -= excess
+    return termination_message  # no room beside the summary, which the operator needs more
 
 
 def torchrun_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -80,6 +153,15 @@ def pod_exit_code(torchrun_exit: int, termination_message: Path) -> int:
         return torchrun_exit
     result = result_of(None, message)
     return EXIT_CODES[result] if result is not None else torchrun_exit
+
+
+def tail(text: str, limit: int) -> str:
+    """`text` within `limit` bytes (UTF-8), its start cut off and marked when it is longer."""
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return text
+    kept = encoded[len(encoded) - max(0, limit - len(CUT_MARK)) :]
+    return CUT_MARK + kept.decode(errors="ignore")
 
 
 if __name__ == "__main__":

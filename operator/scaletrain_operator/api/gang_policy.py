@@ -8,20 +8,28 @@ read pods through `pod_outcome`, so they cannot disagree.
 
 What a failure means comes from spec.failurePolicy.rules, tried in order against the root-cause pod,
 then from the built-in defaults the rules can override (BUILT_IN_MEANINGS, docs/api.md): a config or
-write error fails the job; a disruption (the pod's DisruptionTarget condition: evicted, preempted, its
-node lost; or the trainer's exit 80 after a SIGTERM from outside) restarts the gang without using
-maxRestarts; a hang, and anything else, restarts it counted. Failures that are the node's (a hang, a
+write error fails the job, and so does a loss that is not finite (exit 79, or a rank 0 that finished with
+`lossFinite: false`: a divergence repeats from the same checkpoint, and a diverged run is no success); a
+disruption (the pod's DisruptionTarget condition: evicted, preempted, its node lost; or the trainer's exit
+80 after a SIGTERM from outside) restarts the gang without using maxRestarts; a hang, and anything else,
+restarts it counted. Failures that are the node's (a hang, a
 disruption of the node, a rule's excludeNode) name the node for the next gangs to avoid.
 
 The root cause is the pod that finished first, then the lowest completion index: a dead rank makes
 its peers fail right after it, so the first to fail is the likely culprit. A stuck rank is the
 exception: its peers' hang watchdogs stop them while they wait on it (their termination messages say
 so: exit_codes.waited_on_peers), and it may never finish at all. Such victims are never the root
-cause while another failed pod is not one, or while a pod still runs.
+cause while another failed pod is not one, or while a pod still runs. Nor are the ranks that stopped
+after a checkpoint (exit 80) because a peer was evicted: the pod with the DisruptionTarget condition is
+the cause, and its node the one to blame.
+
+Every failure's message ends with what the root-cause pod's termination message says (failure_text): the
+end of a traceback (launch.py puts it there), the trainer's summary, or the container log's tail.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -29,11 +37,16 @@ from enum import Enum
 from typing import Any, Literal
 
 from scaletrain_trainer.exit_codes import (
+    ERROR_FIELD,
     EXIT_CODES,
+    EXIT_NON_FINITE,
     FINAL,
     HANG_RESULT,
+    NON_FINITE_RESULT,
     PREEMPTED_RESULT,
+    elastic_error_text,
     result_of,
+    summary_of,
     waited_on_peers,
 )
 
@@ -47,16 +60,20 @@ RESTART_LIMIT_REACHED = "RestartLimitReached"
 DISRUPTION_LIMIT_REACHED = "DisruptionLimitReached"
 DISRUPTION = "Disruption"
 NO_PROGRESS = "NoProgress"
+NON_FINITE_LOSS = "NonFiniteLoss"  # exit 79 (the trainer's NonFinite), or a rank 0 that finished diverged
 DISRUPTION_TARGET = naming.DISRUPTION_TARGET
 NOT_THE_NODES_FAULT = frozenset({"PreemptionByScheduler"})  # DisruptionTarget reasons that say nothing of the node
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 RuleAction = Literal["FailJob", "RestartGang", "RestartGangIgnoreLimit"]
-# Why a job fails: DeadlineExceeded, RestartLimitReached, DisruptionLimitReached, a final trainer result
-# (exit_codes.FINAL), or the name of the failurePolicy rule that failed it.
+# Why a job fails: DeadlineExceeded, RestartLimitReached, DisruptionLimitReached, NoProgress, NonFiniteLoss,
+# a final trainer result (exit_codes.FINAL), or the name of the failurePolicy rule that failed it.
 FailureReason = str
+# The job's exit code (run-local's) for a failure that is not a trainer result's own name.
+EXIT_CODE_OF_REASON: dict[FailureReason, int] = {**EXIT_CODES, NON_FINITE_LOSS: EXIT_NON_FINITE}
 # The built-in meanings, as docs/api.md lists them; failurePolicy.rules come first and may override each.
 BUILT_IN_MEANINGS: dict[str, RuleAction] = {
     **{result: "FailJob" for result in FINAL},  # exit 78, 74: no restart can fix them
+    NON_FINITE_LOSS: "FailJob",  # a divergence from the same checkpoint, with the same data, repeats
     DISRUPTION: "RestartGangIgnoreLimit",  # DisruptionTarget, or exit 80 (Preempted)
     HANG_RESULT: "RestartGang",  # exit 75, a rank that stopped advancing, or the gang's silence
 }
@@ -122,13 +139,64 @@ class PodOutcome:
     def waited_on_peers(self) -> bool:
         return waited_on_peers(self.message)
 
+    @property
+    def preempted(self) -> bool:
+        """Stopped after a checkpoint for a SIGTERM from outside (exit 80): its own, or a peer's."""
+        return result_of(self.exit_code, self.message) == PREEMPTED_RESULT
+
+    @property
+    def finished_diverged(self) -> bool:
+        """Succeeded, but its final summary says the loss is not finite."""
+        return self.phase == "Succeeded" and final_progress(self.message).get("lossFinite") is False
+
+    @property
+    def non_finite(self) -> bool:
+        """The trainer's NonFinite (exit 79, or its result under torchrun), or a diverged finish."""
+        return result_of(self.exit_code, self.message) == NON_FINITE_RESULT or self.finished_diverged
+
     def describe(self) -> str:
+        code = f", exit code {self.exit_code}" if self.exit_code is not None else ""
+        if self.disrupted:
+            where = f" on node {self.node_name}" if self.node_name else ""
+            return f"pod {self.name} was disrupted{where} ({self.disruption_reason or DISRUPTION_TARGET}{code})"
         if self.phase == "Running":
             return f"pod {self.name} stopped advancing (its peers timed out waiting on it)"
-        detail = self.reason or "Failed"
-        if self.exit_code is not None:
-            detail += f", exit code {self.exit_code}"
-        return f"pod {self.name} failed ({detail})"
+        if self.phase == "Succeeded":
+            return f"pod {self.name} finished ({self.reason or 'Completed'}{code})"
+        return f"pod {self.name} failed ({self.reason or 'Failed'}{code})"
+
+
+def failure_text(termination_message: str) -> str:
+    """What a termination message tells people of a failure: the exception the pod launcher recorded (the
+    summary's `error`, after the rest of the summary), a torchelastic error file's traceback (a script's own
+    torchrun or @record writing to the termination message path), else the message as it is: the trainer's
+    summary, a script's own words, or with FallbackToLogsOnError the log's tail."""
+    document = summary_of(termination_message)
+    if (traceback := elastic_error_text(document)) is not None:
+        return traceback
+    error = document.get(ERROR_FIELD)
+    if not isinstance(error, str):
+        return termination_message.strip()
+    rest = {key: value for key, value in document.items() if key != ERROR_FIELD}
+    return f"{json.dumps(rest)}\n{error.strip()}" if rest else error.strip()
+
+
+def non_finite_text(termination_message: str) -> str:
+    """Says "loss not finite at step N (the last finite checkpoint: step C)", as far as the trainer's summary
+    tells them: the first non-finite step (`firstNonFiniteStep`, else its `step`), and the last checkpoint
+    saved before it (`lastFiniteCheckpointStep`, else `checkpointStep`; 0: none)."""
+    summary = summary_of(termination_message)
+    step = _first_step(summary, ("firstNonFiniteStep", "step"))
+    checkpoint = _first_step(summary, ("lastFiniteCheckpointStep", "checkpointStep"))
+    said = "loss not finite" + (f" at step {step}" if step is not None else "")
+    if checkpoint is None:
+        return said
+    return said + (f" (the last finite checkpoint: step {checkpoint})" if checkpoint else " (no checkpoint before it)")
+
+
+def _first_step(summary: Mapping[str, Any], keys: Sequence[str]) -> int | None:
+    steps = (summary.get(key) for key in keys)
+    return next((step for step in steps if isinstance(step, int) and not isinstance(step, bool) and step >= 0), None)
 
 
 def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
@@ -181,25 +249,29 @@ class Verdict:
     @property
     def exit_code(self) -> int:
         """The job's exit code, as run-local returns it: 0, the code of a final trainer failure (78 for a
-        config error, also one a worker reported under torchrun's exit code 1), the root-cause pod's
-        code, or 1."""
+        config error, 79 for a loss not finite, also one a worker reported under torchrun's exit code 1),
+        the root-cause pod's code, or 1."""
         if self.action is Action.SUCCEED:
             return 0
-        if self.reason in EXIT_CODES:
-            return EXIT_CODES[self.reason]
+        if self.reason in EXIT_CODE_OF_REASON:
+            return EXIT_CODE_OF_REASON[self.reason]
         if self.root_cause is not None and self.root_cause.exit_code:
             return self.root_cause.exit_code
         return 1
 
 
 def root_cause(pods: Sequence[PodOutcome]) -> PodOutcome | None:
-    """The failed pod that finished first (then the lowest index); pods being stopped do not count. When
-    every failed pod waited on its peers, a pod still running is the one they waited on."""
+    """The failed pod that finished first (then the lowest index); pods being stopped do not count. Pods
+    that only followed another are passed over for it: when every failed pod stopped after a checkpoint
+    for a peer's eviction (exit 80 with no DisruptionTarget of its own), the disrupted pod, even one still
+    terminating; when every failed pod waited on its peers, a pod still running is the one they waited on."""
     failed = [pod for pod in pods if pod.failed]
     if not failed:
         return None
+    disrupted = [pod for pod in pods if pod.disrupted and pod.phase != "Succeeded"]
     culprits = (
-        [pod for pod in failed if not pod.waited_on_peers]
+        [pod for pod in failed if not pod.waited_on_peers and not (disrupted and pod.preempted and not pod.disrupted)]
+        or disrupted
         or [pod for pod in pods if pod.phase == "Running" and not pod.stopping]
         or failed
     )
@@ -232,6 +304,8 @@ def meaning(cause: PodOutcome | None, job_failure: str | None, rules: Sequence[F
     result = result_of(cause.exit_code, cause.message)
     if result in FINAL:
         return Meaning(BUILT_IN_MEANINGS[result], result)
+    if cause.non_finite:
+        return Meaning(BUILT_IN_MEANINGS[NON_FINITE_LOSS], NON_FINITE_LOSS)
     if cause.disrupted or result == PREEMPTED_RESULT:
         nodes_fault = cause.disrupted and cause.disruption_reason not in NOT_THE_NODES_FAULT
         return Meaning(BUILT_IN_MEANINGS[DISRUPTION], DISRUPTION, nodes_fault)
@@ -269,44 +343,65 @@ def judge(
     """
     succeeded = {pod.index for pod in pods if pod.phase == "Succeeded"}
     if job_complete or len(succeeded) >= limits.nodes:
-        return Verdict(Action.SUCCEED, f"all {limits.nodes} nodes finished")
-    if job_failure == DEADLINE_EXCEEDED:
+        cause = next((pod for pod in pods if pod.index == 0 and pod.finished_diverged), None)
+        if cause is None:
+            return Verdict(Action.SUCCEED, f"all {limits.nodes} nodes finished")
+    elif job_failure == DEADLINE_EXCEEDED:
         return Verdict(
             Action.FAIL, f"activeDeadlineSeconds ({limits.active_deadline_seconds}) passed", DEADLINE_EXCEEDED
         )
-    cause = None if suspended else root_cause(pods)
-    if cause is None and job_failure is None:
-        return Verdict(Action.KEEP_RUNNING)
+    else:
+        cause = None if suspended else root_cause(pods)
+        if cause is None and job_failure is None:
+            return Verdict(Action.KEEP_RUNNING)
     what = cause.describe() if cause is not None else f"the gang's Job failed ({job_failure})"
+    found = finding(cause)
     meant = meaning(cause, job_failure, limits.rules)
     by_rule = f" (failurePolicy rule {meant.name})" if meant.rule else ""
     avoid = cause.node_name if cause is not None and meant.nodes_fault else ""
     if meant.action == "FailJob":
-        detail = FINAL.get(meant.name, "") if not by_rule else ""
-        said = f"{detail}, not retried" if detail else "not retried"
-        message = f"{what}: {said}{by_rule}. {cause.message if cause is not None else ''}".strip()
-        return Verdict(Action.FAIL, message, meant.name, cause, avoid_node=avoid)
+        message = f"{what}: {f'{found}, ' if found else ''}not retried{by_rule}"
+        return Verdict(Action.FAIL, told(message, cause), meant.name, cause, avoid_node=avoid)
+    what += f": {found}" if found else ""
     if meant.action == "RestartGangIgnoreLimit":
         if limits.max_disruptions is not None and disruptions >= limits.max_disruptions:
             message = f"{what}{by_rule}; maxDisruptions ({limits.max_disruptions}) reached"
-            return Verdict(Action.FAIL, message, DISRUPTION_LIMIT_REACHED, cause, avoid_node=avoid)
+            return Verdict(Action.FAIL, told(message, cause), DISRUPTION_LIMIT_REACHED, cause, avoid_node=avoid)
         message = (
             f"{what}{by_rule}: a disruption, not counted against maxRestarts; gang restart from the last "
             f"checkpoint (disruption {disruptions + 1}{_of(limits.max_disruptions)})"
         )
-        return Verdict(Action.RESTART, message, meant.name, cause, disruption=True, avoid_node=avoid)
+        return Verdict(Action.RESTART, told(message, cause), meant.name, cause, disruption=True, avoid_node=avoid)
     stalled_limit = limits.max_restarts_without_progress
     if stalled_limit is not None and stalled_gangs >= stalled_limit:
         message = (
             f"{what}{by_rule}; {stalled_gangs} gangs in a row failed without a checkpoint newer than the one they "
             f"started from (maxRestartsWithoutProgress {stalled_limit}): a crash loop"
         )
-        return Verdict(Action.FAIL, message, NO_PROGRESS, cause, avoid_node=avoid)
+        return Verdict(Action.FAIL, told(message, cause), NO_PROGRESS, cause, avoid_node=avoid)
     if restarts >= limits.max_restarts:
         message = f"{what}{by_rule}; maxRestarts ({limits.max_restarts}) reached"
-        return Verdict(Action.FAIL, message, RESTART_LIMIT_REACHED, cause, avoid_node=avoid)
+        return Verdict(Action.FAIL, told(message, cause), RESTART_LIMIT_REACHED, cause, avoid_node=avoid)
     message = f"{what}{by_rule}; gang restart {restarts + 1}/{limits.max_restarts} from the last checkpoint"
-    return Verdict(Action.RESTART, message, meant.name, cause, avoid_node=avoid)
+    return Verdict(Action.RESTART, told(message, cause), meant.name, cause, avoid_node=avoid)
+
+
+def finding(cause: PodOutcome | None) -> str:
+    """What the trainer found, when the root-cause pod's exit names it: a loss not finite, with its step and
+    the last finite checkpoint, or a final result (exit_codes.FINAL)."""
+    if cause is None:
+        return ""
+    if cause.non_finite:
+        return non_finite_text(cause.message)
+    result = result_of(cause.exit_code, cause.message)
+    return FINAL.get(result, "") if result is not None else ""
+
+
+def told(message: str, cause: PodOutcome | None) -> str:
+    """`message`, ending with what the root-cause pod's termination message says (failure_text): the end
+    is what a bounded status message or Event keeps most of (controller/status.bounded)."""
+    said = failure_text(cause.message) if cause is not None else ""
+    return f"{message}. {said}" if said else message
 
 
 def ended_gang(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scaletrain_trainer.config import CONFIG_ENV
-from scaletrain_trainer.exit_codes import EXIT_PREEMPTED
+from scaletrain_trainer.exit_codes import ERROR_FILE_ENV, EXIT_PREEMPTED
 
 from . import naming
 from .merge import merge_under
@@ -24,6 +24,7 @@ from .models import ScaleTrainJob, ScaleTrainJobSpec
 DEFAULT_COMMAND = ["python", "-m", "scaletrain_trainer.launch"]
 DEFAULT_TORCHRUN_ARGS = ["--module", "scaletrain_trainer"]
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTATION}']"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # Kubernetes' default, said explicitly: the error file's too
 
 
 def render_children(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -167,6 +168,10 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "volumeMounts": [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in spec.volume_mounts]
         + [{"name": naming.SHM_VOLUME, "mountPath": "/dev/shm"}],
         "securityContext": TRAINER_SECURITY,
+        # Why it failed, for the operator and `kubectl describe`: the trainer's summary or the error of
+        # TORCHELASTIC_ERROR_FILE there, else (a crash that wrote neither) the end of the container's log.
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
@@ -256,8 +261,11 @@ def _completion_index() -> dict[str, Any]:
 
 
 def backend_env_defaults(spec: ScaleTrainJobSpec) -> dict[str, str]:
-    """Defaults that users may override through spec.env."""
-    defaults = {"PYTHONUNBUFFERED": "1"}
+    """Defaults that users may override through spec.env. TORCHELASTIC_ERROR_FILE: where torchelastic's
+    @record, and torchrun for its first failed worker, write an uncaught exception with its traceback; the
+    termination message, so that a script's own `torchrun` or `python` tells the operator why it failed
+    (the built-in launcher gives torchrun a file of its own and writes the end of it there: launch.py)."""
+    defaults = {"PYTHONUNBUFFERED": "1", ERROR_FILE_ENV: TERMINATION_MESSAGE_PATH}
     if spec.resolved_backend == "nccl":
         # A dead peer must fail the job (and so trigger a gang restart), never hang it.
         defaults |= {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}

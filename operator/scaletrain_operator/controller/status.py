@@ -21,11 +21,14 @@ MAX_MESSAGE = 32768  # metav1.Condition's message; the status message keeps to i
 
 
 def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
-    """`message`, cut to `limit` characters with a note of how much was left out."""
+    """`message` within `limit` characters: its start, which says what failed, and most of the room for its
+    end, where a traceback names the exception; the middle is cut with a note of how much was left out."""
     if len(message) <= limit:
         return message
-    cut = limit - 40  # room for the note
-    return message[:cut] + f"... ({len(message) - cut} more characters)"
+    room = limit - len(f" ... ({len(message)} characters left out) ... ")  # the note, its count at its longest
+    head = room // 4
+    tail = room - head
+    return f"{message[:head]} ... ({len(message) - room} characters left out) ... {message[len(message) - tail :]}"
 
 
 def condition(kind: str, status: bool, reason: str, message: str, now: datetime, generation: int | None) -> dict:

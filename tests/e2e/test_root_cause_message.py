@@ -1,0 +1,43 @@
+"""Why a script failed reaches the job's status: under run-local, as on a cluster, a script run by the
+pod launcher's torchrun raises in rank 1, and the exception's last line is in that pod's termination
+message and in the job's failure message (run-local prints the message the operator writes to
+status.message and the Failed Event)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from scaletrain_testing.jobs import DELETE, base_job
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"  # on the "image": PYTHONPATH points here
+TIMEOUT = 120
+LAST_LINE = "ValueError: shard 7 of the training data is corrupt (rank 1 raises this on purpose)"
+
+
+def test_the_exception_of_a_rank_under_torchrun_is_in_its_termination_message_and_the_jobs_message(tmp_path):
+    # No command: the default one, the pod launcher, runs torchrun with these arguments.
+    job = base_job(
+        training=DELETE,
+        args=["--module", "raise_in_rank_1"],
+        maxRestarts=0,
+        env=[{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+    )
+    job["metadata"] = {"name": "raises"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", "job.yaml", "--workdir", "work"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    # The summary's first line is "NAME: Failed: MESSAGE in N s, ...", before the pod's log tail.
+    message = result.stdout.split(" s, 0 restart(s)")[0]
+    assert re.search(
+        r"pod raises-g0-1-\w+ failed \(Error, exit code 1\); maxRestarts \(0\) reached\. Trace", message
+    ), output
+    assert re.search(f"{re.escape(LAST_LINE)} in [0-9.]+$", message), output
+    (termination_log,) = (tmp_path / "work" / "pods").glob("*_raises-g0-1-*/containers/trainer/termination-log")
+    assert termination_log.read_text().rstrip().endswith(LAST_LINE), termination_log.read_text()
