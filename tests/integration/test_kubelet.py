@@ -15,8 +15,12 @@ from scaletrain_testing.kube import Kube
 from scaletrain_testing.kubelet import GPU_RESOURCE, FakeNode, Kubelet, gpu_node
 
 WAIT = 60.0  # seconds for a pod to be scheduled, started and finished on a shared machine
-# Writes its arguments to the container's termination message file, which the kubelet reports.
-SAY = "import os, sys; open(os.environ['SCALETRAIN_TERMINATION_LOG'], 'w').write(' '.join(sys.argv[1:]))"
+# Writes its arguments to the container's termination message file, which the kubelet reports: at
+# /dev/termination-log as on a cluster, or where pods share this machine's files, where the env says.
+SAY = (
+    "import os, sys; "
+    "open(os.environ.get('SCALETRAIN_TERMINATION_LOG', '/dev/termination-log'), 'w').write(' '.join(sys.argv[1:]))"
+)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import time
 
 from scaletrain_operator.local.executor import PodExecutor
 from scaletrain_operator.local.processes import ProcessInfo, scan_processes, signal_processes
-from scaletrain_testing.executor_host import a_pod
+from scaletrain_testing.local_pods import a_pod
 from scaletrain_testing.process_tree import descendants, survivors
 
 START_SECONDS = 60

@@ -8,9 +8,11 @@
   kube-node-lease renewed every NODE_HEARTBEAT_SECONDS.
 - **Pods.** It watches the pods bound to its nodes and runs each on the pod executor
   (scaletrain_operator.local.executor: env with the downward API and `$(VAR)`, working directories,
-  volumes, a clean environment, a network namespace per pod when root), one worker thread per pod,
-  as the kubelet's pod workers. Projected, secret and configMap volumes (every pod has the projected
-  service-account token the ServiceAccount admission plugin adds) are written as files from the API.
+  volumes, a clean environment, and when root a network namespace per pod and a filesystem per
+  container: the volumes at their mountPaths, its own /dev/termination-log and /dev/shm, and this
+  machine's files never written), one worker thread per pod, as the kubelet's pod workers.
+  Projected, secret and configMap volumes (every pod has the projected service-account token the
+  ServiceAccount admission plugin adds) are written as files from the API.
 - **Status**, as the kubelet writes it: phase, podIP, hostIP, startTime, conditions, and
   containerStatuses with exit codes, reasons and the termination message files' contents. A spec the
   executor cannot run stays Pending with the reason CreateContainerConfigError and the message.
@@ -104,6 +106,9 @@ class Kubelet:
     def __enter__(self) -> Kubelet:
         if self.executor.network_mode != "namespaces":
             warnings.warn(f"kubelet pods share this machine's loopback: {self.executor.network_reason}", stacklevel=2)
+        if self.executor.filesystem_mode != "contained":
+            message = f"kubelet pods share this machine's filesystem: {self.executor.filesystem_reason}"
+            warnings.warn(message, stacklevel=2)
         try:
             for node in self.nodes.values():
                 self._register(node)

@@ -15,6 +15,14 @@ from scaletrain_operator.api.render import render_job
 from scaletrain_operator.local.executor import PodExecutor, PodExtras, find_executable
 from scaletrain_operator.local.expansion import expand
 from scaletrain_operator.local.job_controller import indexed_pods
+from scaletrain_operator.local.pod_filesystem import (
+    AUTO,
+    CONTAINED,
+    ContainedFilesystem,
+    FilesystemError,
+    SharedFilesystem,
+    open_filesystem,
+)
 from scaletrain_operator.local.pod_network import (
     LoopbackNetwork,
     PodIdentity,
@@ -302,27 +310,31 @@ def test_training_config_paths_under_a_mount_move_to_the_volume():
     assert relocated[1] == env[1]
 
 
-def test_the_image_env_is_all_a_container_gets_besides_its_own(tmp_path):
-    env = image_env(Path("/venv/bin"), "trainer-0", tmp_path / "rootfs")
-    assert env == {
+def test_the_image_env_is_all_a_container_gets_besides_its_own():
+    assert image_env(Path("/venv/bin"), "trainer-0") == {
         "PATH": "/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOSTNAME": "trainer-0",
-        "HOME": str(tmp_path / "rootfs" / "root"),
-        "TMPDIR": str(tmp_path / "rootfs" / "tmp"),
     }
 
 
 def test_a_container_is_resolved_with_a_clean_env_and_its_own_directories(tmp_path, monkeypatch):
     monkeypatch.setenv("CALLERS_SECRET", "must not leak")
-    env = [{"name": "MASTER_ADDR", "value": "trainer-0.trainer"}, {"name": "HOME", "value": "/home/me"}]
+    env = [
+        {"name": "MASTER_ADDR", "value": "trainer-0.trainer"},
+        {"name": "HOME", "value": "/home/me"},
+        {"name": "TORCHELASTIC_ERROR_FILE", "value": "/dev/termination-log"},
+    ]
     pod = a_pod(env, containers=[{"name": "main", "command": ["python", "$(MASTER_ADDR)"], "env": env}])
-    executor = PodExecutor(tmp_path, LoopbackNetwork("a test"), node_name="node-a")
+    executor = PodExecutor(
+        tmp_path, LoopbackNetwork("a test"), node_name="node-a", filesystem=SharedFilesystem("a test")
+    )
     sandbox = executor.network.attach(PodIdentity.of(pod))
     extras = PodExtras(device_env={"CUDA_VISIBLE_DEVICES": "1"})
     run = executor.resolve_container(pod, sandbox, "m", extras, CONTAINER, pod["spec"]["containers"][0])
     own = tmp_path / "pods" / "team-a_trainer-0-abcde_uid-1" / "containers" / "main"
     assert run.argv == ["python", "127.0.0.1"]  # the loopback network points the master at this machine
-    assert run.cwd == own / "rootfs"
+    assert run.files.start_dir == own / "rootfs"
+    assert run.files.command("/usr/bin/python", run.argv) == ["/usr/bin/python", "127.0.0.1"]
     assert run.log_path == tmp_path / "logs" / "trainer-0-abcde_main.log"
     assert run.env == {
         "PATH": run.env["PATH"],
@@ -330,11 +342,103 @@ def test_a_container_is_resolved_with_a_clean_env_and_its_own_directories(tmp_pa
         "HOME": "/home/me",  # the pod's env overrides the image's
         "TMPDIR": str(own / "rootfs" / "tmp"),
         "MASTER_ADDR": "127.0.0.1",
+        "TORCHELASTIC_ERROR_FILE": str(own / "termination-log"),  # no file at the container's path here
         "CUDA_VISIBLE_DEVICES": "1",
         "SCALETRAIN_LOCAL_CONTAINER": "m/main",
         "SCALETRAIN_TERMINATION_LOG": str(own / "termination-log"),
     }
     assert run.env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+
+
+def contained_container(tmp_path, pod, container):
+    executor = PodExecutor(
+        tmp_path, LoopbackNetwork("a test"), node_name="node-a", filesystem=ContainedFilesystem(tmp_path)
+    )
+    sandbox = executor.network.attach(PodIdentity.of(pod))
+    return executor, executor.resolve_container(pod, sandbox, "m", PodExtras(), CONTAINER, container)
+
+
+def test_a_contained_container_gets_its_volumes_at_their_mount_paths_and_container_paths_unchanged(tmp_path):
+    config = {"outputDir": "/output/model", "checkpoint": {"dir": "/ckpt"}}
+    env = [
+        {"name": "SCALETRAIN_CONFIG", "value": json.dumps(config)},
+        {"name": "TORCHELASTIC_ERROR_FILE", "value": "/dev/termination-log"},
+    ]
+    volumes = [
+        {"name": "output", "emptyDir": {}},
+        {"name": "data", "hostPath": {"path": "/srv/data"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+    ]
+    mounts = [
+        {"name": "output", "mountPath": "/output"},
+        {"name": "data", "mountPath": "/data/", "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    container = {
+        "name": "main",
+        "command": ["python", "train.py"],
+        "env": env,
+        "volumeMounts": mounts,
+        "workingDir": "/work",
+    }
+    pod = a_pod(env, volumes=volumes, containers=[container])
+    executor, run = contained_container(tmp_path, pod, container)
+    own = tmp_path / "pods" / "team-a_trainer-0-abcde_uid-1" / "containers" / "main"
+    assert json.loads(run.env["SCALETRAIN_CONFIG"]) == config  # the paths are the container's own
+    assert run.env["TORCHELASTIC_ERROR_FILE"] == "/dev/termination-log"
+    assert run.env["HOME"] == "/root" and "TMPDIR" not in run.env and "SCALETRAIN_TERMINATION_LOG" not in run.env
+    layout = run.files.layout
+    assert layout["volumes"] == [
+        {"path": "/output", "source": str(tmp_path / "pods" / "team-a_trainer-0-abcde_uid-1" / "volumes" / "output"),
+         "readOnly": False},
+        {"path": "/data", "source": "/srv/data", "readOnly": True},
+        {"path": "/dev/termination-log", "source": str(own / "termination-log"), "readOnly": False},
+    ]  # fmt: skip
+    assert layout["shmSize"] == str(2 * 1024**3)  # a tmpfs of the emptyDir's sizeLimit, not this machine's /dev/shm
+    assert layout["hidden"] == [str(tmp_path)]  # every pod's files
+    assert layout["workingDir"] == "/work"
+    assert layout["layer"] == str(own / "rootfs")
+    command = run.files.command("/usr/bin/python", run.argv)
+    assert command[:3] == [sys.executable, "-I", "-S"] and command[-2:] == ["python", "train.py"]
+    assert json.loads(command[4]) == layout
+    assert (
+        executor.host_path(pod, "main", "/output/model/metrics.jsonl")
+        == Path(layout["volumes"][0]["source"]) / "model" / "metrics.jsonl"
+    )
+    assert executor.host_path(pod, "main", "/ckpt/step-1") == own / "rootfs" / "ckpt" / "step-1"  # its own layer
+
+
+@pytest.mark.parametrize(
+    ("volume", "size"),
+    [
+        (None, str(64 * 1024**2)),  # containerd's default
+        ({"name": "dshm", "emptyDir": {"medium": "Memory"}}, "50%"),  # no sizeLimit: tmpfs's default
+        ({"name": "dshm", "emptyDir": {}}, str(64 * 1024**2)),  # on disk: no shared memory
+    ],
+)
+def test_a_contained_containers_dev_shm_is_sized_as_a_container_runtime_sizes_it(tmp_path, volume, size):
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}] if volume else []
+    container = {"name": "main", "command": ["python"], "volumeMounts": mounts}
+    _, run = contained_container(tmp_path, a_pod(volumes=[volume] if volume else [], containers=[container]), container)
+    assert run.files.layout["shmSize"] == size
+
+
+def test_a_custom_termination_message_path_is_where_the_file_is_mounted(tmp_path):
+    container = {"name": "main", "command": ["python"], "terminationMessagePath": "/var/log/why"}
+    _, run = contained_container(tmp_path, a_pod(containers=[container]), container)
+    assert run.files.layout["volumes"][-1]["path"] == "/var/log/why"
+
+
+def test_without_root_pods_share_this_machines_filesystem_and_the_run_says_what_is_not_contained(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    shared = open_filesystem(tmp_path, AUTO)
+    assert shared.mode == "shared"
+    assert shared.reason.startswith("not running as root, which contained pods need: ")
+    assert "land in this machine's files" in shared.reason
+    with pytest.raises(FilesystemError, match="contained pods are not available: not running as root"):
+        open_filesystem(tmp_path, CONTAINED)
+    with pytest.raises(FilesystemError, match="pod filesystem 'sealed': expected one of auto, contained, shared"):
+        open_filesystem(tmp_path, "sealed")
 
 
 def test_the_loopback_network_moves_the_rendezvous_to_this_machine_with_a_port_per_master():

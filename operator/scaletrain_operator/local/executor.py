@@ -10,21 +10,24 @@ SIGTERM to each container's main process, the pod's terminationGracePeriodSecond
 whatever of the pod is left. Should the executor's process die without stopping its pods (SIGKILL),
 its orphan guard kills them (processes.OrphanGuard).
 
-Under the executor's root directory: `pods/NAMESPACE_NAME_UID/` (per container: its root directory,
-the default working directory with the container's HOME and TMPDIR, and its termination message
-file; per emptyDir volume a directory), `volumes/NAMESPACE/CLAIM/` (persistentVolumeClaims, shared
+Under the executor's root directory: `pods/NAMESPACE_NAME_UID/` (per container: its own files in
+`rootfs/`, its writable layer or its HOME, TMPDIR and default working directory, and its termination
+message file; per emptyDir volume a directory), `volumes/NAMESPACE/CLAIM/` (persistentVolumeClaims, shared
 by every pod that claims them) and `logs/POD_CONTAINER.log`.
+
+Each container's filesystem is its own where this machine allows it (root: a mount namespace with
+this machine's root as the image, a writable layer of its own, the volumes at their mountPaths and
+its own /dev, /dev/shm and /tmp), else this machine's (pod_filesystem.py says which and why).
 
 What a kubelet does and this does not: images (a container runs this machine's programs), resource
 limits and securityContext (every process runs as this user), restarts (restartPolicy Never only),
-a private mount namespace (so the training config's paths under a mount are relocated to the
-volume's directory, and the termination message path is passed in SCALETRAIN_TERMINATION_LOG), and
-a PID namespace (the main process is not PID 1, so it does not ignore an unhandled SIGTERM). A
+and a PID namespace (the main process is not PID 1, so it does not ignore an unhandled SIGTERM). A
 RunningPod is driven by one thread at a time, as the kubelet's pod worker drives its pod.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -38,10 +41,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from scaletrain_trainer.metrics import TERMINATION_LOG_ENV
 from scaletrain_trainer.validation import Problem, ProblemsError
 
 from ..api.gang_policy import PodPhase
+from .pod_filesystem import ContainerFiles, PodFilesystem, open_filesystem
 from .pod_network import PodIdentity, PodNetwork, PodSandbox, open_network
 from .pod_spec import (
     Pod,
@@ -52,11 +55,10 @@ from .pod_spec import (
     grace_seconds,
     image_env,
     mount_dirs,
+    move_files_env,
     pod_hostname,
     relocate_config_env,
     resolve_env,
-    under_mount,
-    working_dir,
 )
 from .processes import (
     KILL_WAIT_SECONDS,
@@ -103,8 +105,8 @@ class ContainerRun:
     image: str
     argv: list[str]  # the expanded command and args
     env: dict[str, str]  # the process's whole environment
-    cwd: Path
-    own_dirs: list[Path]  # made before it starts: its root, HOME, TMPDIR, cwd, and its volumes' directories
+    files: ContainerFiles  # its filesystem: where it starts, what is made before, how it is entered
+    own_dirs: list[Path]  # made before it starts: its filesystem's, and its volumes' directories
     log_path: Path
     termination_log: Path
     fallback_to_logs: bool  # terminationMessagePolicy: FallbackToLogsOnError
@@ -132,7 +134,7 @@ class ContainerRun:
             directory.mkdir(parents=True, exist_ok=True)
         self.termination_log.write_text("")  # the kubelet provides an empty file
         self.started_at = now()
-        executable = find_executable(self.argv[0], self.env["PATH"], self.cwd)
+        executable = find_executable(self.argv[0], self.env["PATH"], self.files.lookup_dir)
         if executable is None:
             self._terminate(
                 START_ERROR_EXIT_CODE, "StartError", f'exec: "{self.argv[0]}": executable file not found in $PATH'
@@ -140,8 +142,9 @@ class ContainerRun:
             return
         self._log = self.log_path.open("ab")
         try:
+            command = network.enter(sandbox, self.files.command(executable, self.argv))
             self.process = subprocess.Popen(
-                network.enter(sandbox, [executable, *self.argv[1:]]), env=self.env, cwd=self.cwd,
+                command, env=self.env, cwd=self.files.start_dir,
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         except OSError as error:
@@ -205,10 +208,12 @@ class ContainerRun:
             self._log.close()
 
     def _termination_message(self, code: int) -> str:
-        """The termination message file, or with FallbackToLogsOnError and a failure, the log's tail."""
+        """The termination message file, or with FallbackToLogsOnError and a failure, the log's tail; of a
+        longer file, its last MAX_TERMINATION_MESSAGE_BYTES, as the kubelet keeps (where an error ends)."""
         try:
             with self.termination_log.open("rb") as file:
-                message = file.read(MAX_TERMINATION_MESSAGE_BYTES).decode(errors="replace")
+                file.seek(max(0, file.seek(0, os.SEEK_END) - MAX_TERMINATION_MESSAGE_BYTES))
+                message = file.read().decode(errors="replace")
         except OSError:
             message = ""
         if not message and code != 0 and self.fallback_to_logs:
@@ -391,9 +396,16 @@ def stop_pods(pods: Iterable[RunningPod], grace_seconds: float | None = None) ->
 class PodExecutor:
     """Runs pods on this machine; one pod network (and so one subnet) for all of them."""
 
-    def __init__(self, root: Path, network: PodNetwork | None = None, node_name: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        network: PodNetwork | None = None,
+        node_name: str | None = None,
+        filesystem: PodFilesystem | None = None,
+    ):
         self.root = root.absolute()  # each container has a working directory of its own
         self.network = network or open_network()
+        self.filesystem = filesystem or open_filesystem(self.root)
         self.node_name = node_name or socket.gethostname()  # spec.nodeName of pods that have none
         self._pods: list[RunningPod] = []
         self._lock = threading.Lock()
@@ -406,6 +418,14 @@ class PodExecutor:
     @property
     def network_reason(self) -> str:
         return self.network.reason
+
+    @property
+    def filesystem_mode(self) -> str:
+        return self.filesystem.mode
+
+    @property
+    def filesystem_reason(self) -> str:
+        return self.filesystem.reason
 
     @property
     def claims_dir(self) -> Path:
@@ -450,10 +470,14 @@ class PodExecutor:
         return running
 
     def host_path(self, pod: Pod, container_name: str, path: str) -> Path:
-        """Where a path of the container's training config lies on this machine: under a volume
-        mount in the volume's directory, elsewhere where it is (see pod_spec.relocate)."""
+        """Where a path of the container lies on this machine: under a volume mount in the volume's
+        directory, elsewhere in its own layer or this machine's path (see pod_filesystem)."""
         where, container = next((w, c) for w, c in containers_of(pod) if c["name"] == container_name)
-        return under_mount(path, mount_dirs(pod, container, self.volume_dirs(pod), where)) or Path(path)
+        mounts = mount_dirs(pod, container, self.volume_dirs(pod), where)
+        return self.filesystem.host_path(path, mounts, self.container_dir(pod, container_name))
+
+    def container_dir(self, pod: Pod, container_name: str) -> Path:
+        return self.pod_dir(pod) / "containers" / container_name
 
     def close(self, grace_seconds: float | None = None) -> None:
         """Stop every pod still running, then remove the pod network; the orphan guard goes too."""
@@ -474,22 +498,23 @@ class PodExecutor:
     ) -> ContainerRun:
         """The container as it will run here (not started): its argv, whole environment, working
         directory and files. `marker` is the pod's, `where` the container's field path for errors."""
-        name, own = container["name"], self.pod_dir(pod) / "containers" / container["name"]
-        rootfs = own / "rootfs"
+        name, own = container["name"], self.container_dir(pod, container["name"])
         mounts = mount_dirs(pod, container, self.volume_dirs(pod), where, extras.volumes)
+        files = self.filesystem.files(pod, container, mounts, own)
         fields = PodFields(sandbox.ip, self.network.host_ip, pod["spec"].get("nodeName") or self.node_name)
-        env_spec = self.network.rewrite_env(sandbox, relocate_config_env(container.get("env") or [], mounts))
-        declared = resolve_env(pod, env_spec, fields, where)
-        image = image_env(Path(sys.executable).parent, pod_hostname(pod), rootfs)
-        runtime = {MARKER_ENV: f"{marker}/{name}", TERMINATION_LOG_ENV: str(own / "termination-log")}
-        cwd = working_dir(container, mounts, rootfs)
+        env_spec = move_files_env(
+            relocate_config_env(container.get("env") or [], files.config_mounts), files.moved_files
+        )
+        declared = resolve_env(pod, self.network.rewrite_env(sandbox, env_spec), fields, where)
+        image = image_env(Path(sys.executable).parent, pod_hostname(pod)) | files.image_env
+        runtime = {MARKER_ENV: f"{marker}/{name}", **files.runtime_env}
         return ContainerRun(
             name=name,
             image=container.get("image", ""),
             argv=command_line(container, declared, where),
             env=image | declared | dict(extras.device_env) | runtime,
-            cwd=cwd,
-            own_dirs=[rootfs / "root", rootfs / "tmp", cwd, self.logs_dir]
+            files=files,
+            own_dirs=[*files.own_dirs, self.logs_dir]
             + [path for path in mounts.values() if path.is_relative_to(self.root)],
             log_path=self.logs_dir / f"{pod['metadata']['name']}_{name}.log",
             termination_log=own / "termination-log",

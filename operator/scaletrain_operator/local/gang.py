@@ -4,6 +4,8 @@ Each node is one of the job's rendered pods, run by the pod executor (executor.p
 would: one torchrun per node with the pod's env, gloo on CPU, nccl with a slice of this machine's
 GPUs per node. As root each pod has a network namespace of its own; otherwise the pods share this
 machine's loopback (SCALETRAIN_POD_NETWORK=auto, namespaces or loopback chooses; the run says which).
+As root each container has a filesystem of its own too, with the volumes at their mountPaths;
+otherwise the pods write this machine's files (SCALETRAIN_POD_FILESYSTEM=auto, contained or shared).
 The gang policy (api/gang_policy.py) judges the pods exactly as the operator does: a failed node
 stops the others and the gang restarts from the last checkpoint, up to maxRestarts; exit code 78 (an
 invalid training config) and a passed activeDeadlineSeconds (per gang, as each generation is a new
@@ -45,7 +47,9 @@ from ..api.progress import read_progress
 from ..api.render import render_job, render_master_alias, render_service
 from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
 from .job_controller import indexed_pods
+from .pod_filesystem import FilesystemError, PodFilesystem, open_filesystem
 from .pod_network import AUTO, NetworkError, PodNetwork, free_port, open_network
+from .pod_spec import Pod
 from .report import RunResult, metrics_records, summary
 from .view import ProgressView
 
@@ -53,6 +57,7 @@ POLL_SECONDS = 0.25
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
 WORKDIR_PARTS = ("logs", "volumes", "pods")  # what run-local writes under the workdir (and --fresh removes)
 POD_NETWORK_ENV = "SCALETRAIN_POD_NETWORK"  # auto (the default), namespaces or loopback
+POD_FILESYSTEM_ENV = "SCALETRAIN_POD_FILESYSTEM"  # auto (the default), contained or shared
 LOCK_FILE = ".run-local.lock"  # in the workdir: locked while a run holds it, with the holder's pid
 
 
@@ -104,12 +109,29 @@ def pod_network() -> PodNetwork:
         raise NetworkError(f"{POD_NETWORK_ENV}={preference}: {error}") from None
 
 
+def pod_filesystem(workdir: Path) -> PodFilesystem:
+    preference = os.environ.get(POD_FILESYSTEM_ENV, AUTO)
+    try:
+        return open_filesystem(workdir.absolute(), preference)
+    except FilesystemError as error:
+        raise FilesystemError(f"{POD_FILESYSTEM_ENV}={preference}: {error}") from None
+
+
 def with_metrics_port(job: ScaleTrainJob, port: int) -> ScaleTrainJob:
     """The job with its trainer's metrics port moved; a job without a training block keeps the default."""
     if job.spec.training is None:
         return job
     training = job.spec.training.model_copy(update={"metrics_port": port})
     return job.model_copy(update={"spec": job.spec.model_copy(update={"training": training})})
+
+
+def _config_path(executor: PodExecutor, pod: Pod, path: str, field: tuple[str, ...]) -> Path:
+    """Where the trainer's `path` (spec.training's `field`) lies on this machine; a path that leaves its
+    volume is refused at that field."""
+    try:
+        return executor.host_path(pod, naming.TRAINER_CONTAINER, path)
+    except ProblemsError as error:
+        raise ProblemsError([Problem(("spec", "training", *field), p.message) for p in error.problems]) from None
 
 
 class Gang:
@@ -122,12 +144,14 @@ class Gang:
         training, rank_0 = job.spec.training, self.specs[0]
         # A script of one's own (no training block) writes neither: its progress is what /progress says.
         self.metrics_path = (
-            executor.host_path(rank_0, naming.TRAINER_CONTAINER, f"{training.output_dir}/metrics.jsonl")
+            _config_path(executor, rank_0, f"{training.output_dir}/metrics.jsonl", ("outputDir",))
             if training is not None
             else None
         )
         checkpoints = training.checkpoint.dir if training is not None else None
-        self.checkpoint_dir = executor.host_path(rank_0, naming.TRAINER_CONTAINER, checkpoints) if checkpoints else None
+        self.checkpoint_dir = (
+            _config_path(executor, rank_0, checkpoints, ("checkpoint", "dir")) if checkpoints else None
+        )
         self.generation = generation
         self.pods: list[RunningPod] = []
         self.last_progress: dict[str, Any] | None = None  # rank 0's last /progress answer
@@ -188,7 +212,7 @@ def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False) -> int:
             if fresh:
                 for part in WORKDIR_PARTS:
                     shutil.rmtree(workdir / part, ignore_errors=True)
-            executor = PodExecutor(workdir, pod_network())
+            executor = PodExecutor(workdir, pod_network(), filesystem=pod_filesystem(workdir))
             try:
                 return _run(job, executor, gpus)
             finally:
@@ -249,6 +273,7 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
             f"backend {spec.resolved_backend}; logs and volumes in {executor.root}"
         )
         view.say(f"pod network: {executor.network_mode} ({executor.network_reason})")
+        view.say(f"pod filesystem: {executor.filesystem_mode} ({executor.filesystem_reason})")
         gang = Gang(job, counted.generation, executor, gpus)
         first_metrics = gang.metrics_path
         offset = (

@@ -2,10 +2,10 @@
 (downward API and `$(VAR)` expansion), the command line, the volumes as directories, the working
 directory, and the environment the image and the runtime add. No processes, no I/O.
 
-A process has no private mount namespace here, so a container path lies somewhere on this machine:
-under a volume mount it is in the volume's directory, elsewhere it is this machine's own path (the
-"image" is this machine: its Python, its packages, its files). Two exceptions keep pods apart: the
-working directory and the container's `/tmp` and home are under the container's own root directory.
+A container path under a volume mount is in the volume's directory; elsewhere it is in the
+container's own filesystem, or where pods share this machine's filesystem, this machine's own path
+(the "image" is this machine: its Python, its packages, its files) but for the working directory,
+`/tmp` and home, which are under the container's own root directory (pod_filesystem.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # An image's PATH (Debian's, as in the python and pytorch images); this interpreter's directory goes first.
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VOLUME_KINDS = ("emptyDir", "persistentVolumeClaim", "hostPath")
-SHM_PATH = "/dev/shm"  # a memory-backed emptyDir mounted here is this machine's own /dev/shm
+SHM_PATH = "/dev/shm"  # a memory-backed emptyDir here is a tmpfs of the container's, or this machine's /dev/shm
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def mount_dirs(
             raise ProblemsError([Problem((*at, "name"), f"no volume named {mount['name']!r} in spec.volumes")])
         if "subPathExpr" in mount:
             raise ProblemsError([Problem((*at, "subPathExpr"), "not supported by the local pod executor; use subPath")])
-        mount_path = mount["mountPath"].rstrip("/") or "/"
+        mount_path = mount_path_of(mount)
         source = (prepared or {}).get(volume["name"]) or volume_source(pod, volume, mount_path, dirs)
         if source is None:
             kind = next((key for key in volume if key != "name"), "(none)")
@@ -136,6 +136,11 @@ def mount_dirs(
             raise ProblemsError([Problem((*at, "name"), message)])
         mounts[mount_path] = inside(source, mount.get("subPath", ""), (*at, "subPath"))
     return mounts
+
+
+def mount_path_of(mount: Mapping[str, Any]) -> str:
+    """A volumeMount's mountPath as the mounts are keyed: without a trailing slash."""
+    return mount["mountPath"].rstrip("/") or "/"
 
 
 def inside(directory: Path, relative: str, where: tuple) -> Path:
@@ -149,13 +154,13 @@ def inside(directory: Path, relative: str, where: tuple) -> Path:
 
 def volume_source(pod: Pod, volume: Mapping[str, Any], mount_path: str, dirs: VolumeDirs) -> Path | None:
     """A volume's directory: an emptyDir in the pod's directory (a memory-backed one mounted at
-    /dev/shm is this machine's /dev/shm, which `shm_open` uses whatever a mount says), a
+    /dev/shm is this machine's /dev/shm, which `shm_open` uses whatever a mount says, unless the
+    container has a /dev/shm of its own: pod_filesystem.py), a
     persistentVolumeClaim in `claims/NAMESPACE/CLAIM` (one directory for every pod that claims it), a
     hostPath the path itself; None for other kinds."""
     where = ("spec", "volumes", (pod["spec"].get("volumes") or []).index(volume))
     if "emptyDir" in volume:
-        memory = (volume["emptyDir"] or {}).get("medium") == "Memory"
-        if memory and mount_path == SHM_PATH:
+        if is_shared_memory(volume, mount_path):
             return Path(SHM_PATH)
         return dirs.pod / "volumes" / dns_name(volume["name"], (*where, "name"))
     if "persistentVolumeClaim" in volume:
@@ -165,6 +170,12 @@ def volume_source(pod: Pod, volume: Mapping[str, Any], mount_path: str, dirs: Vo
     if "hostPath" in volume:
         return Path(volume["hostPath"]["path"])
     return None
+
+
+def is_shared_memory(volume: Mapping[str, Any], mount_path: str) -> bool:
+    """Whether `volume` mounted at `mount_path` is the pod's shared memory: a memory-backed emptyDir
+    at /dev/shm, where `shm_open` looks."""
+    return mount_path == SHM_PATH and "emptyDir" in volume and (volume["emptyDir"] or {}).get("medium") == "Memory"
 
 
 def dns_name(name: str, where: tuple, subdomain: bool = False) -> str:
@@ -222,16 +233,20 @@ def relocate_config_env(env_spec: Sequence[Mapping[str, Any]], mounts: Mapping[s
     return relocated
 
 
-def image_env(interpreter_dir: Path, hostname: str, rootfs: Path) -> dict[str, str]:
+def move_files_env(env_spec: Sequence[Mapping[str, Any]], files: Mapping[str, Path]) -> list[dict[str, Any]]:
+    """The env list with each literal value that is one of `files`' container paths moved to its file
+    on this machine (TORCHELASTIC_ERROR_FILE=/dev/termination-log, where no file is at that path)."""
+    return [
+        {**var, "value": str(files[var["value"]])} if "value" in var and var["value"] in files else dict(var)
+        for var in env_spec
+    ]
+
+
+def image_env(interpreter_dir: Path, hostname: str) -> dict[str, str]:
     """What an image and the runtime define before the pod's env (which may override it): PATH with
-    the image's Python first (here: this interpreter's), HOSTNAME, and a HOME and TMPDIR of the
-    container's own."""
-    return {
-        "PATH": f"{interpreter_dir}:{IMAGE_PATH}",
-        "HOSTNAME": hostname,
-        "HOME": str(rootfs / "root"),
-        "TMPDIR": str(rootfs / "tmp"),
-    }
+    the image's Python first (here: this interpreter's) and HOSTNAME. HOME and TMPDIR depend on the
+    container's filesystem (pod_filesystem.py)."""
+    return {"PATH": f"{interpreter_dir}:{IMAGE_PATH}", "HOSTNAME": hostname}
 
 
 def grace_seconds(pod: Pod) -> float:
