@@ -8,6 +8,149 @@ from __future__ import annotations
 from scaletrain_testing.jobs import DELETE
 
 SCHEMA, CEL, OPERATOR = "schema", "cel", "operator"
+_SIDECAR = {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"}
+
+# What the CRD lets through (its schemaless pass-throughs) and the API server refuses in the Job the operator
+# creates: validate and the operator refuse them first (api/kube_schema.py). tests/integration/
+# test_child_validation_server.py checks that the server refuses each rendered Job.
+REFUSED_AT_JOB_CREATION = [
+    (
+        "sidecar-env-a-string",
+        {"spec": {"podTemplate": {"spec": {"containers": [_SIDECAR | {"env": "LOG_LEVEL=debug"}]}}}},
+        "spec.podTemplate.spec.containers[0].env",
+        "must be a list, not str",
+        OPERATOR,
+    ),
+    (
+        "toleration-value-not-a-label-value",
+        {"spec": {"tolerations": [{"key": "team", "operator": "Equal", "value": "vision team"}]}},
+        "spec.tolerations[0].value",
+        "must be a label value",
+        OPERATOR,
+    ),
+    (
+        "sidecar-quantity-bad",
+        {"spec": {"podTemplate": {"spec": {"containers": [_SIDECAR | {"resources": {"limits": {"memory": "1 GB"}}}]}}}},
+        "spec.podTemplate.spec.containers[0].resources.limits.memory",
+        "not a Kubernetes quantity",
+        OPERATOR,
+    ),
+    (
+        "volume-size-limit-bad",
+        {
+            "spec": {
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "lots"}}],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }
+        },
+        "spec.volumes[0].emptyDir.sizeLimit",
+        "not a Kubernetes quantity",
+        OPERATOR,
+    ),
+    (
+        "affinity-operator-unknown",
+        {
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "zone", "operator": "Equals", "values": ["a"]}]}
+                            ]
+                        }
+                    }
+                }
+            }
+        },  # fmt: skip
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+        ".matchExpressions[0].operator",
+        "'Equals' must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt",
+        OPERATOR,
+    ),
+    (
+        "affinity-not-a-mapping",
+        {"spec": {"affinity": {"podAntiAffinity": ["spread"]}}},
+        "spec.affinity.podAntiAffinity",
+        "must be a mapping, not list",
+        OPERATOR,
+    ),
+    (
+        "affinity-topology-key-missing",
+        {
+            "spec": {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": ""}
+                        ]
+                    }
+                }
+            }
+        },  # fmt: skip
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey",
+        "required, e.g. kubernetes.io/hostname",
+        OPERATOR,
+    ),
+    (
+        "sidecar-name-underscore",
+        {"spec": {"podTemplate": {"spec": {"containers": [_SIDECAR | {"name": "log_shipper"}]}}}},
+        "spec.podTemplate.spec.containers[0].name",
+        "'log_shipper' is not a DNS label",
+        OPERATOR,
+    ),
+    (
+        "sidecar-without-image",
+        {"spec": {"podTemplate": {"spec": {"containers": [{"name": "log-shipper"}]}}}},
+        "spec.podTemplate.spec.containers[0].image",
+        "every container needs an image",
+        OPERATOR,
+    ),
+    (
+        "sidecar-port-out-of-range",
+        {"spec": {"podTemplate": {"spec": {"containers": [_SIDECAR | {"ports": [{"containerPort": 70000}]}]}}}},
+        "spec.podTemplate.spec.containers[0].ports[0].containerPort",
+        "must be a port number from 1 to 65535",
+        OPERATOR,
+    ),
+    (
+        "sidecar-mounts-a-missing-volume",
+        {
+            "spec": {
+                "podTemplate": {
+                    "spec": {"containers": [_SIDECAR | {"volumeMounts": [{"name": "logs", "mountPath": "/logs"}]}]}
+                }
+            }
+        },  # fmt: skip
+        "spec.podTemplate.spec.containers[0].volumeMounts[0].name",
+        "no volume named logs in the pod",
+        OPERATOR,
+    ),
+    (
+        "template-field-unknown",
+        {"spec": {"podTemplate": {"spec": {"containers": [_SIDECAR | {"volumeMount": []}]}}}},
+        "spec.podTemplate.spec.containers[0].volumeMount",
+        "unknown field; did you mean volumeMounts?",
+        OPERATOR,
+    ),
+    (
+        "env-value-from-key-missing",
+        {"spec": {"env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token"}}}]}},
+        "spec.env[0].valueFrom.secretKeyRef.key",
+        "required field is missing",
+        OPERATOR,
+    ),
+    (
+        "template-volume-two-sources",
+        {
+            "spec": {
+                "podTemplate": {"spec": {"volumes": [{"name": "cache", "emptyDir": {}, "hostPath": {"path": "/x"}}]}}
+            }
+        },
+        "spec.podTemplate.spec.volumes[0]",
+        "give exactly one volume source",
+        OPERATOR,
+    ),
+]
 
 # (id, patch over base_job(), expected path, expected message fragment, layer that rejects it; None: no layer
 # of the cluster, as the object is not a ScaleTrainJob at all)
@@ -971,6 +1114,7 @@ MALFORMED = [
         "set it in one place",
         OPERATOR,
     ),
+    *REFUSED_AT_JOB_CREATION,
     (
         "wrong-kind",
         {"kind": "PyTorchJob"},

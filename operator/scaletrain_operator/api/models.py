@@ -24,7 +24,8 @@ from scaletrain_trainer.validation import (
     with_cel_rules,
 )
 
-from . import kube_rules, naming
+from . import kube_rules, kube_schema, naming
+from .bounds import spec_bound_problems
 
 # Kubernetes' resource.Quantity, as its own OpenAPI schema spells it.
 QUANTITY_PATTERN = (
@@ -273,7 +274,7 @@ class FailurePolicy(SpecModel):
         default_factory=list,
         max_length=32,
         description="Tried in order against the gang's root-cause pod; the first match decides. The built-in "
-        "meanings (exit 78 and 74 fail the job, a disruption or exit 80 restarts without counting, anything "
+        "meanings (exit 78, 74 and 79 fail the job, a disruption or exit 80 restarts without counting, anything "
         "else restarts counted) apply when none matches.",
     )
     exclude_nodes: ExcludeNodes | None = Field(
@@ -524,6 +525,12 @@ class ScaleTrainJobSpec(SpecModel):
         return self.training.metrics_port if self.training is not None else DEFAULT_METRICS_PORT
 
     def problems(self) -> Iterator[Problem]:
+        found = list(self._spec_problems())
+        yield from found
+        if not found:  # the server's rules repeat some of ScaleTrain's in other words: one report of each
+            yield from self._pass_through_problems()
+
+    def _spec_problems(self) -> Iterator[Problem]:
         yield from self._training_problems()
         for problem in self.failure_policy.problems():
             yield Problem(("failurePolicy",) + problem.path, problem.message)
@@ -651,6 +658,17 @@ class ScaleTrainJobSpec(SpecModel):
         if isinstance(self.pod_template, dict):
             yield from kube_rules.metadata_problems(self.pod_template.get("metadata"), ("podTemplate", "metadata"))
 
+    def _pass_through_problems(self) -> Iterator[Problem]:
+        """What the API server would refuse in what the spec passes through to the pods (kube_schema.py)."""
+        yield from kube_schema.pass_through_problems(
+            pod_template=self.pod_template,
+            affinity=self.affinity,
+            volumes=[volume.model_dump(mode="json") for volume in self.volumes],
+            env_sources={index: var.value_from for index, var in enumerate(self.env) if var.value_from is not None},
+            tolerations=[t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in self.tolerations],
+            rendered_containers=dict.fromkeys([naming.TRAINER_CONTAINER, *self.rank_env_containers], self.image),
+        )
+
     def _template_volume_names(self) -> set[str]:
         pod_spec = (self.pod_template or {}).get("spec")
         volumes = pod_spec.get("volumes") if isinstance(pod_spec, dict) else None
@@ -694,7 +712,15 @@ class ObjectMeta(BaseModel):
 
 
 ConditionType = Literal[
-    "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "PodCreationFailed", "Schedulable"
+    "Created",
+    "Running",
+    "Restarting",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+    "PodCreationFailed",
+    "Schedulable",
+    "ProgressUnreachable",
 ]
 Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
@@ -706,7 +732,9 @@ class Condition(SpecModel):
         description="Type of condition: Created (the gang was started), Running, Restarting and Suspended (True while "
         "in that phase), Succeeded or Failed (final), PodCreationFailed (True while the Job controller cannot "
         "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota), Schedulable (False while "
-        "the scheduler cannot place a pod of the gang, with its message; True again once it could)."
+        "the scheduler cannot place a pod of the gang, with its message; True again once it could), "
+        "ProgressUnreachable (True while the operator cannot read rank 0's progress endpoint, with why; never a "
+        "restart by itself)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition: True, False or Unknown.")
     observed_generation: int | None = Field(
@@ -798,11 +826,16 @@ class Progress(SpecModel):
         None, ge=0, description="The step of the newest checkpoint the gang saved or resumed from; 0: none."
     )
     generation: int | None = Field(None, ge=0, description="The gang generation rank 0 reported this from.")
+    read_at: Timestamp | None = Field(
+        None,
+        description="When the operator read this from rank 0 (RFC 3339). A gang is taken for hung only when a read "
+        "after staleAfter still holds that promise.",
+    )
     stale_after: Timestamp | None = Field(
         None,
         description="When rank 0 promised its next progress report by: its hang timeout plus a logging interval "
-        "after the last one (longer during a checkpoint save). A Running gang still silent then (plus the "
-        "operator's polling lag) is taken for hung and restarted (Event Hang).",
+        "after the last one (longer during a checkpoint save). A Running gang whose rank 0, read after then, "
+        "still answers this promise is taken for hung and restarted (Event Hang).",
     )
 
 
@@ -916,6 +949,7 @@ class ScaleTrainJob(SpecModel):
         """Its labels and annotations, as the API server checks them (the CRD's schema cannot)."""
         metadata = {"labels": self.metadata.labels, "annotations": self.metadata.annotations}
         yield from kube_rules.metadata_problems(metadata, ("metadata",))
+        yield from kube_schema.namespace_problems(self.metadata.namespace, ("metadata", "namespace"))
 
 
 def parse_job(document: Any) -> ScaleTrainJob:
@@ -932,6 +966,8 @@ def parse_job(document: Any) -> ScaleTrainJob:
                 )
             ]
         )
+    if too_deep_or_large := spec_bound_problems(document):  # before anything below walks the spec recursively
+        raise ProblemsError(too_deep_or_large)
     try:
         return ScaleTrainJob.model_validate(document)
     except ValidationError as error:

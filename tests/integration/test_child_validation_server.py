@@ -1,0 +1,56 @@
+"""`scaletrain validate` agrees with the real API server about the children: for each spec the CRD lets
+through but api/kube_schema.py refuses, the server refuses the Job the operator would create from it
+(a server-side dry-run create, with strict field validation as `kubectl apply` asks for), while the
+base job's Job and Services are accepted. That the CRD stores these specs, and that the operator fails
+them with InvalidSpec, test_crd_server.py and test_operator.py check (they are OPERATOR cases)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import kubernetes
+import pytest
+from kubernetes import utils
+
+from scaletrain_operator.api import kube_schema
+from scaletrain_operator.api.models import ScaleTrainJob
+from scaletrain_operator.api.render import render_children, render_job
+from scaletrain_testing.jobs import base_job, patched
+from scaletrain_testing.malformed import REFUSED_AT_JOB_CREATION
+
+
+@pytest.fixture
+def client(control_plane) -> Iterator[kubernetes.client.ApiClient]:
+    with control_plane.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def unchecked(monkeypatch):
+    """Jobs read as the models read them without the pass-through check: what the operator rendered before
+    it."""
+    monkeypatch.setattr(kube_schema, "pass_through_problems", lambda **_: [])
+    return ScaleTrainJob.model_validate
+
+
+def _dry_run_create(client, child) -> None:
+    utils.create_from_dict(
+        client, child, namespace=child["metadata"]["namespace"], dry_run="All", field_validation="Strict"
+    )
+
+
+def test_the_base_jobs_children_are_accepted(client, namespace):
+    for child in render_children(
+        ScaleTrainJob.model_validate(patched(base_job(), {"metadata": {"namespace": namespace}}))
+    ):
+        _dry_run_create(client, child)
+
+
+@pytest.mark.parametrize("case", REFUSED_AT_JOB_CREATION, ids=[case[0] for case in REFUSED_AT_JOB_CREATION])
+def test_the_server_refuses_the_job_of_each_spec_validate_refuses(case, client, namespace, unchecked):
+    _, patch, *_ = case
+    job = unchecked(patched(patched(base_job(), patch), {"metadata": {"namespace": namespace}}))
+    with pytest.raises(utils.FailToCreateError) as refused:
+        _dry_run_create(client, render_job(job))
+    (error,) = refused.value.api_exceptions
+    assert error.status in (400, 422), error.body  # refused as invalid, not for another reason (403, 409)
