@@ -6,12 +6,10 @@ operator reacts."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
-import threading
 import time
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 import yaml
@@ -22,6 +20,7 @@ from scaletrain_testing.jobs import REPO, base_job, patched
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.malformed import MALFORMED, OPERATOR
 from scaletrain_testing.operator_harness import Team, condition, install_watching, operator_process
+from scaletrain_testing.progress_server import RANK0_PROGRESS, ProgressServer, promise
 from scaletrain_testing.trainer_runs import free_port
 
 METRICS_PORT = free_port()
@@ -189,80 +188,69 @@ def test_each_operator_only_case_gets_past_the_server_and_is_marked_invalid(case
     assert team.children(f"bad-{case_id}", "jobs") == []
 
 
-RANK0_PROGRESS = {"step": 42, "maxSteps": 100, "loss": 1.25, "samplesPerSecond": 8.0, "tokensPerSecond": 128.0,
-                  "tflopsPerDevice": 0.5, "mfu": 0.25, "etaSeconds": 70.0,
-                  "updatedAt": "2026-11-30T12:00:00+00:00"}  # fmt: skip
-
-
-class _Progress(http.server.BaseHTTPRequestHandler):
-    """Rank 0's /progress, as the trainer serves it (with a field status.progress does not keep); the
-    server's `progress` set to None makes it answer 503, as a trainer not serving yet, or no more."""
-
-    def do_GET(self):  # noqa: N802
-        progress = getattr(self.server, "progress", RANK0_PROGRESS)
-        if progress is None:
-            self.send_error(503)
-            return
-        body = json.dumps(progress | {"gradNorm": 0.5}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_progress_of_rank_zero_reaches_the_status(team):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        team.submit("watched", training={"metricsPort": server.server_address[1]})
+    with ProgressServer() as server:
+        team.submit("watched", training={"metricsPort": server.port})
         team.start_pods("watched-g0")
         team.wait_phase("watched", "Running")
         progress = team.wait_status("watched", lambda s: s.get("progress"))["progress"]
-        assert progress == RANK0_PROGRESS | {"generation": 0}  # the gang it came from: the operator's stamp
-    finally:
-        server.shutdown()
+        read_at = progress.pop("readAt")  # the operator's stamps: when it read, and the gang it read
+        assert progress == RANK0_PROGRESS | {"generation": 0}
+        assert abs((datetime.now(timezone.utc) - datetime.fromisoformat(read_at.replace("Z", "+00:00"))).seconds) < 30
+        # Each answer replaces the one before whole: nothing of an earlier answer stays beside it.
+        server.progress = {"step": 43, "maxSteps": 100}
+        progress = team.wait_status("watched", lambda s: (s.get("progress") or {}).get("step") == 43)["progress"]
+        assert set(progress) == {"step", "maxSteps", "generation", "readAt"}
 
 
-def test_a_gang_silent_past_rank_zeros_promise_is_restarted_as_hung(team):
-    """Rank 0 reports once, after the job has settled as Running, promising its next report within 2 s, and
-    then falls silent, as a frozen node's would. The operator's own copy of that report is the last change
-    the job sees: the operator must hold the gang to the promise by itself, with a Hang and a restart."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
-    server.progress = None  # rank 0 not serving yet
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        team.submit("silent", training={"metricsPort": server.server_address[1]}, maxRestarts=1)
+def test_a_gang_whose_rank_0_answers_a_broken_promise_is_restarted_as_hung(team):
+    """Rank 0 reports once, after the job has settled as Running, promising its next report within 2 s; its
+    server then goes on answering that report, as a trainer whose training loop is stuck does (the server
+    runs in a thread of its own). The operator's own copy of that report is the last change the job sees:
+    the operator must hold the gang to the promise by itself, with a Hang and a restart."""
+    with ProgressServer(progress=None) as server:  # rank 0 not serving yet
+        team.submit("silent", training={"metricsPort": server.port}, maxRestarts=1)
         team.start_pods("silent-g0")
         team.wait_phase("silent", "Running")
         time.sleep(2.0)  # the reconciles after the job turned Running have found nothing more to do
-        now = datetime.now(timezone.utc)
-        promise = now + timedelta(seconds=2)
-        server.progress = RANK0_PROGRESS | {"updatedAt": now.isoformat(), "staleAfter": promise.isoformat()}
-        team.wait_status("silent", lambda status: (status.get("progress") or {}).get("staleAfter"))
-        server.progress = None
-        # Found once the promise and the operator's polling lag (0.3 s + a 2 s read timeout) have passed.
+        server.progress = RANK0_PROGRESS | promise(2)
+        due = datetime.fromisoformat(server.progress["staleAfter"].replace("Z", "+00:00"))
+        # Found by the first read after the promise and a read's time (2 s) have passed: 0.3 s apart.
         hung = team.kube.wait_until(
             lambda: [message for _, reason, message in team.events("silent") if reason == "Hang"], timeout=30
         )
-        found_after = (datetime.now(timezone.utc) - promise).total_seconds()
-    finally:
-        server.shutdown()
-    assert found_after <= 2.3 + 3, f"found {found_after:.1f} s after the promise"
+        found_after = (datetime.now(timezone.utc) - due).total_seconds()
+    assert found_after <= 2 + 1 + 3, f"found {found_after:.1f} s after the promise"
     assert "rank 0 reported no progress since step 42" in hung[0]
     assert team.wait_status("silent", lambda status: status.get("restarts") == 1)["currentJob"] == "silent-g1"
+
+
+def test_an_unreadable_rank_0_is_progress_unreachable_and_never_a_restart(team):
+    """Rank 0 answered, promising its next report within 2 s, then its endpoint stops answering (a
+    NetworkPolicy, a crashed server, a node cut off). That says nothing of the training: the job shows
+    ProgressUnreachable, with why, and keeps its gang; the condition clears once rank 0 answers again."""
+    with ProgressServer() as server:
+        server.healthy(2)
+        team.submit("unreachable", training={"metricsPort": server.port}, maxRestarts=1)
+        team.start_pods("unreachable-g0")
+        team.wait_status("unreachable", lambda s: (s.get("progress") or {}).get("staleAfter"))
+        server.progress = None  # 503: not progress
+        unreachable = team.wait_condition("unreachable", "ProgressUnreachable", "True")
+        assert "could not be read 2 times in a row: HTTP 503" in unreachable["message"]
+        time.sleep(5.0)  # well past the last promise, many passes
+        status = team.stj("unreachable")["status"]
+        assert status["phase"] == "Running" and status["restarts"] == 0 and status["currentJob"] == "unreachable-g0"
+        server.healthy(2)
+        readable = team.wait_condition("unreachable", "ProgressUnreachable", "False")
+        assert readable["reason"] == "Read"
+    assert "Hang" not in [reason for _, reason, _ in team.events("unreachable")]
 
 
 def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_loss(team, control_plane):
     """The last poll found step 190, an ETA and a loss as the trainer logs it; rank 0's termination message
     holds the final step, which the Succeeded status shows, however long rank 0's endpoint still answers."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
-    server.progress = RANK0_PROGRESS | {"step": 190, "maxSteps": 200, "loss": 5.3174591064453125}
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        team.submit("finished", training={"metricsPort": server.server_address[1], "maxSteps": 200})
+    with ProgressServer(RANK0_PROGRESS | {"step": 190, "maxSteps": 200, "loss": 5.3174591064453125}) as server:
+        team.submit("finished", training={"metricsPort": server.port, "maxSteps": 200})
         pods = team.start_pods("finished-g0")
         polled = team.wait_status("finished", lambda s: s.get("progress"))["progress"]
         assert (polled["step"], polled["loss"], polled["etaSeconds"]) == (190, 5.317, 70.0)
@@ -272,8 +260,6 @@ def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_los
         team.set_pod_phase(pods[1], "Succeeded")
         team.wait_phase("finished", "Succeeded")
         time.sleep(1.0)  # several more housekeeping passes
-    finally:
-        server.shutdown()
     progress = team.stj("finished")["status"]["progress"]
     assert (progress["step"], progress["loss"]) == (200, 1.099) and "etaSeconds" not in progress
     table = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished").stdout.splitlines()
@@ -284,16 +270,11 @@ def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_los
 
 
 def test_damaged_checkpoints_rank_zero_set_aside_get_one_warning_event(team):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Progress)
-    server.progress = RANK0_PROGRESS | {"checkpointsSetAside": ["step-00000020.corrupt"]}
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        team.submit("resumed", training={"metricsPort": server.server_address[1], "checkpoint": {"dir": "/ckpt"}})
+    with ProgressServer(RANK0_PROGRESS | {"checkpointsSetAside": ["step-00000020.corrupt"]}) as server:
+        team.submit("resumed", training={"metricsPort": server.port, "checkpoint": {"dir": "/ckpt"}})
         team.start_pods("resumed-g0")
         team.wait_status("resumed", lambda s: (s.get("progress") or {}).get("checkpointsSetAside"))
         time.sleep(1.0)  # several more passes: one Event, not one per pass
-    finally:
-        server.shutdown()
     warnings = [message for _, reason, message in team.events("resumed") if reason == "CheckpointSetAside"]
     assert warnings == [
         "damaged checkpoints moved aside in /ckpt: step-00000020.corrupt; training resumed from the newest sound "

@@ -274,6 +274,8 @@ class Team:
             for c in pod["spec"]["containers"]
         ]  # fmt: skip
         status = {"phase": phase, "startTime": now, "containerStatuses": containers}
+        if phase == "Running":  # the pods' address: the tests' progress servers listen on loopback
+            status |= {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}
         return self.kube.set_status("pods", self.namespace, pod["metadata"]["name"], status)
 
     def start_pods(self, job_name: str, phase: str = "Running") -> list[dict[str, Any]]:

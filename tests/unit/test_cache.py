@@ -172,24 +172,6 @@ def test_without_jobs_the_pods_are_those_of_the_generation_the_status_names():
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g3-0"]
 
 
-def test_rank_0_pod_ip_is_that_of_completion_index_0_of_the_named_generation():
-    cache = Cache()
-    index = naming.COMPLETION_INDEX_ANNOTATION
-
-    def pod(name, version, generation, rank, ip):
-        labels = {naming.LABEL_JOB_NAME: "demo", naming.LABEL_GENERATION: str(generation), index: str(rank)}
-        return _obj(name, version, metadata={"labels": labels}, status={"podIP": ip} if ip else {})
-
-    cache.pods.put(pod("demo-g0-0-a", 1, 0, 0, "10.0.0.1"))
-    cache.pods.put(pod("demo-g1-1-b", 2, 1, 1, "10.0.1.2"))
-    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g1") == ""  # rank 0 of g1 not there yet
-    cache.pods.put(pod("demo-g1-0-c", 3, 1, 0, None))
-    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g1") == ""  # nor has it an IP yet
-    cache.pods.put(pod("demo-g1-0-c", 4, 1, 0, "10.0.1.1"))
-    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g1") == "10.0.1.1"
-    assert cache.rank_0_pod_ip(NAMESPACE, "demo", "demo-g0") == "10.0.0.1"
-
-
 def test_trust_is_lost_by_a_relist_and_won_back_by_a_fresh_read():
     cache = Cache()
     assert cache.trusted((NAMESPACE, "demo"))

@@ -92,6 +92,7 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "resumedFromStep",
         "checkpointStep",
         "generation",
+        "readAt",
     }
 
 

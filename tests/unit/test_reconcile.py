@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
 from scaletrain_operator.api.progress import parse_progress, status_patch
@@ -90,7 +92,7 @@ def test_a_new_job_gets_its_service_and_first_gang():
     )
     assert decision.status["phase"] == "Pending" and decision.status["currentJob"] == "demo-g0"
     assert [c["type"] for c in decision.status["conditions"]] == ["Created"]
-    assert decision.events == (Event("Normal", "Created", "created Job demo-g0", "None, spec generation 1"),)
+    assert decision.events == (Event("Normal", "Created", "created Job demo-g0", "demo-g0, spec generation 1"),)
 
 
 def test_with_network_policies_every_gang_start_makes_sure_of_the_jobs_policy_first():
@@ -138,7 +140,8 @@ def test_a_long_problem_list_is_cut_to_the_apis_limit_so_the_job_still_gets_its_
     decision = decide_invalid(problems, {}, 3, NOW)
     (failed,) = decision.status["conditions"]
     assert len(decision.status["message"]) <= 32768 and failed["message"] == decision.status["message"]
-    assert decision.status["message"].endswith("more characters)") and "VARIABLE_0000" in decision.status["message"]
+    assert "characters left out" in decision.status["message"] and "VARIABLE_0000" in decision.status["message"]
+    assert decision.status["message"].endswith("VARIABLE_1999 is set twice; keep one")  # the end is kept too
 
 
 def test_existing_children_are_adopted_not_created_again():
@@ -166,7 +169,9 @@ def test_a_pod_still_pending_is_not_an_active_node():
     observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Pending")])  # say, unschedulable
     status = decide(job, observed, NOW).status
     assert status["nodes"] == {"active": 1, "pending": 1, "succeeded": 0, "failed": 0}
-    assert status["message"] == "1 of 2 nodes active"
+    # Half a gang trains nothing: it is not Running, and the job says which pod it waits for, and why.
+    assert status["phase"] == "Pending"
+    assert status["message"] == "1 of 2 pods running; waiting for pod demo-g0-1-abcde (not placed on a node yet)"
 
 
 def test_a_pod_the_scheduler_cannot_place_is_said_once_with_its_message_until_it_is_placed():
@@ -176,7 +181,10 @@ def test_a_pod_the_scheduler_cannot_place_is_said_once_with_its_message_until_it
     said = "the scheduler cannot place pod demo-g0-1-abcde: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     schedulable = next(c for c in decision.status["conditions"] if c["type"] == "Schedulable")
     assert (schedulable["status"], schedulable["reason"], schedulable["message"]) == ("False", "Unschedulable", said)
-    assert decision.status["phase"] == "Running" and decision.status["message"] == "1 of 2 nodes active"
+    assert decision.status["phase"] == "Pending" and decision.status["message"] == (
+        "1 of 2 pods running; waiting for pod demo-g0-1-abcde (the scheduler cannot place it: 0/4 nodes are "
+        "available: 4 Insufficient nvidia.com/gpu.)"
+    )
     assert decision.events == (Event("Warning", "Unschedulable", said, G0),)
     assert decision.recheck_after is None  # no scheduleTimeoutSeconds: it waits
     # The same again (the scheduler retried): nothing to write, no second Event.
@@ -213,8 +221,31 @@ def test_schedule_timeout_fails_a_gang_the_scheduler_cannot_place_and_its_job_go
     assert late.delete_child_jobs == () and late.recheck_after is None  # the Failed status lands first
     # Then its Job goes, with the pods that still wait for a node.
     finished = _job(status=late.status, scheduleTimeoutSeconds=60)
-    assert decide(finished, _observed(job, children), NOW) == Decision(delete_child_jobs=("demo-g0",))
+    waiting = [_unschedulable(0, NOW - timedelta(seconds=60)), _placed(1)]
+    assert decide(finished, _observed(job, children, waiting), NOW) == Decision(delete_child_jobs=("demo-g0",))
     assert decide(finished, _observed(job, {}), NOW) == Decision()
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason"),
+    [("Failed", "Hang"), ("Failed", "RestartLimitReached"), ("Failed", "NoProgress"), ("Failed", "InvalidSpec"),
+     ("Succeeded", "Succeeded")],
+)  # fmt: skip
+def test_a_finished_job_stops_whatever_of_its_gang_still_runs_and_keeps_what_ended(phase, reason):
+    """Finished means stopped: a gang failed as hung, or for its restart limit while its other ranks still
+    ran, holds its nodes until its Job goes. A Job the Job controller finished, or whose pods all ended,
+    stays, with its pods' logs."""
+    failed = {"type": phase, "status": "True", "reason": reason, "lastTransitionTime": "2026-11-30T11:59:00Z"}
+    job = _job(status={"phase": phase, "currentJob": "demo-g0", "conditions": [failed]})
+    still_running = [_pod(0, "Running"), _pod(1, "Failed", exit_code=1)]
+    assert decide(job, _observed(job, {0: _child(job, 0)}, still_running), NOW) == Decision(
+        delete_child_jobs=("demo-g0",)
+    )
+    all_ended = [_pod(0, "Succeeded", exit_code=0), _pod(1, "Failed", exit_code=1)]
+    assert decide(job, _observed(job, {0: _child(job, 0)}, all_ended), NOW) == Decision()
+    for finished_by_its_controller in ("Complete", "Failed"):
+        child = _child(job, 0, conditions=[finished_by_its_controller])
+        assert decide(job, _observed(job, {0: child}, still_running), NOW) == Decision()
 
 
 def test_a_current_job_deleted_by_hand_counts_as_a_gang_restart_up_to_the_limit():
@@ -250,7 +281,8 @@ def test_the_last_pods_succeeding_go_straight_to_succeeded_with_no_pending_betwe
 
 
 def test_succeeded_shows_rank_zeros_final_step_and_rounded_loss_from_its_termination_message_and_no_eta():
-    last_poll = {"step": 190, "maxSteps": 200, "loss": 1.5, "samplesPerSecond": 40.0, "etaSeconds": 2.5}
+    last_poll = {"step": 190, "maxSteps": 200, "loss": 1.5, "samplesPerSecond": 40.0, "etaSeconds": 2.5,
+                 "generation": 0}  # fmt: skip
     job = _job(status=_running(progress=last_poll))
     summary = {"result": "Succeeded", "step": 200, "maxSteps": 200, "loss": 1.0987654321, "resumedFrom": None,
                "checkpointsSetAside": [], "seconds": 21.3}  # fmt: skip
@@ -258,7 +290,14 @@ def test_succeeded_shows_rank_zeros_final_step_and_rounded_loss_from_its_termina
     decision = decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
     assert decision.status["phase"] == "Succeeded"
     final = merge_patched(last_poll, decision.status["progress"])
-    assert final == {"step": 200, "maxSteps": 200, "loss": 1.099, "samplesPerSecond": 40.0, "checkpointsSetAside": []}
+    assert final == {"step": 200, "maxSteps": 200, "loss": 1.099, "samplesPerSecond": 40.0, "checkpointsSetAside": [],
+                     "generation": 0}  # fmt: skip
+    # What an earlier gang reported does not stay beside this one's final answer.
+    earlier_gang = _job(status=_running(progress=last_poll | {"generation": 3, "evalLoss": 2.0}))
+    decision = decide(earlier_gang, _observed(earlier_gang, {0: _child(job, 0)}, pods), NOW)
+    assert merge_patched(last_poll, decision.status["progress"]) == {
+        "step": 200, "maxSteps": 200, "loss": 1.099, "checkpointsSetAside": [], "generation": 0
+    }  # fmt: skip
     # A custom command's message holds no progress: only the ETA goes; a job never polled gets no progress.
     pods[0] = _pod(0, "Succeeded", 0, termination_message="done")
     decision = decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
@@ -271,9 +310,10 @@ def test_succeeded_shows_rank_zeros_final_step_and_rounded_loss_from_its_termina
 def test_eval_loss_throughput_and_mfu_reach_the_status_rounded_for_kubectl_and_bad_values_are_dropped():
     served = {"step": 7, "evalLoss": 2.3456789, "tokensPerSecond": 123456.789, "tflopsPerDevice": 142.53125,
               "mfu": 0.3142857}  # fmt: skip
-    patch = status_patch(parse_progress(json.dumps(served).encode()))
-    assert merge_patched({}, patch) == {
-        "step": 7, "evalLoss": 2.346, "tokensPerSecond": 123500.0, "tflopsPerDevice": 142.5, "mfu": 0.3143
+    patch = status_patch(parse_progress(json.dumps(served).encode()), 2, read_at=NOW)
+    assert merge_patched({"maxSteps": 2**63 - 1, "loss": 4.2}, patch) == {  # an answer replaces the one before
+        "step": 7, "evalLoss": 2.346, "tokensPerSecond": 123500.0, "tflopsPerDevice": 142.5, "mfu": 0.3143,
+        "generation": 2, "readAt": "2026-11-30T12:00:00Z",
     }  # fmt: skip
     # On a CPU the trainer serves no mfu, and none is made up.
     assert parse_progress(b'{"step": 7, "tflopsPerDevice": 0.0001}') == {"step": 7, "tflopsPerDevice": 0.0001}
@@ -318,7 +358,8 @@ def test_a_config_error_fails_at_once_without_restarts():
 
 def test_a_complete_job_succeeds():
     pending = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
-    running = decide(pending, _observed(pending, {0: _child(pending, 0)}, [_pod(0, "Running")]), NOW).status
+    both = [_pod(0, "Running"), _pod(1, "Running")]
+    running = decide(pending, _observed(pending, {0: _child(pending, 0)}, both), NOW).status
     job = _job(status=running)
     complete = _child(job, 0, conditions=["Complete"])
     observed = _observed(job, {0: complete}, [_pod(0, "Succeeded"), _pod(1, "Succeeded")])
@@ -428,7 +469,8 @@ def test_the_restart_names_the_pod_that_failed_first_and_ignores_pods_being_dele
     terminating = failed(0, 143, "2026-11-30T12:00:04Z")
     terminating["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:03Z"  # stopped, not crashed
     decision = decide(job, _observed(job, {0: _child(job, 0)}, [terminating, _pod(1, "Running")]), NOW)
-    assert decision.delete_child_jobs == () and decision.status["phase"] == "Running"
+    assert decision.delete_child_jobs == () and decision.status["phase"] == "Pending"  # no restart: it waits
+    assert decision.status["message"] == "1 of 2 pods running; waiting for pod demo-g0-0-abcde (being deleted)"
 
 
 def test_the_spec_hash_is_the_same_for_every_generation_and_changes_with_the_pods():
@@ -460,9 +502,10 @@ def test_an_invalid_spec_is_failed_once_with_every_problem():
     assert decide_invalid(problems, decision.status, 3, NOW) == Decision()  # already said: no retry loop
 
 
-def _reported(at_seconds, promised_seconds, running_since_seconds=-60):
+def _reported(at_seconds, promised_seconds, read_at_seconds=0, generation=0, running_since_seconds=-60):
     """A Running job whose rank 0 last reported `at_seconds` from NOW, promising the next within
-    `promised_seconds` (progress.staleAfter); its gang turned Running `running_since_seconds` from NOW."""
+    `promised_seconds` (progress.staleAfter), as the operator read it from gang `generation`
+    `read_at_seconds` from NOW; its gang turned Running `running_since_seconds` from NOW."""
 
     def moment(seconds):
         return (NOW + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -473,30 +516,50 @@ def _reported(at_seconds, promised_seconds, running_since_seconds=-60):
         "reason": "Running",
         "lastTransitionTime": moment(running_since_seconds),
     }
-    progress = {"step": 7, "updatedAt": moment(at_seconds), "staleAfter": moment(at_seconds + promised_seconds)}
+    progress = {"step": 7, "updatedAt": moment(at_seconds), "staleAfter": moment(at_seconds + promised_seconds),
+                "readAt": moment(read_at_seconds), "generation": generation}  # fmt: skip
     return _running(progress=progress, conditions=[running])
 
 
-def test_a_running_gang_silent_past_its_promise_and_the_polling_lag_is_restarted_as_hung():
-    lag = OperatorConfig().progress_interval_seconds + OperatorConfig().progress_timeout_seconds
+def test_a_gang_whose_rank_0_answers_a_broken_promise_is_restarted_as_hung():
+    read_allowance = OperatorConfig().progress_timeout_seconds  # the answer may be from any moment of the read
     pods = [_pod(0, "Running"), _pod(1, "Running")]
 
     def decide_for(status):
         job = _job(status=status, maxRestarts=2)
         return decide(job, _observed(job, {0: _child(job, 0)}, pods), NOW)
 
-    # Due 10 s ago: within the polling lag, it may have reported meanwhile. Look again when that runs out.
-    waiting = decide_for(_reported(at_seconds=-40, promised_seconds=30))
-    assert waiting.delete_child_jobs == () and waiting.recheck_after == lag - 10
-    # Due longer ago than the lag: hung. The gang restarts, counted against maxRestarts.
-    hung = decide_for(_reported(at_seconds=-40 - lag, promised_seconds=30))
+    # Read just after the promise ran out: within the read's own time, the answer may predate it.
+    within_read = decide_for(_reported(at_seconds=-40, promised_seconds=40 - read_allowance / 2))
+    assert within_read.delete_child_jobs == () and within_read.recheck_after is None
+    # Read a read's time after the promise ran out, and it still holds it: hung. Restarted, counted.
+    hung = decide_for(_reported(at_seconds=-40, promised_seconds=40 - read_allowance))
     assert hung.delete_child_jobs == ("demo-g0",) and hung.status["restarts"] == 1
     assert [(e.type, e.reason) for e in hung.events] == [("Warning", "Hang"), ("Warning", "Restarting")]
     assert "rank 0 reported no progress since step 7" in hung.events[0].message
     assert "gang restart 1/2" in hung.events[1].message
     # Reported before the operator marked the job Running (a busy operator may be seconds late): it counts.
-    early = decide_for(_reported(at_seconds=-40 - lag, promised_seconds=30, running_since_seconds=-5))
+    early = decide_for(_reported(at_seconds=-40, promised_seconds=30, running_since_seconds=-5))
     assert early.delete_child_jobs == ("demo-g0",)
+
+
+def test_time_alone_never_makes_a_hang_only_a_read_after_the_promise_does():
+    """The promise ran out long ago, but the last read came before that: the operator was down, could not
+    reach rank 0, or could not write the status since. Nothing is known of the gang: no hang."""
+    job = _job(status=_reported(at_seconds=-600, promised_seconds=30, read_at_seconds=-590), maxRestarts=2)
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")]), NOW)
+    assert decision.delete_child_jobs == () and decision.status["phase"] == "Running"
+
+
+def test_a_promise_of_an_earlier_gang_never_makes_the_new_one_hung():
+    """The status write of a restart was lost (or the operator died before it): the status still says
+    Running, with the old gang's broken promise, while the new gang's Job runs. The promise was g0's."""
+    job = _job(status=_reported(at_seconds=-600, promised_seconds=30, generation=0), maxRestarts=2)
+    pods = [_pod(0, "Running", generation=1), _pod(1, "Running", generation=1)]
+    decision = decide(job, _observed(job, {1: _child(job, 1)}, pods), NOW)
+    assert decision.delete_child_jobs == () and decision.create == ()
+    assert decision.status["phase"] == "Running" and decision.status["currentJob"] == "demo-g1"
+    assert decision.status["restarts"] == 0
 
 
 def test_a_gang_that_stops_running_leaves_no_promise_for_the_next_one():

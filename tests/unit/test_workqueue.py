@@ -10,7 +10,7 @@ import time
 import pytest
 
 from scaletrain_operator.controller import workqueue
-from scaletrain_operator.controller.workqueue import MAX_PASSES, Outcome, WorkQueue
+from scaletrain_operator.controller.workqueue import MAX_PASSES, FairReady, Outcome, WorkQueue, namespace_of
 
 TIMEOUT = 5.0
 
@@ -195,3 +195,18 @@ def test_stop_ends_the_workers():
     for worker in queue._workers:
         worker.join(TIMEOUT)
         assert not worker.is_alive()
+
+
+def test_due_jobs_are_served_round_robin_across_namespaces_and_in_order_within_each():
+    """A burst of 200 jobs in one namespace does not hold up a job of another that came due after it."""
+    ready = FairReady(namespace_of)
+    for n in range(200):
+        ready.append(("busy", f"job-{n}"))
+    ready.append(("quiet", "job"))
+    ready.append(("busy", "job-200"))
+    assert ("quiet", "job") in ready and ("quiet", "other") not in ready
+    served = [ready.popleft() for _ in range(4)]
+    assert served == [("busy", "job-0"), ("quiet", "job"), ("busy", "job-1"), ("busy", "job-2")]
+    while ready:
+        served.append(ready.popleft())
+    assert served[-1] == ("busy", "job-200") and len(served) == 202

@@ -110,10 +110,14 @@ def _model_schema(model: type, name: str) -> dict[str, Any]:
     return structural_schema(raw["properties"][name], raw.get("$defs", {}))
 
 
+def status_schema() -> dict[str, Any]:
+    """The CRD's schema of status (status_schema.py holds every status write to it)."""
+    return _without_defaults(_model_schema(ScaleTrainJob, "status"))
+
+
 def build_crd() -> dict[str, Any]:
     """The CustomResourceDefinition, as a plain dict."""
     spec_schema = _model_schema(ScaleTrainJob, "spec")
-    status_schema = _without_defaults(_model_schema(ScaleTrainJob, "status"))
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -145,7 +149,7 @@ def build_crd() -> dict[str, Any]:
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema,
-                                "status": status_schema,
+                                "status": status_schema(),
                             },
                             "x-kubernetes-validations": NAME_RULES,
                         }

@@ -9,18 +9,19 @@ number never gets through: Go's JSON decoder, and so the API server, refuses NaN
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import math
+import os
 import re
-import socket
-import time
 import urllib.parse
+from datetime import datetime, timezone
 from http.client import HTTPException, HTTPResponse
 from typing import Any
 
-from .timestamps import parse_timestamp
+from .timestamps import parse_timestamp, timestamp
 
 log = logging.getLogger(__name__)
 
@@ -54,30 +55,57 @@ SET_ASIDE_NAME = re.compile(r"^step-\d+\.corrupt(-\d+)?$")
 # The numbers kubectl's columns show, with the significant digits the status keeps: kubectl cannot round.
 SHOWN_DIGITS = 4
 SHOWN_NUMBERS = ("loss", "evalLoss", "tokensPerSecond", "tflopsPerDevice", "mfu")
-CHUNK_BYTES = 4096
 
 
 class Unreadable(Exception):
     """The endpoint answered, or failed to, in a way that is not progress."""
 
 
+MAX_READS_AT_ONCE = 256  # connections a pass holds open at once (each for one deadline at most)
+
+
 def read_progress(url: str, timeout_seconds: float) -> dict[str, Any] | None:
     """The progress at `url`, or None when it cannot be read within `timeout_seconds` in all (not up
     yet, gone, slow, oversized or garbled)."""
-    try:
-        body = fetch(url, timeout_seconds)
-        return parse_progress(body)
-    except (OSError, HTTPException, Unreadable, ValueError, RecursionError) as error:
-        log.debug("no progress from %s: %s", url, error)
-        return None
+    (answer,) = read_all_progress([url], timeout_seconds)
+    return None if isinstance(answer, Unreadable) else answer
 
 
-def fetch(url: str, timeout_seconds: float) -> bytes:
-    """The body of a GET of `url`. The whole answer, headers and body, must arrive within
-    `timeout_seconds` and fit in MAX_ANSWER_BYTES: each receive waits only for what is left of the
-    deadline, so an answer trickled a byte at a time ends at the deadline too. HTTP/1.0 with
-    `Connection: close`, so the server ends the answer by closing."""
-    deadline = time.monotonic() + timeout_seconds
+def read_all_progress(urls: list[str], timeout_seconds: float) -> list[dict[str, Any] | Unreadable]:
+    """The progress at each of `urls`, read at once (MAX_READS_AT_ONCE at a time), or why not. However
+    the endpoints answer (slowly, at length, garbled, or not at all), the whole costs about one deadline
+    per MAX_READS_AT_ONCE URLs: no endpoint's slowness delays another's read."""
+    return asyncio.run(_read_all(urls, timeout_seconds))
+
+
+async def _read_all(urls: list[str], timeout_seconds: float) -> list[dict[str, Any] | Unreadable]:
+    slots = asyncio.Semaphore(MAX_READS_AT_ONCE)
+
+    async def read(url: str) -> dict[str, Any] | Unreadable:
+        async with slots:
+            try:
+                body = await asyncio.wait_for(fetch(url), timeout_seconds)
+                return parse_progress(body)
+            except asyncio.TimeoutError:
+                return Unreadable(f"no whole answer within {timeout_seconds} s")
+            except (OSError, HTTPException, Unreadable, ValueError, RecursionError) as error:
+                log.debug("no progress from %s: %s", url, error)
+                return error if isinstance(error, Unreadable) else Unreadable(describe(error))
+
+    return list(await asyncio.gather(*map(read, urls)))
+
+
+def describe(error: Exception) -> str:
+    """What went wrong, in words: "connection refused" rather than "[Errno 111] Connection refused"."""
+    number = getattr(error, "errno", None)
+    text = os.strerror(number) if number else str(error) or type(error).__name__
+    return text[0].lower() + text[1:]
+
+
+async def fetch(url: str) -> bytes:
+    """The body of a GET of `url`: the whole answer, headers and body, within MAX_ANSWER_BYTES (the
+    caller bounds the time). HTTP/1.0 with `Connection: close`, so the server ends the answer by
+    closing."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise Unreadable(f"not an http URL: {url!r}")
@@ -85,20 +113,16 @@ def fetch(url: str, timeout_seconds: float) -> bytes:
         f"GET {parts.path or '/'} HTTP/1.0\r\nHost: {parts.netloc}\r\n"
         "Accept: application/json\r\nConnection: close\r\n\r\n"
     )
-    received = bytearray()
-    with socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout_seconds) as connection:
-        connection.sendall(request.encode("ascii"))
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Unreadable(f"no whole answer within {timeout_seconds} s")
-            connection.settimeout(left)
-            chunk = connection.recv(CHUNK_BYTES)
-            if not chunk:
-                break
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+    try:
+        writer.write(request.encode("ascii"))
+        received = b""
+        while len(received) <= MAX_ANSWER_BYTES and (chunk := await reader.read(MAX_ANSWER_BYTES)):
             received += chunk
-            if len(received) > MAX_ANSWER_BYTES:
-                raise Unreadable(f"an answer over {MAX_ANSWER_BYTES} bytes")
+        if len(received) > MAX_ANSWER_BYTES:
+            raise Unreadable(f"an answer over {MAX_ANSWER_BYTES} bytes")
+    finally:
+        writer.close()
     response = HTTPResponse(Received(bytes(received)))  # parses the status line, headers and body
     response.begin()
     if response.status != 200:
@@ -133,13 +157,22 @@ def parse_progress(body: bytes) -> dict[str, Any]:
     return progress
 
 
-def status_patch(progress: dict[str, Any]) -> dict[str, Any]:
-    """`progress` as the operator writes it to status.progress: the numbers kubectl shows rounded to
-    SHOWN_DIGITS significant digits (metrics.jsonl keeps them whole), in a merge patch whose nulls remove
-    what it replaces: the loss the status still shows once it turned non-finite, the flag of a recovered
-    loss, and an earlier gang's damaged checkpoints, which this one did not report."""
-    diverged = progress.get("lossFinite") is False
-    patch = {"checkpointsSetAside": None} | progress | ({"loss": None} if diverged else {"lossFinite": None})
+# Every field of status.progress: what one answer replaces whole.
+STATUS_KEYS = (*PROGRESS_KEYS, "lossFinite", "generation", "readAt")
+
+
+def status_patch(progress: dict[str, Any], generation: int, read_at: datetime | None = None) -> dict[str, Any]:
+    """`progress`, reported by rank 0 of gang `generation` and read at `read_at` (None: from its termination
+    message), as the operator writes it to status.progress: a merge patch that replaces it whole (its
+    nulls remove every field this answer lacks, so that no field of an older answer, or of an earlier
+    gang, stays beside it), with timestamps in RFC 3339 and the numbers kubectl shows rounded to
+    SHOWN_DIGITS significant digits (metrics.jsonl keeps them whole)."""
+    patch = dict.fromkeys(STATUS_KEYS) | progress | {"generation": generation}
+    if read_at is not None:
+        patch["readAt"] = timestamp(read_at)
+    for key in TIMESTAMP_KEYS:
+        if patch.get(key) is not None:
+            patch[key] = timestamp(parse_timestamp(patch[key]).astimezone(timezone.utc))
     for key in SHOWN_NUMBERS:
         if patch.get(key) is not None:
             patch[key] = float(f"{patch[key]:.{SHOWN_DIGITS}g}")
@@ -159,19 +192,24 @@ def final_progress(termination_message: str) -> dict[str, Any]:
 def fits(key: str, value: Any) -> bool:
     if key == "checkpointsSetAside":
         names = value if isinstance(value, list) and len(value) <= MAX_SET_ASIDE else [None]
-        return all(isinstance(name, str) and SET_ASIDE_NAME.match(name) for name in names)
+        return all(isinstance(name, str) and len(name) <= MAX_TEXT and SET_ASIDE_NAME.match(name) for name in names)
     if key in TIMESTAMP_KEYS:
         return isinstance(value, str) and len(value) <= MAX_TEXT and is_timestamp(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     if key in INTEGER_KEYS:
         return isinstance(value, int) and MINIMUM[key] <= value < 2**63
-    return math.isfinite(value) and MINIMUM.get(key, -math.inf) <= value <= MAXIMUM.get(key, math.inf)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float64, which no status field can hold
+        return False
+    return math.isfinite(number) and MINIMUM.get(key, -math.inf) <= number <= MAXIMUM.get(key, math.inf)
 
 
 def is_timestamp(text: str) -> bool:
     try:
         moment = parse_timestamp(text)
-    except ValueError:
+        moment.astimezone(timezone.utc)  # written in UTC (status_patch); a year 1 or 9999 may not convert
+    except (ValueError, OverflowError):
         return False
     return moment.tzinfo is not None  # RFC 3339 requires the offset

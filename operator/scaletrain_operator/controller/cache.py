@@ -191,20 +191,6 @@ class Cache:
             generation_hint,
         )
 
-    def rank_0_pod_ip(self, namespace: str, name: str, child_job: str) -> str:
-        """The IP of the pod of completion index 0 of the ScaleTrainJob's Job `child_job` ("" while none)."""
-        generation = str(naming.generation_of(child_job))
-        for pod in self.pods.owned_by(namespace, name):
-            labels = pod["metadata"].get("labels") or {}
-            # The Job controller sets the completion index as a label as well as an annotation.
-            if (
-                labels.get(naming.LABEL_GENERATION) == generation
-                and labels.get(naming.COMPLETION_INDEX_ANNOTATION) == "0"
-            ):
-                if pod_ip := pod["status"].get("podIP"):
-                    return pod_ip
-        return ""
-
     def distrust(self, job: Key) -> None:
         """kopf (re)listed and found news about `job`: events may have been missed."""
         with self._lock:

@@ -24,14 +24,18 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..api import naming
+from ..api.status_schema import fit_status
+from . import metrics
 from .cache import Cache, owned_by, version_of
 from .decision import ChildJobPatch, Decision, Event, FailureReason
 from .peering import KOPF_GROUP, KOPF_VERSION
 from .reconcile import Observed
+from .status import bounded
 
 log = logging.getLogger(__name__)
 
 JSON, MERGE_PATCH = "application/json", "application/merge-patch+json"
+EVENT_MESSAGE_LIMIT = 1024  # characters of an Event's message, its start and its end (where a traceback ends)
 BACKGROUND = {"propagationPolicy": "Background"}  # a Job's pods go after it, by the garbage collector
 
 
@@ -82,17 +86,26 @@ def describe(error: Exception) -> str:
 
 
 class Leftover(Exception):
-    """A child's name is still held by the child of a deleted ScaleTrainJob of the same name (deleted and
-    created again): the garbage collector is about to remove it, so the reconcile is retried."""
+    """A child's name is still held by an object on its way out: the child of a deleted ScaleTrainJob of the
+    same name (deleted and created again), which the garbage collector is about to remove, or another
+    object being deleted (its finalizers may hold it a while). The job waits for the name: the reconcile
+    is looked at again shortly, and the job's status says what it waits for."""
 
 
-def of_predecessor(obj: dict[str, Any], child: dict[str, Any]) -> bool:
-    """Whether `obj` belongs to another ScaleTrainJob of the name that `child` belongs to."""
+def leftover_reason(obj: dict[str, Any], child: dict[str, Any]) -> str | None:
+    """Why `obj`, which holds the name of `child`, is expected to go: an earlier ScaleTrainJob's of the name
+    that `child` belongs to, or being deleted. None: it stays (a name conflict)."""
     ours = next(ref for ref in child["metadata"].get("ownerReferences") or () if ref.get("controller"))
-    return obj["metadata"].get("deletionTimestamp") is not None or any(
+    kind, name = obj.get("kind") or child["kind"], obj["metadata"]["name"]
+    if any(
         ref.get("kind") == naming.KIND and ref.get("name") == ours["name"] and ref.get("uid") != ours["uid"]
         for ref in obj["metadata"].get("ownerReferences") or ()
-    )
+    ):
+        return f"{kind} {name} is an earlier ScaleTrainJob's of this name, not yet garbage-collected"
+    if obj["metadata"].get("deletionTimestamp") is not None:
+        finalizers = ", ".join(obj["metadata"].get("finalizers") or ()) or "none"
+        return f"{kind} {name}, not this ScaleTrainJob's, is being deleted (finalizers: {finalizers})"
+    return None
 
 
 def owner_uid(child: dict[str, Any]) -> str | None:
@@ -224,9 +237,8 @@ class Cluster:
             there = self._request("GET", resource.path(namespace), query=query)["items"]
             if not there or owned_by(there[0], owner_uid(obj)):
                 return
-            if of_predecessor(there[0], obj):
-                message = f"{kind} {name} is an earlier ScaleTrainJob's of this name, not yet garbage-collected"
-                raise Leftover(message) from None
+            if (going := leftover_reason(there[0], obj)) is not None:
+                raise Leftover(f"{going}; waiting for its name to be free") from None
             message = f"{kind} {name} already exists and does not belong to this ScaleTrainJob; it is left alone"
             raise ChildRejected("NameConflict", message) from None
 
@@ -256,7 +268,12 @@ class Cluster:
 
     def patch_status(self, stj: ObjectRef, status: dict[str, Any]) -> None:
         """A merge patch of the status, refused (Conflict) if the ScaleTrainJob is no longer at the version
-        the patch was decided from."""
+        the patch was decided from. What the CRD's status schema would refuse is left out (and logged), so
+        that one value from a tenant's pod cannot have every status write of the job refused."""
+        status, left_out = fit_status(status)
+        if left_out:
+            metrics.STATUS_FIELDS_LEFT_OUT.inc(len(left_out))
+            log.warning("status of %s/%s: left out %s", stj.namespace, stj.name, "; ".join(left_out))
         body: dict[str, Any] = {"status": status}
         if stj.resource_version is not None:
             body["metadata"] = {"resourceVersion": stj.resource_version}
@@ -323,7 +340,7 @@ class Cluster:
             },
             "type": event.type,
             "reason": event.reason,
-            "message": event.message[:1024],
+            "message": bounded(event.message, EVENT_MESSAGE_LIMIT),
             "source": {"component": naming.MANAGER},
             "reportingComponent": naming.MANAGER,
             "firstTimestamp": now,

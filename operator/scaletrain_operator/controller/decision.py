@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-FailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict"]  # final failures decided outside the gang
+# Final failures decided outside the gang policy
+FailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict", "ReconcileError"]
 EventReason = (
     Literal[
         "Created",

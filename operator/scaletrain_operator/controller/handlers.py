@@ -34,7 +34,7 @@ from ..api import naming
 from ..api.models import parse_job
 from . import metrics
 from .cache import Cache, Key, Store
-from .cluster import ChildRejected, Cluster, Conflict, ObjectRef, connect, describe
+from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
 from .decision import Decision, Event
 from .housekeeping import Housekeeping
 from .reconcile import Observed, decide, decide_failed, decide_invalid
@@ -50,6 +50,7 @@ CHILDREN = (("", "v1", "services"), ("batch", "v1", "jobs"), ("", "v1", "pods"))
 RECONCILE_WORKERS = 4  # reconciles run in parallel (of different jobs); each is a few API writes at most
 CHILD_FOLD_SECONDS = 0.5  # a burst of a job's child events within this becomes one reconcile (workqueue.py)
 RETRY_EVENT_AFTER = 3  # failed reconciles in a row before a Warning Event says so
+LEFTOVER_RECHECK_SECONDS = 2.0  # how soon a job waiting for a child's name looks again (no event will come)
 
 
 @kopf.on.startup()
@@ -199,12 +200,22 @@ def decide_from(
 ) -> Decision:
     """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
     (not at all for an invalid spec)."""
+    stored_status, generation = raw.get("status") or {}, raw["metadata"].get("generation")
     try:
         job = parse_job(raw)
     except ProblemsError as error:
-        return decide_invalid(error.problems, raw.get("status") or {}, raw["metadata"].get("generation"), now)
+        return decide_invalid(error.problems, stored_status, generation, now)
     hint = naming.generation_of(job.status.current_job) if job.status and job.status.current_job else None
-    return decide(job, observe(hint), now, settings)
+    observed = observe(hint)
+    try:
+        return decide(job, observed, now, settings)
+    except Exception as error:  # pure code on a valid spec: what it cannot take fails this job alone, once
+        log.exception("deciding %s/%s failed", job.metadata.namespace, job.name)
+        message = (
+            f"the operator cannot reconcile this spec ({type(error).__name__}: {error}); its log has the details. "
+            "Change the spec, or report this as a bug"
+        )
+        return decide_failed("ReconcileError", message, stored_status, generation, now)
 
 
 def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
@@ -223,12 +234,22 @@ def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
     return irreversible or contradicting
 
 
+def say_waiting(cluster: Cluster, raw: dict[str, Any], message: str) -> None:
+    """The job waits for a child's name: its status says so (Pending, if it had no phase yet)."""
+    status = raw.get("status") or {}
+    if status.get("message") != message:
+        cluster.patch_status(ObjectRef.of(raw), {"phase": status.get("phase") or "Pending", "message": message})
+
+
 def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Reconciled:
     """Apply `decision`; a child the API server refuses for good fails the job, with the server's reason."""
     if decision.changes_nothing:
         return Reconciled(Outcome.SETTLED, decision.recheck_after)
     try:
         cluster.apply(ObjectRef.of(raw), decision)
+    except Leftover as leftover:  # no failure: the name frees up by itself
+        say_waiting(cluster, raw, str(leftover))
+        return Reconciled(Outcome.WAITING, LEFTOVER_RECHECK_SECONDS)
     except ChildRejected as rejected:
         status, generation = raw.get("status") or {}, raw["metadata"].get("generation")
         decision = decide_failed(rejected.reason, rejected.message, status, generation, datetime.now(timezone.utc))

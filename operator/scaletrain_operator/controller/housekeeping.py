@@ -1,5 +1,6 @@
-"""Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status, the
-TTL of finished ones, and why a gang's pods are missing (PodCreationFailed). A plain thread rather than
+"""Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status (all
+read at once, each with its own deadline; or ProgressUnreachable when it cannot be read), the TTL of
+finished ones, and why a gang's pods are missing (PodCreationFailed). A plain thread rather than
 a kopf timer, which would put a finalizer on every job. A standby replica stays passive here too (peering.py).
 
 A status written here changes what the job's reconcile decides from (a new progress promise to hold the
@@ -12,18 +13,19 @@ deletes nothing; the next pass decides again from the newer one."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from scaletrain_trainer.validation import ProblemsError
 
 from ..api import naming
-from ..api.models import parse_job
-from ..api.progress import read_progress, status_patch
+from ..api.models import ScaleTrainJob, parse_job
+from ..api.progress import Unreadable, read_all_progress, status_patch
 from ..api.timestamps import parse_timestamp
 from . import metrics, peering
 from .cache import Key
@@ -34,8 +36,11 @@ from .status import bounded, condition
 from .ttl import decide_ttl
 
 log = logging.getLogger(__name__)
+Answer = dict[str, Any] | Unreadable  # rank 0's progress, or why it could not be read
 
-PROGRESS_READERS = 8  # reads at once; each is bounded by progress_timeout_seconds
+STATUS_WRITERS = 8  # status patches at once, after the pass's reads
+UNREACHABLE_AFTER_READS = 2  # failed reads in a row before ProgressUnreachable: one may meet a restarting server
+PROGRESS_UNREACHABLE = "ProgressUnreachable"
 POD_CREATION_FAILED = "PodCreationFailed"
 POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; after that, a missing one has a reason
 
@@ -44,6 +49,7 @@ class Housekeeping:
     def __init__(self, config: OperatorConfig, cluster: Cluster, reconcile_soon: Callable[[Key], None]):
         self.config, self.cluster, self.reconcile_soon = config, cluster, reconcile_soon
         self._stop = threading.Event()
+        self._unread: dict[Key, int] = {}  # failed progress reads in a row, by job
         self._thread = threading.Thread(target=self._loop, name="housekeeping", daemon=True)
 
     def start(self) -> None:
@@ -72,10 +78,15 @@ class Housekeeping:
                 isolated("ttl", raw, self.expire)
             if phase_of(raw) in ("Pending", "Running"):
                 isolated("pods", raw, self.report_pod_creation)
-        if running:
-            with ThreadPoolExecutor(min(len(running), PROGRESS_READERS), thread_name_prefix="progress") as readers:
-                for raw in running:
-                    readers.submit(isolated, "progress", raw, self.copy_progress)
+        running_keys = {(raw["metadata"]["namespace"], raw["metadata"]["name"]) for raw in running}
+        self._unread = {key: failures for key, failures in self._unread.items() if key in running_keys}
+        read = self.read_rank_0s(running)
+        if read:
+            with ThreadPoolExecutor(min(len(read), STATUS_WRITERS), thread_name_prefix="progress") as writers:
+                for raw, rank_0, answer in read:
+                    writers.submit(
+                        isolated, "progress", raw, functools.partial(self.record_progress, rank_0=rank_0, answer=answer)
+                    )
 
     def active_replica(self) -> bool:
         """Standalone, or the active one of the peered replicas (kopf pauses the others' watches)."""
@@ -136,57 +147,121 @@ class Housekeeping:
         if message is not None:
             self.cluster.post_event(where, Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}"))
 
-    def copy_progress(self, raw: dict[str, Any]) -> None:
-        """Rank 0's /progress into status.progress (as api/progress.status_patch writes it); nothing when
-        it cannot be read, or when the job changed meanwhile. A loss that turned non-finite is removed
-        from the status, and a Warning Event says so once; so does one for damaged checkpoints the trainer
-        set aside while resuming."""
+    def read_rank_0s(self, running: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Rank0, Answer]]:
+        """Each Running job's rank 0 read at once: a pass costs about one read's deadline, however many
+        jobs there are and however slowly their endpoints answer."""
+        found = [(raw, rank_0) for raw in running if (rank_0 := self.rank_0_of(raw)) is not None]
+        answers = read_all_progress([rank_0.url for _, rank_0 in found], self.config.progress_timeout_seconds)
+        return [(raw, rank_0, answer) for (raw, rank_0), answer in zip(found, answers, strict=True)]
+
+    def rank_0_of(self, raw: dict[str, Any]) -> Rank0 | None:
+        """Where rank 0 of the job's newest gang serves its progress: only a Running pod of index 0 that the
+        gang's own Job owns (cache.children_view); anyone can give a pod its labels, and a forged rank 0 must
+        never be read. None while there is no such pod. The newest gang is the newest Job found, not the
+        status's currentJob, which a lost status write leaves behind."""
         try:
             job = parse_job(raw)
         except ProblemsError:  # an edited spec that reconciling is about to mark invalid
-            return
+            return None
         current_job = job.status.current_job if job.status else None
-        if not current_job:
-            return
-        template = self.config.progress_url
-        pod_ip = ""
-        if "{pod_ip}" in template:  # an operator outside the pods' DNS (settings.py)
-            pod_ip = self.cluster.cache.rank_0_pod_ip(job.metadata.namespace, job.name, current_job)
-            if not pod_ip:
-                return
-        url = template.format(
-            pod=f"{current_job}-0",
+        hint = naming.generation_of(current_job) if current_job else None
+        observed = self.cluster.cache.observed(job.metadata.namespace, job.name, hint)
+        generation = max(observed.jobs, default=None)
+        rank_0 = next((pod for pod in observed.pods if pod_index(pod) == 0 and pod_phase(pod) == "Running"), None)
+        pod_ip = ((rank_0 or {}).get("status") or {}).get("podIP")
+        if generation is None or not pod_ip:
+            return None
+        url = self.config.progress_url.format(
+            pod=f"{naming.child_job_name(job.name, generation)}-0",
             pod_ip=pod_ip,
             service=naming.service_name(job.name),
             namespace=job.metadata.namespace,
             port=job.spec.metrics_port,
         )
-        progress = read_progress(url, self.config.progress_timeout_seconds)
-        if progress is None:
-            return
-        # Only onto the version read: a read that lands after the job succeeded would overwrite the final
-        # progress (from rank 0's termination message) with an older step and an ETA.
+        return Rank0(job, generation, url)
+
+    def record_progress(self, raw: dict[str, Any], rank_0: Rank0, answer: Answer) -> None:
+        """Rank 0's answer into status.progress, replacing what an earlier answer said (api/progress.py
+        status_patch), with when it was read; or, when it could not be read twice in a row after this gang
+        had answered, the condition ProgressUnreachable with why. An unreadable endpoint is not a silent
+        trainer: it is never taken for a hang. A loss that turned non-finite and damaged checkpoints the
+        trainer set aside while resuming each get a Warning Event once."""
         where = ObjectRef.of(raw)
-        try:
-            reported = status_patch(progress) | {"generation": naming.generation_of(current_job)}
-            self.cluster.patch_status(where, {"progress": reported})
+        key = (where.namespace, where.name)
+        before = (raw.get("status") or {}).get("progress") or {}
+        if isinstance(answer, Unreadable):
+            failures = self._unread[key] = self._unread.get(key, 0) + 1
+            if before.get("generation") == rank_0.generation and failures >= UNREACHABLE_AFTER_READS:
+                message = (
+                    f"rank 0's progress endpoint {rank_0.url} could not be read {failures} times in a row: {answer}; "
+                    "a hang is found only from rank 0's own answers, so the gang is not restarted for this"
+                )
+                self.set_condition(raw, PROGRESS_UNREACHABLE, True, "ReadFailed", message)
+            return
+        self._unread.pop(key, None)
+        reported = status_patch(answer, rank_0.generation, read_at=datetime.now(timezone.utc))
+        conditions = (raw.get("status") or {}).get("conditions") or []
+        unreachable = next((c for c in conditions if c["type"] == PROGRESS_UNREACHABLE), None)
+        patch: dict[str, Any] = {"progress": reported}
+        if unreachable is not None and unreachable["status"] == "True":
+            readable = condition(
+                PROGRESS_UNREACHABLE, False, "Read", "rank 0's progress endpoint answers again",
+                datetime.now(timezone.utc), raw["metadata"].get("generation"),
+            )  # fmt: skip
+            patch["conditions"] = [*(c for c in conditions if c["type"] != PROGRESS_UNREACHABLE), readable]
+        try:  # only onto the version decided from: a read landing after the job succeeded must not undo that
+            self.cluster.patch_status(where, patch)
         except Conflict as stale:  # the next pass reads again, from the newer copy
             log.info("progress not copied: %s", stale)
             return
+        self.reconcile_soon(key)
+        self.announce(where, rank_0.job, before, answer)
+
+    def set_condition(self, raw: dict[str, Any], kind: str, status: bool, reason: str, message: str) -> None:
+        """The condition `kind` as said, written (and the job queued) only when the job does not say it yet."""
+        conditions = (raw.get("status") or {}).get("conditions") or []
+        held = next((c for c in conditions if c["type"] == kind), None)
+        if held is not None and held["status"] == ("True" if status else "False") and held["message"] == message:
+            return
+        update = condition(kind, status, reason, message, datetime.now(timezone.utc), raw["metadata"].get("generation"))
+        where = ObjectRef.of(raw)
+        try:
+            self.cluster.patch_status(where, {"conditions": [*(c for c in conditions if c["type"] != kind), update]})
+        except Conflict as stale:
+            log.info("%s not reported: %s", kind, stale)
+            return
         self.reconcile_soon((where.namespace, where.name))
-        before = job.status.progress
-        was_diverged = before is not None and before.loss_finite is False
-        if progress.get("lossFinite") is False and not was_diverged:
-            message = f"rank 0 reports a non-finite loss at step {progress.get('step', '?')}: the run diverged"
+
+    def announce(self, where: ObjectRef, job: ScaleTrainJob, before: dict[str, Any], answer: dict[str, Any]) -> None:
+        """A Warning Event for what the answer newly says went wrong: a non-finite loss, checkpoints set aside."""
+        if answer.get("lossFinite") is False and before.get("lossFinite") is not False:
+            message = f"rank 0 reports a non-finite loss at step {answer.get('step', '?')}: the run diverged"
             self.cluster.post_event(where, Event("Warning", "LossNotFinite", message))
-        set_aside = progress.get("checkpointsSetAside") or []
-        if set_aside and set_aside != (before.checkpoints_set_aside if before else None):
+        set_aside = answer.get("checkpointsSetAside") or []
+        if set_aside and set_aside != before.get("checkpointsSetAside"):
             in_dir = f" in {job.spec.training.checkpoint.dir}" if job.spec.training is not None else ""
             message = (
                 f"damaged checkpoints moved aside{in_dir}: {', '.join(set_aside)}; "
                 "training resumed from the newest sound one (rank 0's log says what was wrong)"
             )
             self.cluster.post_event(where, Event("Warning", "CheckpointSetAside", message))
+
+
+class Rank0(NamedTuple):
+    """Where the newest gang's rank 0 of a Running job serves its progress."""
+
+    job: ScaleTrainJob
+    generation: int
+    url: str
+
+
+def pod_index(pod: dict[str, Any]) -> int | None:
+    index = (pod["metadata"].get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION)
+    return int(index) if index is not None and index.isdigit() else None
+
+
+def pod_phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
 
 
 def phase_of(raw: dict[str, Any]) -> str | None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -12,6 +14,27 @@ import kopf
 
 from . import handlers, peering  # noqa: F401  (importing handlers registers them with kopf)
 from .settings import OperatorConfig
+
+# The API server stores a custom resource nested up to its JSON decoder's limit (Go's encoding/json:
+# 10,000 levels), preserve-unknown-fields subtrees included. kopf decodes every watch event with
+# json.loads, which gives up at Python's recursion limit (1,000 by default): a single deep object ended
+# the watch, and with it the operator, for every namespace. Sized to decode, compare and copy any object
+# the API server can hold (each level costs up to two frames, e.g. in copy.deepcopy), and the C stacks
+# to carry that (about 200 bytes a level); api/bounds.py then refuses the spec with its field path.
+API_SERVER_MAX_NESTING = 10_000
+RECURSION_LIMIT = 2 * API_SERVER_MAX_NESTING + 1_000
+STACK_BYTES = 32 * 1024 * 1024  # for the main thread (kopf's event loop) and every thread started later
+
+
+def decode_anything_the_api_server_stores() -> None:
+    """Raise the recursion limit and the stack sizes so that no object the API server serves can make a
+    decode fail (RecursionError) or overflow a thread's stack."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+    threading.stack_size(STACK_BYTES)
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft != resource.RLIM_INFINITY and soft < STACK_BYTES:  # the main thread's stack grows up to it
+        wanted = STACK_BYTES if hard == resource.RLIM_INFINITY else min(STACK_BYTES, hard)
+        resource.setrlimit(resource.RLIMIT_STACK, (wanted, hard))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = operator_config(args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
+    decode_anything_the_api_server_stores()
     kopf.run(
         clusterwide=not config.namespaces,
         namespaces=config.namespaces,

@@ -16,6 +16,10 @@ HOUSEKEEPING_FAILURES = Counter(
     "Jobs whose housekeeping step failed (logged; the other jobs go on), by step: ttl or progress.",
     ["step"],
 )
+STATUS_FIELDS_LEFT_OUT = Counter(
+    "scaletrain_status_fields_left_out_total",
+    "Status fields left out of a write because the CRD's schema would refuse them (logged with why).",
+)
 RECONCILE_SECONDS = Histogram("scaletrain_reconcile_seconds", "Time to reconcile one ScaleTrainJob.")
 # Per job, from its status (goodput and counts), set again on each housekeeping pass: a deleted job drops out.
 JOB_SECONDS = Gauge(

@@ -4,8 +4,8 @@
 calling it again after a repeated event, an operator restart or a lost status patch reaches the same
 decision. It reads as a list of steps:
 
-1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for one that failed because
-   its gang could not be scheduled: its Job goes, pods and all;
+1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for a gang still running or
+   waiting for a node: its Job goes, pods and all;
 2. find the current gang generation, and render the one Job this call may create;
 3. create what is missing: the Service, and the current generation's Job (kept off the nodes in
    status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
@@ -13,8 +13,8 @@ decision. It reads as a list of steps:
 4. a spec change the running gang cannot take restarts it (not counted against maxRestarts);
 5. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods: succeeded, failed, or
    restart, counted as a restart or as a disruption, maybe blaming a node the next gangs avoid; a Running
-   gang whose rank 0 reported no progress by the time it promised (progress.staleAfter) is hung, which
-   ends it like a failure;
+   gang whose rank 0 answered, when read, that it made no progress by the time it promised
+   (progress.staleAfter, of this very gang) is hung, which ends it like a failure;
 6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
    the pods (Schedulable), fail a gang it could not place within scheduleTimeoutSeconds, and report the
    running status.
@@ -295,6 +295,7 @@ class _Draft:
     delete_child_jobs: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     recheck_after: float | None = None
+    gang: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
 
     def recheck_in(self, seconds: float) -> None:
         """Decide again in `seconds` at the latest: a timeout this decision waits on passes then."""
@@ -305,7 +306,7 @@ class _Draft:
         phase = status["phase"]
         if phase != before and phase in ("Running", "Suspended", "Succeeded"):
             self.events.append(Event("Normal", phase, status["message"]))
-        when = occasion(self.status.before.current_job, self.status.generation)
+        when = occasion(self.gang or self.status.before.current_job, self.status.generation)
         return Decision(
             create=tuple(self.create),
             delete_child_jobs=tuple(self.delete_child_jobs),
@@ -317,10 +318,11 @@ class _Draft:
 
 
 def occasion(current_job: str | None, generation: int | None) -> str:
-    """What a decision's Events are about: the gang its status named when it was decided from (the Job a
-    restart or a deletion ends, not the one it starts) and the spec generation (so that a resumed job gets
-    a Running Event again). Each reason is posted once per occasion; a decision carried out again after
-    its status patch failed is decided from the same status, so its Events are the same ones."""
+    """What a decision's Events are about: the gang it was decided about (the newest Job found, which a
+    restart or a deletion ends, not the one it starts; not the status's, which a lost write leaves behind)
+    and the spec generation (so that a resumed job gets a Running Event again). Each reason is posted once
+    per occasion; a decision carried out again after its status patch failed is about the same gang, so
+    its Events are the same ones."""
     return f"{current_job}, spec generation {generation}"
 
 
@@ -328,30 +330,24 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
     """What to do next for `job`, given its children; see the module docstring. With
     `settings.network_policy_from` (the operator's namespace), whatever starts a gang first makes sure of
     the job's NetworkPolicy (creating it again is a no-op)."""
-    decision = _decide(job, observed, now, progress_lag(settings))
+    decision = _decide(job, observed, now, settings.progress_timeout_seconds)
     if settings.network_policy_from and decision.create:
         policy = render_network_policy(job, settings.network_policy_from)
         return replace(decision, create=(policy, *decision.create))
     return decision
 
 
-def progress_lag(settings: OperatorConfig) -> float:
-    """How old the progress in the status may be: housekeeping copies it in once a poll interval, each
-    read taking up to its timeout."""
-    return settings.progress_interval_seconds + settings.progress_timeout_seconds
-
-
-def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, progress_lag_seconds: float) -> Decision:
+def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds: float) -> Decision:
     status = StatusBuilder(job, now)
     if status.finished:
-        return _finished(status, observed)
+        return _finished(observed)
     generation = current_generation(job, observed)
     current = observed.jobs.get(generation)
     deleted = current_job_deleted(job, generation, current)
     # The one render of this call: the Job it would create. That is the current generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
     desired = with_spec_hash(render_job(job, generation if current is None and not deleted else generation + 1))
-    draft = _Draft(status)
+    draft = _Draft(status, gang=naming.child_job_name(job.name, generation))
     draft.create += [service for service in (render_service(job), render_master_alias(job))
                      if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
@@ -374,40 +370,57 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, progress_lag_
     verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
         record_gang_end(draft, job, failing.model_copy(update={"ended": "Succeeded"}))
-        return _succeed(draft, observed.pods, verdict.message)
+        return _succeed(draft, generation, observed.pods, verdict.message)
     if verdict.action is Action.FAIL:
         record_gang_end(draft, job, failing)
         return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
         return _restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
-    if (due := progress_due(job)) is not None:
-        overdue = (now - due).total_seconds() - progress_lag_seconds
-        if overdue >= 0:
-            return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
-        draft.recheck_in(-overdue)  # the trainer may go silent: look again when its promise runs out
+    if (due := broken_promise(job, generation, read_seconds)) is not None:
+        return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
     return _keep_running(job, draft, current, observed.pods)
 
 
-def _finished(status: StatusBuilder, observed: Observed) -> Decision:
-    """A finished job is left alone, but for one that failed because its gang could not be scheduled: its
-    Job goes, or the pods still waiting for a node would start a gang once the scheduler finds room. This
-    comes after the Failed status landed (the failing decision deletes nothing), so a status patch that
-    fails cannot leave a job whose gang is gone but that never failed (it would pass for a Job deleted by
-    hand)."""
-    failed = status.conditions.get("Failed") or {}
-    if failed.get("reason") != UNSCHEDULABLE:
-        return Decision()
-    return Decision(delete_child_jobs=tuple(job["metadata"]["name"] for _, job in sorted(observed.jobs.items())))
+def _finished(observed: Observed) -> Decision:
+    """A finished job is left alone, but for a gang of it that did not end by itself: a gang failed as
+    hung, or for its restart limit while its other pods still ran, or one whose pods still wait for a node.
+    Its Job goes, pods and all, so that nothing holds the nodes (or starts later, once the scheduler finds
+    room). A Job that the Job controller finished (Complete, or Failed: it ends the pods still running),
+    or whose pods all ended, is kept with its pods, for their logs. This comes after the Failed or
+    Succeeded status landed (the finishing decision deletes nothing), so a status patch that fails cannot
+    leave a job whose gang is gone but that never finished (it would pass for a Job deleted by hand)."""
+    newest = max(observed.jobs, default=None)
+    holding = any(_holds_a_node(pod) for pod in observed.pods)  # the pods are the newest gang's
+    stopping = [
+        child["metadata"]["name"]
+        for generation, child in sorted(observed.jobs.items())
+        if job_condition(child, "Complete") is None
+        and job_condition(child, "Failed") is None
+        and (generation != newest or holding)
+    ]
+    return Decision(delete_child_jobs=tuple(stopping))
 
 
-def _succeed(draft: _Draft, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
+def _holds_a_node(pod: Mapping[str, Any]) -> bool:
+    """Running, or waiting to (for a node, or on one): a pod whose deletion stops something."""
+    return (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running") and not _being_deleted(pod)
+
+
+def _succeed(draft: _Draft, generation: int, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
     """Succeeded, with rank 0's final step and loss from its termination message: the last progress read
-    may be a logging interval or a poll behind, and its ETA is moot now."""
+    may be a logging interval or a poll behind (what it has beside them, such as throughput, stays when it
+    was this gang's), and its ETA and promise are moot now."""
     status = draft.status
     rank_0 = next((outcome for outcome in map(pod_outcome, pods) if outcome.index == 0), None)
     final = final_progress(rank_0.message) if rank_0 is not None else {}
-    if final or status.before.progress is not None:
-        status.fields["progress"] = status_patch(final) | {"etaSeconds": None}
+    before = status.before.progress
+    if final or before is not None:
+        read = before.model_dump(mode="json", by_alias=True, exclude_none=True) if before is not None else {}
+        last = read if read.get("generation") == generation else {}
+        if "step" in final:  # the final loss, or its absence, is the final answer's
+            last = {key: value for key, value in last.items() if key not in ("loss", "lossFinite")}
+        moot = {"etaSeconds": None, "staleAfter": None, "readAt": None}
+        status.fields["progress"] = status_patch(last | final, generation) | moot
     return draft.done(status.phase("Succeeded", message))
 
 
@@ -443,16 +456,27 @@ def _gang_ended(
     return _restart_after_failure(job, draft, current, desired, ledger, verdict, ending)
 
 
-def progress_due(job: ScaleTrainJob) -> datetime | None:
+def broken_promise(job: ScaleTrainJob, generation: int, read_seconds: float) -> datetime | None:
     """When rank 0 of the running gang promised its next progress report by (progress.staleAfter: the
-    trainer's hang timeout plus a logging interval from its last report). Any other phase clears the
-    promise (StatusBuilder.phase), so one in the status of a Running job is this gang's. Before its first
-    report (start-up, resuming from a checkpoint), none: the trainer's own watchdog and collective
-    timeouts cover that."""
+    trainer's hang timeout plus a logging interval from its last report), if the operator read rank 0's
+    answer after that and it still held the promise: the trainer itself says it made no progress in time
+    (its server answers from its own thread while the training loop is stuck). Else None.
+
+    Only a promise of this very gang counts (progress.generation), whatever the status's phase says: a
+    lost status write or an operator restart must not hold a new gang to an old gang's promise. And only
+    one read after the promise ran out: time alone proves nothing, since progress is copied in only while
+    the operator runs, reaches rank 0 and can write the status. A read takes up to `read_seconds`, and the
+    answer may come from any moment in it. An unreadable endpoint is ProgressUnreachable (housekeeping.py),
+    never a hang. Before its first report (start-up, resuming from a checkpoint), none: the trainer's own
+    watchdog and collective timeouts cover that."""
     status = job.status
-    if status is None or status.phase != "Running" or status.progress is None:
+    progress = status.progress if status is not None else None
+    if status is None or status.phase != "Running" or progress is None or progress.generation != generation:
         return None
-    return status.progress.stale_after
+    if progress.stale_after is None or progress.read_at is None:
+        return None
+    broken = (progress.read_at - progress.stale_after).total_seconds() >= read_seconds
+    return progress.stale_after if broken else None
 
 
 def stalled_message(job: ScaleTrainJob, due: datetime) -> str:
@@ -474,7 +498,7 @@ def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> D
         draft.events.append(Event("Normal", "Created", f"created Job {name}"))
     if job.spec.suspend:
         return draft.done(status.phase("Suspended", "spec.suspend is true"))
-    return draft.done(_waiting(status))
+    return draft.done(_waiting(status, waiting_for([], job.spec.nodes)))
 
 
 def _restart_after_failure(
@@ -545,11 +569,11 @@ def _keep_running(
             message = f"{waiting.describe()}; scheduleTimeoutSeconds ({spec.schedule_timeout_seconds}) passed"
             return _fail(draft, message, UNSCHEDULABLE)
         draft.recheck_in(spec.schedule_timeout_seconds - waited)  # no event may come by then
-    if any((p.get("status") or {}).get("phase") == "Running" for p in pods):
+    if whole_gang_up(pods, spec.nodes):
         status.fields["startTime"] = timestamp(status.before.start_time or status.now)
         nodes = status.fields["nodes"]["active"]
         return draft.done(status.phase("Running", f"{nodes} of {spec.nodes} nodes active"), patch)
-    return draft.done(_waiting(status), patch)
+    return draft.done(_waiting(status, waiting_for(pods, spec.nodes)), patch)
 
 
 def _report_placement(draft: _Draft, pods: Sequence[Mapping[str, Any]], nodes: int) -> Unplaced | None:
@@ -568,12 +592,64 @@ def _report_placement(draft: _Draft, pods: Sequence[Mapping[str, Any]], nodes: i
     return waiting
 
 
-def _waiting(status: StatusBuilder) -> dict[str, Any]:
-    """No pod running yet: still Restarting (keeping why) after a restart, else Pending."""
+def _waiting(status: StatusBuilder, waiting: str) -> dict[str, Any]:
+    """The gang is not wholly up yet: still Restarting (keeping why) after a restart, else Pending, saying
+    which pods it waits for and why (`waiting`)."""
     if status.before.phase == "Restarting":
         why = status.conditions.get("Restarting") or {}
         return status.phase("Restarting", status.before.message or "", why.get("reason"))
-    return status.phase("Pending")
+    return status.phase("Pending", waiting)
+
+
+def whole_gang_up(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
+    """Whether every pod of the gang is running (or already done) and at least one runs: a gang part of
+    which still waits for a node trains nothing, since every rank joins each collective."""
+    phases = [(pod.get("status") or {}).get("phase", "Pending") for pod in pods if not _being_deleted(pod)]
+    return len(phases) >= nodes and "Running" in phases and all(p in ("Running", "Succeeded") for p in phases)
+
+
+def _being_deleted(pod: Mapping[str, Any]) -> bool:
+    return pod["metadata"].get("deletionTimestamp") is not None
+
+
+MAX_WAITING_SHOWN = 4  # pods a waiting message names, before "and N more"
+
+
+def waiting_for(pods: Sequence[Mapping[str, Any]], nodes: int) -> str:
+    """Which pods of the gang are not running yet, and why, each in the words of whoever holds it up: the
+    scheduler's message, the kubelet's waiting reason, or the Job controller not having made it yet."""
+    running = sum((pod.get("status") or {}).get("phase") == "Running" and not _being_deleted(pod) for pod in pods)
+    waiting = sorted(
+        (pod for pod in pods if (pod.get("status") or {}).get("phase", "Pending") == "Pending" or _being_deleted(pod)),
+        key=lambda pod: pod["metadata"]["name"],
+    )
+    parts = [f"pod {pod['metadata']['name']} ({why_pending(pod)})" for pod in waiting]
+    if (missing := nodes - len(pods)) > 0:
+        parts.append(f"{missing} pod{'s' * (missing > 1)} the Job controller has not created yet")
+    if len(parts) > MAX_WAITING_SHOWN:
+        parts = [*parts[:MAX_WAITING_SHOWN], f"and {len(parts) - MAX_WAITING_SHOWN} more"]
+    return f"{running} of {nodes} pods running; waiting for " + "; ".join(parts) if parts else ""
+
+
+def why_pending(pod: Mapping[str, Any]) -> str:
+    """Why one Pending pod is not running: not placed (and the scheduler's why), or placed and starting
+    (and the kubelet's why: pulling its image, creating its container, a volume it waits for)."""
+    if _being_deleted(pod):
+        return "being deleted"
+    scheduled = _pod_scheduled(pod)
+    if scheduled.get("status") == "False":
+        reason = (
+            "the scheduler cannot place it" if scheduled.get("reason") == UNSCHEDULABLE else scheduled.get("reason")
+        )
+        return f"{reason}: {scheduled.get('message', '')}".rstrip(": ")
+    node = (pod.get("spec") or {}).get("nodeName")
+    if scheduled.get("status") != "True" or not node:
+        return "not placed on a node yet"
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        if waiting := (container.get("state") or {}).get("waiting"):
+            detail = f": {waiting['message']}" if waiting.get("message") else ""
+            return f"{waiting.get('reason', 'waiting')} on node {node}{detail}"
+    return f"starting on node {node}"
 
 
 def decide_invalid(

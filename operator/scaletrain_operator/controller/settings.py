@@ -12,9 +12,10 @@ ENV_PREFIX = "SCALETRAIN_OPERATOR_"
 @dataclass(frozen=True)
 class OperatorConfig:
     namespaces: list[str] = field(default_factory=list)  # empty: every namespace
-    # Rank 0's progress endpoint; {pod}, {service}, {namespace} and {port} are filled in, and {pod_ip}
-    # (rank 0's IP from its pod status) for an operator that runs outside the cluster's DNS.
-    progress_url: str = "http://{pod}.{service}.{namespace}.svc:{port}/progress"
+    # Rank 0's progress endpoint; {pod_ip} (from the status of the rank-0 pod its gang's own Job owns),
+    # {pod}, {service}, {namespace} and {port} are filled in. By IP, not DNS: any pod in the namespace can
+    # take rank 0's hostname and subdomain, and so its DNS name.
+    progress_url: str = "http://{pod_ip}:{port}/progress"
     progress_interval_seconds: float = 15.0  # how often Running jobs are polled (and TTLs checked)
     progress_timeout_seconds: float = 2.0
     request_timeout_seconds: float = 30.0

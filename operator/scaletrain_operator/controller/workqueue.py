@@ -17,6 +17,12 @@ already holds) is dropped, because a reconcile would decide the same nothing aga
 A reconcile that raises (the API server failing or unreachable, a status patch refused with a 500) is
 run again after a backoff that doubles with each failure in a row, from RETRY_BASE_SECONDS up to
 RETRY_MAX_SECONDS, as controller-runtime's rate-limited requeue does; `on_error` hears of each failure.
+Only the first failure in a row is logged with its traceback.
+
+The jobs that are due are served fairly across namespaces (`group`): round robin between the namespaces
+that have one waiting, and in the order they came due within each. So one tenant's burst (hundreds of
+jobs created at once) delays another tenant's job by at most one reconcile per busy namespace, instead
+of queueing it behind the whole burst.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,40 @@ class Outcome(enum.Enum):
     FAILED = "failed: try again after a backoff"
 
 
+def namespace_of(key: Hashable) -> Hashable:
+    """A job's key is (namespace, name): its group is its namespace."""
+    return key[0] if isinstance(key, tuple) else key
+
+
+class FairReady:
+    """The keys that are due, taken round robin across their groups and in order within each."""
+
+    def __init__(self, group: Callable[[Hashable], Hashable]):
+        self._group = group
+        self._queues: OrderedDict[Hashable, deque[Hashable]] = OrderedDict()  # next group to serve first
+        self._keys: set[Hashable] = set()
+
+    def append(self, key: Hashable) -> None:
+        self._queues.setdefault(self._group(key), deque()).append(key)
+        self._keys.add(key)
+
+    def popleft(self) -> Hashable:
+        group, queue = next(iter(self._queues.items()))
+        key = queue.popleft()
+        if queue:
+            self._queues.move_to_end(group)  # its turn is over: the other groups come first
+        else:
+            del self._queues[group]
+        self._keys.discard(key)
+        return key
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._keys
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+
 class WorkQueue:
     def __init__(
         self,
@@ -57,6 +97,7 @@ class WorkQueue:
         workers: int = 4,
         recheck_delay: float = 0.0,
         on_error: Callable[[Hashable, int, Exception], None] | None = None,
+        group: Callable[[Hashable], Hashable] = namespace_of,
     ):
         self._reconcile, self._recheck_delay, self._on_error = reconcile, recheck_delay, on_error
         self._workers = [
@@ -64,7 +105,7 @@ class WorkQueue:
         ]
         self._changed = threading.Condition()
         self._stopped = False
-        self._ready: deque[Hashable] = deque()  # due, in the order they came due
+        self._ready = FairReady(group)  # due: round robin across namespaces, in the order they came due in each
         self._due: dict[Hashable, float] = {}  # queued keys and when they may run
         self._timeline: list[tuple[float, int, Hashable]] = []  # a heap; entries whose time is no longer due are stale
         self._order = itertools.count()
@@ -165,7 +206,7 @@ class WorkQueue:
             with self._changed:
                 failures = self._failures[key] = self._failures.get(key, 0) + 1
             log.warning("reconciling %s failed (%d in a row): %s; retrying in %.1f s",
-                        key, failures, error, retry_delay(failures), exc_info=True)  # fmt: skip
+                        key, failures, error, retry_delay(failures), exc_info=failures == 1)  # fmt: skip
             if self._on_error is not None:
                 try:
                     self._on_error(key, failures, error)

@@ -1,0 +1,131 @@
+"""Faults between the operator and the API server, injected by a proxy in front of the real API server
+(scaletrain_testing/fault_proxy.py): a status-write outage in the middle of a gang restart, and the
+operator killed (SIGKILL) while a request of its restart is held. Whatever happens, a healthy gang keeps
+running, and `restarts` counts exactly the restarts that happened.
+
+Rank 0 here is a progress server that keeps answering as a healthy trainer: each answer reported just
+now, promising the next within PROMISE seconds. An operator that held the new gang to the old gang's
+promise (still in the status, since the write that would replace it failed) would restart it as hung."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from scaletrain_testing.fault_proxy import FaultProxy
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.operator_harness import QUIET, OperatorInstall, Team, install_watching, operator_process
+from scaletrain_testing.progress_server import ProgressServer
+
+PROMISE = 2.0  # seconds rank 0 promises its next report within
+OPERATOR_ARGS = (*QUIET, "--progress-interval", "0.3")
+OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://127.0.0.1:{port}/progress"}  # the test's server
+TAKEOVER_TIMEOUT = 90.0  # a new operator waits for the killed one's peering record to expire (~30 s)
+
+
+@dataclasses.dataclass
+class Faulty:
+    team: Team
+    install: OperatorInstall  # its kubeconfig reaches the API server through the proxy
+    proxy: FaultProxy
+
+    @contextmanager
+    def operator(self) -> Iterator:
+        with operator_process(self.install, *OPERATOR_ARGS, env=OPERATOR_ENV) as process:
+            yield process
+
+
+@pytest.fixture
+def faulty(control_plane, tmp_path) -> Iterator[Faulty]:
+    namespace = control_plane.create_namespace(f"faults-{secrets.token_hex(3)}")
+    install = install_watching(control_plane, namespace, tmp_path)
+    with FaultProxy(control_plane, tmp_path) as proxy:
+        proxied = dataclasses.replace(install, kubeconfig=proxy.kubeconfig_for(install.kubeconfig))
+        yield Faulty(Team(Kube(control_plane.api_client()), namespace), proxied, proxy)
+
+
+def running_with_promise(team: Team, name: str, job: str) -> dict:
+    return team.wait_status(
+        name,
+        lambda s: (
+            s.get("phase") == "Running"
+            and s.get("currentJob") == job
+            and (s.get("progress") or {}).get("generation") == int(job.rsplit("-g", 1)[1])
+        ),
+        timeout=TAKEOVER_TIMEOUT,
+    )
+
+
+def finish(team: Team, name: str, job: str) -> dict:
+    """The gang of `job` succeeds; the job's final status."""
+    for pod in team.pods(job):
+        team.set_pod_phase(pod, "Succeeded")
+    return team.wait_phase(name, "Succeeded")["status"]
+
+
+def reasons(team: Team, name: str) -> list[str]:
+    return [reason for _, reason, _ in team.events(name)]
+
+
+def test_a_status_outage_during_a_restart_restarts_once_and_the_new_gang_runs_on(faulty):
+    """Rank 1 fails; every status write of the job is refused (500) for longer than rank 0's promise and
+    the operator's read allowance, so the write that records the restart is refused again and again."""
+    team, proxy = faulty.team, faulty.proxy
+    with ProgressServer() as rank_0, faulty.operator():
+        rank_0.healthy(PROMISE)
+        team.submit("outage", training={"metricsPort": rank_0.port, "hangTimeoutSeconds": 10}, maxRestarts=3)
+        first = team.start_pods("outage-g0")
+        running_with_promise(team, "outage", "outage-g0")
+        outage = proxy.fail("PATCH", r"/scaletrainjobs/outage/status$", seconds=4 * PROMISE + 4)
+        team.fail_pod(first[1], exit_code=1)
+        team.start_pods("outage-g1")  # the restart's gang, created while the outage lasts
+        while time.monotonic() < outage.until:
+            time.sleep(0.2)
+        assert len(outage.matched) >= 10, outage.matched
+        status = running_with_promise(team, "outage", "outage-g1")
+        assert status["restarts"] == 1
+        time.sleep(PROMISE + 2)  # promises come and go: the gang is healthy
+        final = finish(team, "outage", "outage-g1")
+    assert final["restarts"] == 1
+    assert "Hang" not in reasons(team, "outage") and reasons(team, "outage").count("Restarting") == 1
+    assert [job["metadata"]["name"] for job in team.children("outage", "jobs")] == ["outage-g1"]
+
+
+@pytest.mark.parametrize(
+    ("held_method", "held_path", "held_body"),
+    [
+        ("DELETE", r"/jobs/killed-g0$", None),  # after the new gang's Job was created
+        ("PATCH", r"/scaletrainjobs/killed/status$", '"phase": ?"Restarting"'),  # after the old one's was deleted
+    ],
+    ids=["at-the-delete", "at-the-status-patch"],
+)
+def test_an_operator_killed_in_the_middle_of_a_restart_leaves_one_new_gang_and_one_restart(
+    faulty, held_method, held_path, held_body
+):
+    team, proxy = faulty.team, faulty.proxy
+    with ProgressServer() as rank_0:
+        rank_0.healthy(PROMISE)
+        with faulty.operator() as first_operator:
+            team.submit("killed", training={"metricsPort": rank_0.port}, maxRestarts=3)
+            pods = team.start_pods("killed-g0")
+            running_with_promise(team, "killed", "killed-g0")
+            held = proxy.hold(held_method, held_path, body=held_body)
+            team.fail_pod(pods[1], exit_code=1)
+            held.wait_matched()
+            first_operator.send_signal(signal.SIGKILL)
+            first_operator.wait(10)
+        proxy.remove(held)
+        team.start_pods("killed-g1")
+        with faulty.operator():
+            status = running_with_promise(team, "killed", "killed-g1")
+            assert status["restarts"] == 1
+            time.sleep(PROMISE + 2)  # past any promise the status held
+            final = finish(team, "killed", "killed-g1")
+    assert final["restarts"] == 1 and "Hang" not in reasons(team, "killed")
+    assert [job["metadata"]["name"] for job in team.children("killed", "jobs")] == ["killed-g1"]
