@@ -143,7 +143,7 @@ def test_a_gang_that_freezes_whole_is_progress_unreachable_and_never_restarted_f
     signal_processes(frozen, signal.SIGSTOP)
     try:
         unreachable = cluster.wait_condition("e2e-frozen", "ProgressUnreachable", "True")
-        assert "could not be read 2 times in a row" in unreachable["message"]
+        assert "cannot be read (" in unreachable["message"]
         time.sleep(HANG_TIMEOUT + 2 * (PROGRESS_INTERVAL + DEFAULTS.progress_timeout_seconds))  # past the promise
         assert cluster.stj("e2e-frozen")["status"]["restarts"] == 0
     finally:
@@ -263,3 +263,16 @@ def test_kubeflows_sendrecv_smoke_test_with_plain_python(cluster):
         assert f"RANK: {rank}\n" in log and "WORLD_SIZE: 2\n" in log, log
     assert "rank 1 of 2 received from rank 0: [1.0, 2.0, 3.0, 4.0]" in logs[1], logs[1]
     assert "result from worker 1: [1.0, 4.0, 9.0, 16.0]" in logs[0], logs[0]
+
+
+def test_a_ranks_exception_under_torchrun_is_in_the_status_message_and_the_failed_event(cluster):
+    """A script of one's own, run by the pod launcher's torchrun with torchelastic's @record, raises in
+    rank 1: the exception's last line, from the pod's termination message, ends the job's status.message
+    and its Failed Event."""
+    env = [{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}]
+    cluster.submit("e2e-raises", training=DELETE, args=["--module", "raise_in_rank_1"], env=env, maxRestarts=0)
+    status = wait_phase(cluster, "e2e-raises", "Failed")
+    last_line = "ValueError: shard 7 of the training data is corrupt (rank 1 raises this on purpose)"
+    assert status["message"].rstrip().endswith(last_line), status["message"]
+    failed_events = [message for _, reason, message in cluster.events("e2e-raises") if reason == "Failed"]
+    assert len(failed_events) == 1 and failed_events[0].rstrip().endswith(last_line), failed_events

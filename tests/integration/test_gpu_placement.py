@@ -39,7 +39,7 @@ def gpu_cluster(control_plane, tmp_path_factory):
         team.provide_claim(volume["persistentVolumeClaim"]["claimName"])
     args = ("--liveness-port", "0", "--metrics-port", "0")
     with (
-        Kubelet(control_plane.api_client(), H100_NODES + OTHER_NODES, workdir / "kubelet"),
+        Kubelet(control_plane.api_client(), H100_NODES + OTHER_NODES, workdir / "kubelet", namespaces=[namespace]),
         operator_process(install, *args),
     ):
         team.example = example

@@ -24,12 +24,12 @@ SAY = (
 
 
 @pytest.fixture
-def kubelet(control_plane, tmp_path):
-    """A CPU node and a GPU node (8 GPUs, tainted), both run here; the test output says in which
-    pod network mode."""
+def kubelet(control_plane, tmp_path, namespace):
+    """A CPU node and a GPU node (8 GPUs, tainted), both run here, for the test's namespace; the test
+    output says in which pod network mode."""
     suffix = secrets.token_hex(3)
     nodes = [FakeNode(f"cpu-{suffix}", cpu="4"), gpu_node(f"gpu-{suffix}")]
-    with Kubelet(control_plane.api_client(), nodes, tmp_path) as running:
+    with Kubelet(control_plane.api_client(), nodes, tmp_path, namespaces=[namespace]) as running:
         print(f"pod network: {running.executor.network_mode} ({running.executor.network_reason})")
         yield running
 

@@ -34,7 +34,7 @@ def test_a_pod_the_scheduler_cannot_place_shows_as_schedulable_false_with_its_me
     says Schedulable again once the gang fits (here: resized to one node)."""
     taint = {"key": "scaletrain.io/test", "value": team.namespace, "effect": "NoSchedule"}  # for this job's pods only
     node = FakeNode(f"one-slot-{secrets.token_hex(3)}", taints=[taint], cpu="1")
-    with Kubelet(control_plane.api_client(), [node], tmp_path / "kubelet"):
+    with Kubelet(control_plane.api_client(), [node], tmp_path / "kubelet", namespaces=[team.namespace]):
         started = time.monotonic()
         team.submit("crowded", command=["sleep", "600"], resources={"requests": {"cpu": "1"}},
                     tolerations=[taint | {"operator": "Equal"}])  # fmt: skip
@@ -43,8 +43,11 @@ def test_a_pod_the_scheduler_cannot_place_shows_as_schedulable_false_with_its_me
         assert unschedulable["reason"] == "Unschedulable"
         assert "the scheduler cannot place pod crowded-g0-" in unschedulable["message"]
         assert "0/1 nodes are available: 1 Insufficient cpu." in unschedulable["message"]
-        running = team.wait_status("crowded", lambda s: s["phase"] == "Running" and s["nodes"]["active"] == 1)
-        assert running["message"] == "1 of 2 nodes active" and running["nodes"]["pending"] == 1
+        # Half a gang trains nothing: not Running, and the job says which pod waits, and the scheduler's why.
+        half = team.wait_status("crowded", lambda s: s["phase"] == "Pending" and s["nodes"]["active"] == 1)
+        assert half["message"].startswith("1 of 2 pods running; waiting for pod crowded-g0-")
+        assert "(the scheduler cannot place it: 0/1 nodes are available: 1 Insufficient cpu." in half["message"]
+        assert half["nodes"]["pending"] == 1
         warnings = [(kind, message) for kind, reason, message in team.events("crowded") if reason == "Unschedulable"]
         assert warnings == [("Warning", unschedulable["message"])]
 
@@ -66,8 +69,9 @@ def test_schedule_timeout_fails_a_gang_the_scheduler_cannot_place(team):
     failure = condition(failed, "Failed")
     assert failure["reason"] == "Unschedulable" and "scheduleTimeoutSeconds (3) passed" in failure["message"]
     assert waiting["message"] in failure["message"]  # the scheduler's words
-    team.kube.wait_until(lambda: team.children("nowhere", "jobs") == [])  # no pod may start later
-    team.kube.wait_until(lambda: team.children("nowhere", "pods") == [])
+    team.kube.wait_until(lambda: team.children("nowhere", "pods") == [])  # no pod may start later
+    (job,) = team.children("nowhere", "jobs")
+    assert job["spec"]["suspend"] is True
     assert [r for r in reasons(team, "nowhere") if r != "Created"] == ["Unschedulable", "Failed"]
 
 
@@ -103,6 +107,8 @@ def test_a_lost_status_write_of_a_restart_never_allows_a_third_gang(team, contro
         failed = team.wait_phase("lost-restart", "Failed")
     assert condition(failed, "Failed")["reason"] == "RestartLimitReached" and failed["status"]["restarts"] == 1
     assert [job["metadata"]["name"] for job in team.children("lost-restart", "jobs")] == ["lost-restart-g1"]
+    failed_pod = team.kube.get("pods", team.namespace, second[0]["metadata"]["name"])
+    assert failed_pod is not None and failed_pod["status"]["phase"] == "Failed"  # kept, for its logs
     assert reasons(team, "lost-restart").count("Restarting") == 1
 
 

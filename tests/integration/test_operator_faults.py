@@ -3,12 +3,14 @@
 operator killed (SIGKILL) while a request of its restart is held. Whatever happens, a healthy gang keeps
 running, and `restarts` counts exactly the restarts that happened.
 
-Rank 0 here is a progress server that keeps answering as a healthy trainer: each answer reported just
-now, promising the next within PROMISE seconds. An operator that held the new gang to the old gang's
+Each gang's rank 0 here is a progress server at an address of its own (the pod's IP, as on a cluster)
+that answers as a healthy trainer: each answer reported just now, promising the next within PROMISE
+seconds; the first gang's goes with its pods. An operator that held the new gang to the old gang's
 promise (still in the status, since the write that would replace it failed) would restart it as hung."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import signal
@@ -25,8 +27,9 @@ from scaletrain_testing.progress_server import ProgressServer
 
 PROMISE = 2.0  # seconds rank 0 promises its next report within
 OPERATOR_ARGS = (*QUIET, "--progress-interval", "0.3")
-OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://127.0.0.1:{port}/progress"}  # the test's server
-TAKEOVER_TIMEOUT = 90.0  # a new operator waits for the killed one's peering record to expire (~30 s)
+OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
+FIRST_GANG_IP, SECOND_GANG_IP = "127.0.0.1", "127.0.0.2"  # the pods' addresses: loopback ones
+TAKEOVER_TIMEOUT = 30.0
 
 
 @dataclasses.dataclass
@@ -44,7 +47,9 @@ class Faulty:
 @pytest.fixture
 def faulty(control_plane, tmp_path) -> Iterator[Faulty]:
     namespace = control_plane.create_namespace(f"faults-{secrets.token_hex(3)}")
-    install = install_watching(control_plane, namespace, tmp_path)
+    # One replica, no peering: a killed operator's successor starts at once (with peering it would wait
+    # for the dead one's record to expire, ~60 s; the test waits out every promise itself instead).
+    install = install_watching(control_plane, namespace, tmp_path, {"replicaCount": 1, "peering": {"enabled": False}})
     with FaultProxy(control_plane, tmp_path) as proxy:
         proxied = dataclasses.replace(install, kubeconfig=proxy.kubeconfig_for(install.kubeconfig))
         yield Faulty(Team(Kube(control_plane.api_client()), namespace), proxied, proxy)
@@ -77,14 +82,20 @@ def test_a_status_outage_during_a_restart_restarts_once_and_the_new_gang_runs_on
     """Rank 1 fails; every status write of the job is refused (500) for longer than rank 0's promise and
     the operator's read allowance, so the write that records the restart is refused again and again."""
     team, proxy = faulty.team, faulty.proxy
-    with ProgressServer() as rank_0, faulty.operator():
-        rank_0.healthy(PROMISE)
-        team.submit("outage", training={"metricsPort": rank_0.port, "hangTimeoutSeconds": 10}, maxRestarts=3)
-        first = team.start_pods("outage-g0")
+    with contextlib.ExitStack() as stack:
+        first_rank_0 = stack.enter_context(ProgressServer(host=FIRST_GANG_IP))
+        stack.enter_context(faulty.operator())
+        first_rank_0.healthy(PROMISE)
+        port = first_rank_0.port
+        team.submit("outage", training={"metricsPort": port, "hangTimeoutSeconds": 10}, maxRestarts=3)
+        first = team.start_pods("outage-g0", pod_ip=FIRST_GANG_IP)
         running_with_promise(team, "outage", "outage-g0")
         outage = proxy.fail("PATCH", r"/scaletrainjobs/outage/status$", seconds=4 * PROMISE + 4)
         team.fail_pod(first[1], exit_code=1)
-        team.start_pods("outage-g1")  # the restart's gang, created while the outage lasts
+        first_rank_0.progress = None  # its pods are going
+        second_rank_0 = stack.enter_context(ProgressServer(host=SECOND_GANG_IP, port=port))
+        second_rank_0.healthy(PROMISE)
+        team.start_pods("outage-g1", pod_ip=SECOND_GANG_IP)  # the restart's gang, made while the outage lasts
         while time.monotonic() < outage.until:
             time.sleep(0.2)
         assert len(outage.matched) >= 10, outage.matched
@@ -109,19 +120,24 @@ def test_an_operator_killed_in_the_middle_of_a_restart_leaves_one_new_gang_and_o
     faulty, held_method, held_path, held_body
 ):
     team, proxy = faulty.team, faulty.proxy
-    with ProgressServer() as rank_0:
-        rank_0.healthy(PROMISE)
+    with ProgressServer(host=FIRST_GANG_IP) as first_rank_0:
+        first_rank_0.healthy(PROMISE)
+        port = first_rank_0.port
         with faulty.operator() as first_operator:
-            team.submit("killed", training={"metricsPort": rank_0.port}, maxRestarts=3)
-            pods = team.start_pods("killed-g0")
+            team.submit("killed", training={"metricsPort": port}, maxRestarts=3)
+            pods = team.start_pods("killed-g0", pod_ip=FIRST_GANG_IP)
             running_with_promise(team, "killed", "killed-g0")
             held = proxy.hold(held_method, held_path, body=held_body)
             team.fail_pod(pods[1], exit_code=1)
             held.wait_matched()
             first_operator.send_signal(signal.SIGKILL)
             first_operator.wait(10)
-        proxy.remove(held)
-        team.start_pods("killed-g1")
+        first_rank_0.progress = None  # its pods are going
+    proxy.remove(held)
+    time.sleep(PROMISE + 3)  # no operator meanwhile, as until a standby takes over: every promise ran out
+    with ProgressServer(host=SECOND_GANG_IP, port=port) as second_rank_0:
+        second_rank_0.healthy(PROMISE)
+        team.start_pods("killed-g1", pod_ip=SECOND_GANG_IP)
         with faulty.operator():
             status = running_with_promise(team, "killed", "killed-g1")
             assert status["restarts"] == 1

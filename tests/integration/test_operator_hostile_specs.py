@@ -31,9 +31,10 @@ def deep_job_text(name: str, namespace: str, **spec) -> str:
 
 @pytest.fixture(scope="module")
 def tenants(control_plane, tmp_path_factory):
-    """One operator, as the chart installs it, watching two tenants' namespaces."""
+    """One operator, as the chart installs it by default (cluster-wide: one watch of every namespace),
+    and two tenants' namespaces."""
     hostile, victim = (control_plane.create_namespace(f"{who}-{secrets.token_hex(3)}") for who in ("hostile", "victim"))
-    values = {"watchNamespaces": [hostile, victim], "peering": {"name": f"{hostile}-peering"}}
+    values = {"peering": {"name": f"{hostile}-peering"}}
     install = install_operator(control_plane, values, f"{hostile}-operator", tmp_path_factory.mktemp("operator"))
     with operator_process(install, *QUIET) as operator:
         kube = Kube(control_plane.api_client())
@@ -53,7 +54,7 @@ def phase_and_message(control_plane, team: Team, name: str) -> tuple[str, str]:
     [
         ("spec.affinity", {"affinity": DEEP}),
         ("spec.podTemplate", {"podTemplate": {"containers": [{"name": "sidecar", "env": DEEP}]}}),
-        ("spec.model", {"model": {"name": "gpt", "options": {"layers": DEEP}}}),
+        ("spec.training", {"training": {"model": {"name": "my_models:build", "options": {"layers": DEEP}}}}),
     ],
 )
 def test_a_deeply_nested_spec_is_invalid_and_the_operator_serves_the_other_tenants(tenants, control_plane, field, spec):

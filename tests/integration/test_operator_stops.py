@@ -91,7 +91,7 @@ def test_a_bare_pod_posing_as_rank_0_is_never_read(team):
     with ProgressServer() as real:
         real.healthy(2, step=7)
         team.submit("posed", training={"metricsPort": real.port})
-        rank_0, _ = team.pods("posed-g0")
+        rank_0, rank_1 = team.pods("posed-g0")
         labels = {key: value for key, value in rank_0["metadata"]["labels"].items() if "controller-uid" not in key}
         impostor = {
             "apiVersion": "v1",
@@ -102,11 +102,10 @@ def test_a_bare_pod_posing_as_rank_0_is_never_read(team):
         }  # fmt: skip
         forged_progress = RANK0_PROGRESS | {"step": 1, "staleAfter": "2000-01-01T00:00:00Z"}
         with ProgressServer(forged_progress, host=FORGED_IP, port=real.port) as forged:
-            forged_pod = team.kube.create("pods", impostor, team.namespace)
-            forged_status = team.set_pod_phase(forged_pod, "Running")["status"]
-            team.kube.set_status("pods", team.namespace, "posed-g0-0-forged",
-                                 forged_status | {"podIP": FORGED_IP, "podIPs": [{"ip": FORGED_IP}]})  # fmt: skip
-            team.start_pods("posed-g0")
+            team.set_pod_phase(team.kube.create("pods", impostor, team.namespace), "Running", pod_ip=FORGED_IP)
+            team.set_pod_phase(rank_1, "Running")  # the real rank 0 still starting: no address yet
+            time.sleep(4.0)  # many passes, in which the impostor is the only "rank 0" with an address
+            team.set_pod_phase(rank_0, "Running")
             team.wait_status("posed", lambda s: (s.get("progress") or {}).get("step") == 7)
             time.sleep(4.0)  # many passes
             status = team.stj("posed")["status"]

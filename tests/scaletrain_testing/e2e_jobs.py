@@ -38,7 +38,7 @@ def e2e_namespace(control_plane, workdir: Path, nodes: Sequence[FakeNode]) -> It
     (e2e_operator). The Team also has `kubelet`, `workdir` and `install`."""
     namespace = control_plane.create_namespace(f"e2e-{free_port()}")
     install = install_watching(control_plane, namespace, workdir)
-    with Kubelet(control_plane.api_client(), nodes, workdir / "kubelet") as kubelet:
+    with Kubelet(control_plane.api_client(), nodes, workdir / "kubelet", namespaces=[namespace]) as kubelet:
         team = Team(Kube(control_plane.api_client()), namespace)
         team.kubelet, team.workdir, team.install = kubelet, workdir, install
         yield team
@@ -50,16 +50,20 @@ def paced(seconds_per_read=0.01):
 
 
 def submit_training(team, name, training=None, **spec):
-    """A 2-node CPU job writing checkpoints and metrics under the test's workdir (no mount namespaces
-    here: the pods see this machine's paths)."""
+    """A 2-node CPU job writing checkpoints and metrics under the test's workdir, which every pod mounts
+    at the same path (a hostPath volume: the shared storage a multi-node job's checkpoints need), so that
+    the test reads what the pods wrote."""
     directory = team.workdir / name
+    directory.mkdir(parents=True, exist_ok=True)
     config = patched(
         BASE_CONFIG,
         {"checkpoint": {"dir": str(directory / "checkpoints"), "everySteps": CHECKPOINT_EVERY},
          "outputDir": str(directory / "out")},
     )  # fmt: skip
     env = [{"name": name, "value": value} for name, value in TRAINER_ENV.items()]
-    team.submit(name, training=patched(config, training or {}), env=env, **spec)
+    shared = {"volumes": [{"name": "workdir", "hostPath": {"path": str(directory)}}],
+              "volumeMounts": [{"name": "workdir", "mountPath": str(directory)}]}  # fmt: skip
+    team.submit(name, training=patched(config, training or {}), env=env, **(shared | spec))
     return directory
 
 

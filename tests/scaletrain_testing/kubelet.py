@@ -28,7 +28,7 @@ import platform
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,9 +87,18 @@ class Kubelet:
     """Fake Nodes and the pods bound to them, run here (see the module's docstring)."""
 
     def __init__(
-        self, api: client.ApiClient, nodes: Sequence[FakeNode], workdir: Path, network: PodNetwork | None = None
+        self,
+        api: client.ApiClient,
+        nodes: Sequence[FakeNode],
+        workdir: Path,
+        network: PodNetwork | None = None,
+        namespaces: Collection[str] | None = None,
     ):
+        """`namespaces`: whose pods it runs (None: every namespace's). The control plane is shared by the
+        whole session, and the scheduler binds to new nodes the pods that earlier tests' jobs left waiting;
+        a pod of another namespace stays as the scheduler left it."""
         self.api, self.kube = api, Kube(api)
+        self.namespaces = None if namespaces is None else frozenset(namespaces)
         self.nodes = {node.name: node for node in nodes}
         self.workdir = workdir
         self.executor = PodExecutor(workdir / "executor", network)
@@ -238,6 +247,8 @@ class Kubelet:
 
     def _dispatch(self, pod: dict[str, Any], deleted: bool) -> None:
         if pod["spec"].get("nodeName") not in self.nodes:
+            return
+        if self.namespaces is not None and pod["metadata"]["namespace"] not in self.namespaces:
             return
         uid = pod["metadata"]["uid"]
         with self._lock:

@@ -250,11 +250,17 @@ class Team:
         return self.kube.wait_until(all_created, timeout)
 
     def set_pod_phase(
-        self, pod: dict[str, Any], phase: str, exit_code: int | None = None, termination_message: str = ""
+        self,
+        pod: dict[str, Any],
+        phase: str,
+        exit_code: int | None = None,
+        termination_message: str = "",
+        pod_ip: str = "127.0.0.1",
     ) -> dict[str, Any]:
-        """Report `pod` in `phase`, as its kubelet would: Running with its container running, or
-        Succeeded/Failed with the container terminated with `exit_code` (0 for Succeeded), the trainer
-        container with `termination_message` (what it left in its termination-message file)."""
+        """Report `pod` in `phase`, as its kubelet would: Running with its container running, at `pod_ip` (a
+        loopback address: the tests' progress servers listen there), or Succeeded/Failed with the container
+        terminated with `exit_code` (0 for Succeeded), the trainer container with `termination_message`
+        (what it left in its termination-message file)."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         if phase == "Running":
             state = {"running": {"startedAt": now}}
@@ -274,12 +280,12 @@ class Team:
             for c in pod["spec"]["containers"]
         ]  # fmt: skip
         status = {"phase": phase, "startTime": now, "containerStatuses": containers}
-        if phase == "Running":  # the pods' address: the tests' progress servers listen on loopback
-            status |= {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}
+        if phase == "Running":
+            status |= {"podIP": pod_ip, "podIPs": [{"ip": pod_ip}]}
         return self.kube.set_status("pods", self.namespace, pod["metadata"]["name"], status)
 
-    def start_pods(self, job_name: str, phase: str = "Running") -> list[dict[str, Any]]:
-        return [self.set_pod_phase(pod, phase) for pod in self.pods(job_name)]
+    def start_pods(self, job_name: str, phase: str = "Running", pod_ip: str = "127.0.0.1") -> list[dict[str, Any]]:
+        return [self.set_pod_phase(pod, phase, pod_ip=pod_ip) for pod in self.pods(job_name)]
 
     def fail_pod(self, pod: dict[str, Any], exit_code: int) -> dict[str, Any]:
         return self.set_pod_phase(pod, "Failed", exit_code)

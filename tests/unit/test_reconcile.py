@@ -222,7 +222,8 @@ def test_schedule_timeout_fails_a_gang_the_scheduler_cannot_place_and_its_job_go
     # Then its Job goes, with the pods that still wait for a node.
     finished = _job(status=late.status, scheduleTimeoutSeconds=60)
     waiting = [_unschedulable(0, NOW - timedelta(seconds=60)), _placed(1)]
-    assert decide(finished, _observed(job, children, waiting), NOW) == Decision(delete_child_jobs=("demo-g0",))
+    suspend = ChildJobPatch("demo-g0", {"suspend": True})
+    assert decide(finished, _observed(job, children, waiting), NOW) == Decision(patch_child_job=suspend)
     assert decide(finished, _observed(job, {}), NOW) == Decision()
 
 
@@ -233,12 +234,18 @@ def test_schedule_timeout_fails_a_gang_the_scheduler_cannot_place_and_its_job_go
 )  # fmt: skip
 def test_a_finished_job_stops_whatever_of_its_gang_still_runs_and_keeps_what_ended(phase, reason):
     """Finished means stopped: a gang failed as hung, or for its restart limit while its other ranks still
-    ran, holds its nodes until its Job goes. A Job the Job controller finished, or whose pods all ended,
-    stays, with its pods' logs."""
+    ran, holds its nodes until its Job is suspended (the Job controller then ends its running pods and
+    keeps the ended ones' logs), or deleted where Kueue owns the suspend flag. A Job the Job controller
+    finished, or whose pods all ended, stays as it is."""
     failed = {"type": phase, "status": "True", "reason": reason, "lastTransitionTime": "2026-11-30T11:59:00Z"}
     job = _job(status={"phase": phase, "currentJob": "demo-g0", "conditions": [failed]})
     still_running = [_pod(0, "Running"), _pod(1, "Failed", exit_code=1)]
     assert decide(job, _observed(job, {0: _child(job, 0)}, still_running), NOW) == Decision(
+        patch_child_job=ChildJobPatch("demo-g0", {"suspend": True})
+    )
+    assert decide(job, _observed(job, {0: _child(job, 0, suspend=True)}, still_running), NOW) == Decision()
+    queued = _job(status=job.status.model_dump(mode="json", by_alias=True, exclude_none=True), queueName="team-q")
+    assert decide(queued, _observed(queued, {0: _child(queued, 0)}, still_running), NOW) == Decision(
         delete_child_jobs=("demo-g0",)
     )
     all_ended = [_pod(0, "Succeeded", exit_code=0), _pod(1, "Failed", exit_code=1)]

@@ -37,7 +37,7 @@ from .cache import Cache, Key, Store
 from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
 from .decision import Decision, Event
 from .housekeeping import Housekeeping
-from .reconcile import Observed, decide, decide_failed, decide_invalid
+from .reconcile import Observed, decide, decide_failed, decide_invalid, stop_what_runs
 from .settings import DEFAULTS, OperatorConfig
 from .status import FINISHED
 from .workqueue import Outcome, WorkQueue
@@ -201,11 +201,14 @@ def decide_from(
     """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
     (not at all for an invalid spec)."""
     stored_status, generation = raw.get("status") or {}, raw["metadata"].get("generation")
+    hint = generation_hint(stored_status.get("currentJob"))
     try:
         job = parse_job(raw)
     except ProblemsError as error:
-        return decide_invalid(error.problems, stored_status, generation, now)
-    hint = naming.generation_of(job.status.current_job) if job.status and job.status.current_job else None
+        failing = decide_invalid(error.problems, stored_status, generation, now)
+        if failing.changes_nothing and hint is not None:  # failed already: stop what still runs of its gang
+            return stop_what_runs(observe(hint), queued=bool((raw.get("spec") or {}).get("queueName")))
+        return failing
     observed = observe(hint)
     try:
         return decide(job, observed, now, settings)
@@ -216,6 +219,14 @@ def decide_from(
             "Change the spec, or report this as a bug"
         )
         return decide_failed("ReconcileError", message, stored_status, generation, now)
+
+
+def generation_hint(current_job: Any) -> int | None:
+    """The gang generation the status names (None: none, or not a Job name of ours)."""
+    try:
+        return naming.generation_of(current_job) if isinstance(current_job, str) and current_job else None
+    except (ValueError, IndexError):
+        return None
 
 
 def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:

@@ -193,8 +193,8 @@ class Housekeeping:
             failures = self._unread[key] = self._unread.get(key, 0) + 1
             if before.get("generation") == rank_0.generation and failures >= UNREACHABLE_AFTER_READS:
                 message = (
-                    f"rank 0's progress endpoint {rank_0.url} could not be read {failures} times in a row: {answer}; "
-                    "a hang is found only from rank 0's own answers, so the gang is not restarted for this"
+                    f"rank 0's progress endpoint {rank_0.url} cannot be read ({answer}); a hang is found only from "
+                    "rank 0's own answers, so the gang is not restarted for this"
                 )
                 self.set_condition(raw, PROGRESS_UNREACHABLE, True, "ReadFailed", message)
             return
@@ -218,10 +218,11 @@ class Housekeeping:
         self.announce(where, rank_0.job, before, answer)
 
     def set_condition(self, raw: dict[str, Any], kind: str, status: bool, reason: str, message: str) -> None:
-        """The condition `kind` as said, written (and the job queued) only when the job does not say it yet."""
+        """The condition `kind` turned to `status`, written (and the job queued) only when it turns: a
+        message that differs from pass to pass (the read failed otherwise) is no news worth a write."""
         conditions = (raw.get("status") or {}).get("conditions") or []
         held = next((c for c in conditions if c["type"] == kind), None)
-        if held is not None and held["status"] == ("True" if status else "False") and held["message"] == message:
+        if held is not None and held["status"] == ("True" if status else "False"):
             return
         update = condition(kind, status, reason, message, datetime.now(timezone.utc), raw["metadata"].get("generation"))
         where = ObjectRef.of(raw)

@@ -5,7 +5,7 @@ calling it again after a repeated event, an operator restart or a lost status pa
 decision. It reads as a list of steps:
 
 1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for a gang still running or
-   waiting for a node: its Job goes, pods and all;
+   waiting for a node: its Job is suspended (with a queue: deleted), which ends those pods;
 2. find the current gang generation, and render the one Job this call may create;
 3. create what is missing: the Service, and the current generation's Job (kept off the nodes in
    status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
@@ -340,7 +340,7 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
 def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds: float) -> Decision:
     status = StatusBuilder(job, now)
     if status.finished:
-        return _finished(observed)
+        return stop_what_runs(observed, queued=job.spec.queue_name is not None)
     generation = current_generation(job, observed)
     current = observed.jobs.get(generation)
     deleted = current_job_deleted(job, generation, current)
@@ -381,24 +381,34 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds:
     return _keep_running(job, draft, current, observed.pods)
 
 
-def _finished(observed: Observed) -> Decision:
+def stop_what_runs(observed: Observed, queued: bool) -> Decision:
     """A finished job is left alone, but for a gang of it that did not end by itself: a gang failed as
     hung, or for its restart limit while its other pods still ran, or one whose pods still wait for a node.
-    Its Job goes, pods and all, so that nothing holds the nodes (or starts later, once the scheduler finds
-    room). A Job that the Job controller finished (Complete, or Failed: it ends the pods still running),
-    or whose pods all ended, is kept with its pods, for their logs. This comes after the Failed or
-    Succeeded status landed (the finishing decision deletes nothing), so a status patch that fails cannot
-    leave a job whose gang is gone but that never finished (it would pass for a Job deleted by hand)."""
+    Its Job is suspended: the Job controller ends the pods that run or wait (nothing holds the nodes, or
+    starts once the scheduler finds room) and keeps those that ended, with their logs, such as the pod
+    whose failure ended the job. With a queue, Kueue owns a Job's suspend flag (it would start a suspended
+    Job it admitted again), so the Job goes instead, pods and all. A Job the Job controller finished
+    (Complete, or Failed: it ends the pods still running itself), or whose pods all ended, is left as it
+    is. This comes after the Failed or Succeeded status landed (the finishing decision stops nothing), so a
+    status patch that fails cannot leave a job whose gang is stopped but that never finished."""
     newest = max(observed.jobs, default=None)
     holding = any(_holds_a_node(pod) for pod in observed.pods)  # the pods are the newest gang's
-    stopping = [
-        child["metadata"]["name"]
-        for generation, child in sorted(observed.jobs.items())
+    running = {
+        generation: child
+        for generation, child in observed.jobs.items()
         if job_condition(child, "Complete") is None
         and job_condition(child, "Failed") is None
         and (generation != newest or holding)
-    ]
-    return Decision(delete_child_jobs=tuple(stopping))
+    }
+    older = tuple(child["metadata"]["name"] for generation, child in sorted(running.items()) if generation != newest)
+    current = running.get(newest) if newest is not None else None
+    if current is not None and queued:
+        return Decision(delete_child_jobs=(*older, current["metadata"]["name"]))
+    if current is None or child_job_suspended(current):
+        return Decision(delete_child_jobs=older)
+    return Decision(
+        delete_child_jobs=older, patch_child_job=ChildJobPatch(current["metadata"]["name"], {"suspend": True})
+    )
 
 
 def _holds_a_node(pod: Mapping[str, Any]) -> bool:
