@@ -42,10 +42,11 @@ def placed_nodes(team, job_name):
     return team.kube.wait_until(bound, timeout=TIMEOUT, interval=0.1)
 
 
-def test_after_a_hang_the_next_gangs_avoid_the_stuck_pods_node_even_after_an_operator_restart(namespace, tmp_path):
+def test_after_a_hang_the_next_gangs_avoid_the_stuck_pods_node_even_after_an_operator_restart(namespace):
     team, name = namespace, "e2e-exclude"
     stop = plugin_data(
-        "StoppingSynthetic", stop_at_read=4 * 7 + 2, stop_rank=1, stop_generation=0, record_dir=str(tmp_path),
+        "StoppingSynthetic", stop_at_read=4 * 7 + 2, stop_rank=1, stop_generation=0,
+        record_dir=str(team.workdir / name),  # the job's workdir, which its pods mount (submit_training)
         seconds_per_read=0.02,
     )  # fmt: skip
     training = {"data": stop, "maxSteps": 80, "hangTimeoutSeconds": HANG_TIMEOUT}
