@@ -1,7 +1,7 @@
 """GPU benchmark: bf16 vs fp32 step time, and MFU, for a GPT-2-small-sized model (~124M) on one GPU.
 
 Uses the trainer's own components (model, parallelism, precision, train_step) in one process.
-MFU is the trainer's (scaletrain_trainer.flops): the model's FLOPs per token (6N plus attention, as
+MFU is the trainer's (scaletrain_trainer.models.flops): the model's FLOPs per token (6N plus attention, as
 nanoGPT counts them) × tokens/s ÷ the GPU's dense 16-bit peak. fp32 runs with TF32 matmuls allowed,
 as PyTorch users usually do, and its MFU is against the same bf16 peak.
 
@@ -26,14 +26,14 @@ TINY = {"layers": 2, "heads": 2, "width": 64, "vocabSize": 256, "contextLength":
 def measure(precision_name: str, model_shape: dict, micro_batch: int, accumulation: int, steps: int, warmup: int):
     import torch
 
-    from scaletrain_trainer.checkpoint import TrainState
-    from scaletrain_trainer.config import parse_training_config
-    from scaletrain_trainer.data import SyntheticSequences, collate, to_device
-    from scaletrain_trainer.distributed import Runtime
-    from scaletrain_trainer.loop import build_optimizer, build_scheduler, train_step
-    from scaletrain_trainer.model import build_model, count_parameters, flops_per_token
-    from scaletrain_trainer.parallel import apply_parallelism, unwrapped
-    from scaletrain_trainer.precision import resolve_precision
+    from scaletrain_trainer.contract.config import parse_training_config
+    from scaletrain_trainer.models.model import build_model, count_parameters, flops_per_token
+    from scaletrain_trainer.training.checkpoint import TrainState
+    from scaletrain_trainer.training.data import SyntheticSequences, collate, to_device
+    from scaletrain_trainer.training.distributed import Runtime
+    from scaletrain_trainer.training.loop import build_optimizer, build_scheduler, train_step
+    from scaletrain_trainer.training.parallel import apply_parallelism, unwrapped
+    from scaletrain_trainer.training.precision import resolve_precision
 
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     runtime = Runtime(0, 0, 1, device, "nccl" if device.type == "cuda" else "gloo")
@@ -87,8 +87,8 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from scaletrain_trainer.flops import ModelFlops, peak_flops
-    from scaletrain_trainer.loop import device_name
+    from scaletrain_trainer.models.flops import ModelFlops, peak_flops
+    from scaletrain_trainer.training.loop import device_name
 
     if not torch.cuda.is_available() and not args.allow_cpu:
         print("bench/gpu.py: no CUDA device here; run it on a GPU machine (or pass --allow-cpu)", file=sys.stderr)

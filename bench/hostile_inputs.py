@@ -23,7 +23,7 @@ import yaml
 from scaletrain_operator.cli import InputError, load_jobs
 from scaletrain_testing.jobs import base_job, patched
 from scaletrain_testing.malformed import MALFORMED
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.validation import ProblemsError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MiB = 2**20

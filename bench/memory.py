@@ -21,7 +21,7 @@ MODEL = {"layers": 4, "heads": 4, "width": 256, "vocabSize": 512, "contextLength
 
 
 def _config(**overrides):
-    from scaletrain_trainer.config import parse_training_config
+    from scaletrain_trainer.contract.config import parse_training_config
 
     base = {"globalBatchSize": 8, "microBatchSize": 2, "precision": "fp32", "model": MODEL, "maxSteps": 1}
     return parse_training_config(base | overrides)
@@ -36,13 +36,13 @@ def state_bytes_worker(strategy: str, result_file: Path) -> None:
     """Runs under torchrun: one real step, then count what this rank holds."""
     import torch
 
-    from scaletrain_trainer.checkpoint import TrainState
-    from scaletrain_trainer.data import GlobalBatches, build_dataset, collate, to_device
-    from scaletrain_trainer.distributed import init_distributed, seed_everything, shutdown
-    from scaletrain_trainer.loop import build_optimizer, build_scheduler, train_step
-    from scaletrain_trainer.model import build_model
-    from scaletrain_trainer.parallel import apply_parallelism
-    from scaletrain_trainer.precision import resolve_precision
+    from scaletrain_trainer.models.model import build_model
+    from scaletrain_trainer.training.checkpoint import TrainState
+    from scaletrain_trainer.training.data import GlobalBatches, build_dataset, collate, to_device
+    from scaletrain_trainer.training.distributed import init_distributed, seed_everything, shutdown
+    from scaletrain_trainer.training.loop import build_optimizer, build_scheduler, train_step
+    from scaletrain_trainer.training.parallel import apply_parallelism
+    from scaletrain_trainer.training.precision import resolve_precision
 
     config = _config(strategy=strategy)
     runtime = init_distributed(120)
@@ -75,8 +75,8 @@ def peak_activation_bytes(micro_batch: int, global_batch: int = 8) -> int:
     """Largest amount of activation memory autograd holds at once over an accumulation window."""
     import torch
 
-    from scaletrain_trainer.data import SyntheticSequences, collate
-    from scaletrain_trainer.model import GPT
+    from scaletrain_trainer.models.model import GPT
+    from scaletrain_trainer.training.data import SyntheticSequences, collate
 
     torch.manual_seed(0)
     model = GPT(MODEL["vocabSize"], MODEL["contextLength"], MODEL["layers"], MODEL["heads"], MODEL["width"])

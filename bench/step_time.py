@@ -106,9 +106,9 @@ SUITES = {
 
 
 def run_scaletrain(training: dict[str, Any], steps: int, output: Path) -> list[float]:
-    from scaletrain_trainer.config import parse_training_config
-    from scaletrain_trainer.distributed import init_distributed, shutdown
-    from scaletrain_trainer.loop import train
+    from scaletrain_trainer.contract.config import parse_training_config
+    from scaletrain_trainer.training.distributed import init_distributed, shutdown
+    from scaletrain_trainer.training.loop import train
 
     port = 20000 + os.getpid() % 20000  # only rank 0 serves; a busy port only disables the endpoint
     config = parse_training_config(training | {"maxSteps": steps, "outputDir": str(output), "metricsPort": port})
@@ -125,8 +125,8 @@ def _textbook_setup(training: dict[str, Any]):
     import torch
     import torch.distributed as dist
 
-    from scaletrain_trainer.data import SyntheticSequences
-    from scaletrain_trainer.model import GPT
+    from scaletrain_trainer.models.model import GPT
+    from scaletrain_trainer.training.data import SyntheticSequences
 
     m = training["model"]
     torch.manual_seed(0)

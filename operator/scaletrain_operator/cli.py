@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from scaletrain_trainer.documents import EXPONENT_FLOAT, DocumentError, load_documents, read_bounded
-from scaletrain_trainer.validation import Problem, ProblemsError
+from scaletrain_trainer.contract.documents import EXPONENT_FLOAT, DocumentError, load_documents, read_bounded
+from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from .api.convert import ConversionError, Finding, convert
 from .api.crd import crd_yaml

@@ -36,7 +36,7 @@ def test_step_time_benchmark_runs(tmp_path):
 
 def test_every_step_time_suite_trains_valid_configs(monkeypatch):
     """The compile suite is not run here (its compile alone takes a minute); its configs are checked."""
-    from scaletrain_trainer.config import parse_training_config
+    from scaletrain_trainer.contract.config import parse_training_config
 
     monkeypatch.syspath_prepend(str(REPO / "bench"))
     step_time = importlib.import_module("step_time")
@@ -47,7 +47,7 @@ def test_every_step_time_suite_trains_valid_configs(monkeypatch):
 
 def test_the_checkpoint_blocking_benchmark_trains_valid_configs(monkeypatch):
     """Not run here (its 6 runs of a width-256 GPT take minutes); its configs are checked."""
-    from scaletrain_trainer.config import parse_training_config
+    from scaletrain_trainer.contract.config import parse_training_config
 
     monkeypatch.syspath_prepend(str(REPO / "bench"))
     checkpoint_blocking = importlib.import_module("checkpoint_blocking")

@@ -21,11 +21,11 @@ from scaletrain_testing.hf_models import (
     tiny_llama_model,
 )
 from scaletrain_testing.trainer_runs import config_for, run_trainer
-from scaletrain_trainer.config import ModelConfig
+from scaletrain_trainer.contract.config import ModelConfig
+from scaletrain_trainer.contract.validation import ProblemsError
 from scaletrain_trainer.export import EXIT_CANNOT_EXPORT
 from scaletrain_trainer.export import main as export_main
-from scaletrain_trainer.model import build_model
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.models.model import build_model
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import sys
 
 from scaletrain_operator.local.pod_network import free_port
 from scaletrain_testing.plugins.crashes import CRASH_MESSAGE
-from scaletrain_trainer.config import parse_training_config
+from scaletrain_trainer.contract.config import parse_training_config
 
 TIMEOUT = 180
 

@@ -37,7 +37,7 @@ def test_stdlib_operator_is_not_shadowed_in_the_repo_root():
 
 def test_api_crd_render_and_training_config_import_without_torch():
     code = BLOCK_TORCH + (
-        "import scaletrain_trainer.config, scaletrain_operator.api.models, scaletrain_operator.api.render, "
+        "import scaletrain_trainer.contract.config, scaletrain_operator.api.models, scaletrain_operator.api.render, "
         "scaletrain_operator.api.crd, scaletrain_operator.api.gang_policy, scaletrain_operator.cli\n"
         "print('ok')"
     )

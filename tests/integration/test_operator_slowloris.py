@@ -15,7 +15,7 @@ from scaletrain_testing.hostile_http import Slowloris
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import QUIET, Team, install_watching, operator_process
 from scaletrain_testing.trainer_runs import free_port
-from scaletrain_trainer.metrics import MetricsReporter
+from scaletrain_trainer.reporting.metrics import MetricsReporter
 
 # How long the attack holds; SCALETRAIN_SLOWLORIS_SECONDS=300 runs it for five minutes.
 ATTACK_SECONDS = float(os.environ.get("SCALETRAIN_SLOWLORIS_SECONDS", "60"))

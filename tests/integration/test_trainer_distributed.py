@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from scaletrain_testing.trainer_runs import BASE_CONFIG, GPT_OPTIONS, config_for, free_port, plugin_data, run_trainer
-from scaletrain_trainer.model import GPT
+from scaletrain_trainer.models.model import GPT
 
 FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes only reorder float sums
 

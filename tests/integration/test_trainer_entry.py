@@ -12,8 +12,8 @@ import pytest
 
 from scaletrain_testing.jobs import REPO
 from scaletrain_testing.trainer_runs import free_port
-from scaletrain_trainer.config import parse_training_config
-from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR
+from scaletrain_trainer.contract.config import parse_training_config
+from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR
 
 
 def _module(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ import pytest
 
 from scaletrain_testing.process_tree import descendants, survivors
 from scaletrain_testing.trainer_runs import GPT_OPTIONS, PodRun, Run, config_for, plugin_data, run_trainer, start_pod
-from scaletrain_trainer.exit_codes import EXIT_PREEMPTED
+from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 
 MAX_STEPS = 60
 EXIT_WITHIN = 15  # seconds from the SIGTERM until every process of the pod is gone

@@ -15,7 +15,7 @@ import pytest
 from scaletrain_operator.api.progress import read_progress
 from scaletrain_testing.hostile_http import Slowloris
 from scaletrain_testing.trainer_runs import free_port
-from scaletrain_trainer.metrics import MAX_CONNECTIONS, REQUEST_DEADLINE_SECONDS, MetricsReporter
+from scaletrain_trainer.reporting.metrics import MAX_CONNECTIONS, REQUEST_DEADLINE_SECONDS, MetricsReporter
 
 READ_DEADLINE = 1.0  # seconds: what a prompt answer takes at most, on a loaded machine
 

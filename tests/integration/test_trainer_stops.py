@@ -10,7 +10,7 @@ import json
 import math
 
 from scaletrain_testing.trainer_runs import GPT_OPTIONS, config_for, run_trainer
-from scaletrain_trainer.exit_codes import EXIT_CONFIG_ERROR, EXIT_NON_FINITE, EXIT_WRITE_ERROR
+from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_NON_FINITE, EXIT_WRITE_ERROR
 
 # SGD at lr 10 without clipping: the loss explodes and is NaN within about ten steps.
 DIVERGING = {"optimizer": {"name": "sgd", "lr": 10}, "gradClipNorm": 0, "maxSteps": 30, "logEverySteps": 1}

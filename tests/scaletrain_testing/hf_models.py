@@ -50,7 +50,7 @@ def save_tiny_llama(directory: Path) -> torch.nn.Module:
 
 def all_samples() -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets) of every sample of the synthetic data set, stacked."""
-    from scaletrain_trainer.data import SyntheticSequences
+    from scaletrain_trainer.training.data import SyntheticSequences
 
     samples = SyntheticSequences(**synthetic_options())
     inputs, targets = zip(*(samples[index] for index in range(len(samples))), strict=True)

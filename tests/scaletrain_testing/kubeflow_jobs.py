@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from scaletrain_trainer.documents import load_documents
+from scaletrain_trainer.contract.documents import load_documents
 
 from .jobs import REPO
 

@@ -41,7 +41,7 @@ from urllib3.exceptions import HTTPError
 from scaletrain_operator.local.executor import PodExecutor, PodExtras, RunningPod
 from scaletrain_operator.local.pod_network import PodNetwork
 from scaletrain_operator.local.pod_spec import PodFields, pod_field
-from scaletrain_trainer.validation import Problem, ProblemsError
+from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from .control_plane import KUBERNETES_VERSION
 from .kube import Kube

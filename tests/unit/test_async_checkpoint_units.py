@@ -13,10 +13,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 
-from scaletrain_trainer.checkpoint import CheckpointManager, TrainState
-from scaletrain_trainer.config import CheckpointConfig
-from scaletrain_trainer.distributed import Runtime
-from scaletrain_trainer.exit_codes import WriteError
+from scaletrain_trainer.contract.config import CheckpointConfig
+from scaletrain_trainer.contract.exit_codes import WriteError
+from scaletrain_trainer.training.checkpoint import CheckpointManager, TrainState
+from scaletrain_trainer.training.distributed import Runtime
 
 RUNTIME = Runtime(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"), backend="gloo")
 WAIT_SECONDS = 30  # for a gated write; the tests release it within milliseconds

@@ -25,7 +25,7 @@ from scaletrain_testing.kubeflow_jobs import (
     replaced,
     trainjob,
 )
-from scaletrain_trainer.documents import load_documents
+from scaletrain_trainer.contract.documents import load_documents
 
 KUBERNETES_VERSION = "1.33"
 # Values of the wrong shape for any field: the conversion must name the field or carry on, never crash.

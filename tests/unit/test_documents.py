@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from scaletrain_trainer.documents import MAX_DOCUMENT_BYTES, DocumentError, load_documents
+from scaletrain_trainer.contract.documents import MAX_DOCUMENT_BYTES, DocumentError, load_documents
 
 
 def test_numbers_are_read_as_kubernetes_reads_them():

@@ -25,8 +25,8 @@ from scaletrain_operator.controller.reconcile import (
 )
 from scaletrain_operator.controller.status import StatusBuilder, bounded
 from scaletrain_testing.jobs import base_job
-from scaletrain_trainer.exit_codes import EXIT_HANG, EXIT_NON_FINITE, EXIT_PREEMPTED
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.exit_codes import EXIT_HANG, EXIT_NON_FINITE, EXIT_PREEMPTED
+from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 EXCLUDE = {"excludeNodes": {"mode": "Required", "max": 2}}

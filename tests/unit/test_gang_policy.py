@@ -21,7 +21,7 @@ from scaletrain_operator.api.gang_policy import (
 )
 from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, parse_job
 from scaletrain_testing.jobs import DELETE, base_job
-from scaletrain_trainer.exit_codes import (
+from scaletrain_trainer.contract.exit_codes import (
     EXIT_CONFIG_ERROR,
     EXIT_HANG,
     EXIT_NON_FINITE,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain_trainer.config import parse_training_config
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.config import parse_training_config
+from scaletrain_trainer.contract.validation import ProblemsError
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,11 @@ ALLOWED_WINGS = {
     "api": set(),
 }
 # What the API and the controller may use of the trainer: its torch-free config, validation and exit codes.
-TORCH_FREE_TRAINER = {"scaletrain_trainer.config", "scaletrain_trainer.validation", "scaletrain_trainer.exit_codes"}
+TORCH_FREE_TRAINER = {
+    "scaletrain_trainer.contract.config",
+    "scaletrain_trainer.contract.validation",
+    "scaletrain_trainer.contract.exit_codes",
+}
 
 
 def test_each_wing_imports_only_the_wings_below_it():
@@ -62,5 +66,5 @@ def test_the_graph_sees_the_wings():
     assert "scaletrain_operator.api.models" in graph["scaletrain_operator.controller.reconcile"]
     assert "scaletrain_operator.api.gang_policy" in graph["scaletrain_operator.local.gang"]
     assert "scaletrain_operator.api.naming" in graph["scaletrain_operator.api.render"]  # `from . import naming`
-    assert "scaletrain_trainer.exit_codes" in graph["scaletrain_operator.api.gang_policy"]
+    assert "scaletrain_trainer.contract.exit_codes" in graph["scaletrain_operator.api.gang_policy"]
     assert {wing(m) for m in graph} == {"package", "cli", "api", "controller", "local"}

@@ -19,7 +19,7 @@ from scaletrain_testing.cli import run_cli
 from scaletrain_testing.jobs import base_job, patched
 from scaletrain_testing.kube_openapi import KUBERNETES_VERSION, ROOTS, pinned_definitions
 from scaletrain_testing.malformed import REFUSED_AT_JOB_CREATION
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 # The keywords schema_problems understands; a regenerated schema with another would be checked only in part.

@@ -43,7 +43,7 @@ from scaletrain_operator.local.pod_spec import (
 )
 from scaletrain_operator.local.processes import exit_code
 from scaletrain_testing.jobs import base_job
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.validation import ProblemsError
 
 FIELDS = PodFields(pod_ip="10.244.0.7", host_ip="10.244.0.1", node_name="node-a")
 CONTAINER = ("spec", "containers", 0)

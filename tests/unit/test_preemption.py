@@ -14,15 +14,15 @@ import time
 import pytest
 import torch.distributed as dist
 
-from scaletrain_trainer import metrics, preemption
+from scaletrain_trainer.reporting import metrics, preemption
 from scaletrain_trainer.__main__ import write_error
-from scaletrain_trainer.config import CONFIG_ENV
-from scaletrain_trainer.distributed import HostMax
-from scaletrain_trainer.exit_codes import EXIT_PREEMPTED
+from scaletrain_trainer.contract.config import CONFIG_ENV
+from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 from scaletrain_trainer.launch import SHUTDOWN_TIMEOUT_ENV, pod_exit_code, torchrun_env
-from scaletrain_trainer.metrics import record_completed_step, write_termination_message
-from scaletrain_trainer.preemption import Preempted, install_handlers, received, signal_named
-from scaletrain_trainer.watchdog import Watchdog
+from scaletrain_trainer.reporting.metrics import record_completed_step, write_termination_message
+from scaletrain_trainer.reporting.preemption import Preempted, install_handlers, received, signal_named
+from scaletrain_trainer.reporting.watchdog import Watchdog
+from scaletrain_trainer.training.distributed import HostMax
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_a_rank_asked_to_stop_that_cannot_complete_its_step_exits_as_the_signal_
     """Stuck (here: a step that never ends) after a SIGTERM: 143 within the stop limit, no result written."""
     script = f"""
 import signal, time
-from scaletrain_trainer import preemption, watchdog
+from scaletrain_trainer.reporting import preemption, watchdog
 watchdog.STOP_MIN_SECONDS = 0.5
 preemption.install_handlers()
 watchdog.Watchdog(60, {str(tmp_path)!r}, rank=0).start()

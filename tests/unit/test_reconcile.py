@@ -24,7 +24,7 @@ from scaletrain_operator.controller.reconcile import (
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.controller.ttl import decide_ttl
 from scaletrain_testing.jobs import EXAMPLES, base_job, load_yaml, merge_patched
-from scaletrain_trainer.validation import Problem
+from scaletrain_trainer.contract.validation import Problem
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 G0 = "demo-g0, spec generation 1"  # what the Events of the first gang are about (each reason once)

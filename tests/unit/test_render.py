@@ -12,7 +12,7 @@ from scaletrain_operator.api.merge import merge_under
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import generation_free, render_children, render_job
 from scaletrain_testing.jobs import DELETE, EXAMPLES, base_job, load_yaml
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.validation import ProblemsError
 
 KUBERNETES_VERSION = "1.33"
 
@@ -182,7 +182,7 @@ def test_cpu_job_uses_gloo_without_nccl_env():
 
 
 def test_training_config_travels_as_json_env():
-    from scaletrain_trainer.config import load_training_config
+    from scaletrain_trainer.contract.config import load_training_config
 
     document = base_job(training={"model": {"layers": 3}, "precision": "bf16"})
     env = _env(_children(document))

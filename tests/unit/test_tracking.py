@@ -10,10 +10,10 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from scaletrain_testing.trainer_runs import free_port
-from scaletrain_trainer.config import parse_training_config
-from scaletrain_trainer.metrics import MetricsReporter
-from scaletrain_trainer.tracking import start_trackers
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.config import parse_training_config
+from scaletrain_trainer.contract.validation import ProblemsError
+from scaletrain_trainer.reporting.metrics import MetricsReporter
+from scaletrain_trainer.reporting.tracking import start_trackers
 
 
 def _config(tmp_path, **fields):

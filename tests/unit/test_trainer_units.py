@@ -18,9 +18,21 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from scaletrain_testing.plugins.losses import second_half_cross_entropy
 from scaletrain_testing.trainer_runs import free_port
-from scaletrain_trainer.checkpoint import CheckpointManager, TrainState, check_data_position
-from scaletrain_trainer.config import CheckpointConfig, DataConfig, ModelConfig, SchedulerConfig, parse_training_config
-from scaletrain_trainer.data import (
+from scaletrain_trainer.contract.config import (
+    CheckpointConfig,
+    DataConfig,
+    ModelConfig,
+    SchedulerConfig,
+    parse_training_config,
+)
+from scaletrain_trainer.contract.exit_codes import NonFinite, write_error_cause
+from scaletrain_trainer.contract.validation import ProblemsError
+from scaletrain_trainer.models.flops import ModelFlops, peak_flops
+from scaletrain_trainer.models.model import GPT, build_model, flops_per_token
+from scaletrain_trainer.reporting.metrics import MetricsReporter, write_termination_message
+from scaletrain_trainer.reporting.watchdog import Watchdog
+from scaletrain_trainer.training.checkpoint import CheckpointManager, TrainState, check_data_position
+from scaletrain_trainer.training.data import (
     IGNORE_INDEX,
     GlobalBatches,
     build_dataset,
@@ -29,17 +41,11 @@ from scaletrain_trainer.data import (
     resolve_workers,
     step_loader,
 )
-from scaletrain_trainer.distributed import Runtime
-from scaletrain_trainer.evaluation import Evaluator, split_off_eval
-from scaletrain_trainer.exit_codes import NonFinite, write_error_cause
-from scaletrain_trainer.flops import ModelFlops, peak_flops
-from scaletrain_trainer.loop import NonFiniteStreak, build_scheduler, train_step
-from scaletrain_trainer.losses import resolve_loss
-from scaletrain_trainer.metrics import MetricsReporter, write_termination_message
-from scaletrain_trainer.model import GPT, build_model, flops_per_token
-from scaletrain_trainer.precision import resolve_precision
-from scaletrain_trainer.validation import ProblemsError
-from scaletrain_trainer.watchdog import Watchdog
+from scaletrain_trainer.training.distributed import Runtime
+from scaletrain_trainer.training.evaluation import Evaluator, split_off_eval
+from scaletrain_trainer.training.loop import NonFiniteStreak, build_scheduler, train_step
+from scaletrain_trainer.training.losses import resolve_loss
+from scaletrain_trainer.training.precision import resolve_precision
 
 CPU = torch.device("cpu")
 RUNTIME = Runtime(rank=0, local_rank=0, world_size=1, device=CPU, backend="gloo")
@@ -536,8 +542,8 @@ def test_termination_message_only_where_the_file_exists(tmp_path, monkeypatch):
 def test_activation_checkpointing_wraps_every_block():
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
-    from scaletrain_trainer.model import build_model
-    from scaletrain_trainer.parallel import apply_parallelism
+    from scaletrain_trainer.models.model import build_model
+    from scaletrain_trainer.training.parallel import apply_parallelism
 
     config = parse_training_config({"globalBatchSize": 2, "microBatchSize": 1, "activationCheckpointing": True})
     model = apply_parallelism(build_model(config.model), "ddp", resolve_precision("fp32", CPU), RUNTIME, config)
@@ -546,7 +552,7 @@ def test_activation_checkpointing_wraps_every_block():
 
 
 def test_compile_compiles_every_block_in_place_keeping_parameter_names():
-    from scaletrain_trainer.parallel import apply_parallelism
+    from scaletrain_trainer.training.parallel import apply_parallelism
 
     def parallel_model(**overrides):
         config = parse_training_config({"globalBatchSize": 2, "microBatchSize": 1} | overrides)
@@ -564,7 +570,7 @@ def test_compile_compiles_every_block_in_place_keeping_parameter_names():
 def test_compile_without_a_cpp_compiler_is_a_config_error_naming_the_field(monkeypatch):
     import torch._inductor.config as inductor_config
 
-    from scaletrain_trainer.parallel import compile_in_place
+    from scaletrain_trainer.training.parallel import compile_in_place
 
     monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/g++",))
     with pytest.raises(ProblemsError) as error:
@@ -602,7 +608,7 @@ def test_the_hang_timeout_is_the_configured_one_else_ten_median_steps_but_at_lea
 
 
 def test_the_step_that_compiles_is_not_watched_for_hangs(tmp_path):
-    from scaletrain_trainer.loop import step_phase
+    from scaletrain_trainer.training.loop import step_phase
 
     watchdog = Watchdog(4, str(tmp_path), rank=0)
     with step_phase(watchdog, 1, compiling=True):

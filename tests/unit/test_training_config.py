@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain_trainer.config import TrainingConfig, load_training_config, parse_training_config
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.config import TrainingConfig, load_training_config, parse_training_config
+from scaletrain_trainer.contract.validation import ProblemsError
 
 MINIMAL = {"globalBatchSize": 64, "microBatchSize": 4}
 

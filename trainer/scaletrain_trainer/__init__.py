@@ -1,7 +1,8 @@
 """ScaleTrain trainer: what every pod runs under torchrun.
 
-This package's top level and its `config` and `validation` modules import without torch, because
-the operator image (which reads the training config) has no torch.
+Four rooms: `contract` (torch-free; the only part the operator imports), `training`, `models` and
+`reporting`. The entry modules pods and docs name stay at the top: `__main__`, `launch`, `torchrun`,
+`startup` and `export`.
 """
 
 __version__ = "0.1.0"

@@ -15,8 +15,8 @@ import logging
 import os
 import sys
 
-from .config import load_training_config
-from .exit_codes import (
+from .contract.config import load_training_config
+from .contract.exit_codes import (
     CONFIG_ERROR_RESULT,
     EXIT_CONFIG_ERROR,
     EXIT_NON_FINITE,
@@ -29,10 +29,10 @@ from .exit_codes import (
     WriteError,
     write_error_cause,
 )
-from .metrics import write_termination_message
-from .preemption import Preempted, install_handlers
+from .contract.validation import ProblemsError
+from .reporting.metrics import write_termination_message
+from .reporting.preemption import Preempted, install_handlers
 from .startup import frozen_imports
-from .validation import ProblemsError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_training_config(args.config)
         with frozen_imports():  # torch is imported only once the config is valid
-            from .distributed import init_distributed, shutdown
-            from .loop import train
+            from .training.distributed import init_distributed, shutdown
+            from .training.loop import train
 
         runtime = init_distributed(config.distributed_timeout_seconds)
         summary = train(config, runtime)  # a failure propagates: non-zero exit, and torchrun stops the peers

@@ -22,11 +22,11 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from .checkpoint import TRAINING_CONFIG_FILE
-from .config import HF_MODEL, TrainingConfig, parse_training_config
-from .hf import one_line
-from .model import build_model
-from .validation import ProblemsError
+from .contract.config import HF_MODEL, TrainingConfig, parse_training_config
+from .contract.validation import ProblemsError
+from .models.hf import one_line
+from .models.model import build_model
+from .training.checkpoint import TRAINING_CONFIG_FILE
 
 EXIT_CANNOT_EXPORT = 2
 

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .__main__ import config_error
-from .config import CONFIG_ENV, load_training_config
-from .exit_codes import (
+from .contract.config import CONFIG_ENV, load_training_config
+from .contract.exit_codes import (
     ERROR_FIELD,
     ERROR_FILE_ENV,
     EXIT_CODES,
@@ -38,8 +38,8 @@ from .exit_codes import (
     result_of,
     summary_of,
 )
-from .metrics import TERMINATION_MESSAGE_LIMIT, termination_message_path
-from .validation import Problem, ProblemsError
+from .contract.validation import Problem, ProblemsError
+from .reporting.metrics import TERMINATION_MESSAGE_LIMIT, termination_message_path
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # torchrun, stopped by a signal, passes it to its workers and SIGKILLs those still running after this many

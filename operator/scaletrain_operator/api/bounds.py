@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from scaletrain_trainer.validation import PathPart, Problem, format_path
+from scaletrain_trainer.contract.validation import PathPart, Problem, format_path
 
 MAX_NESTING = 32  # levels below spec
 MAX_FIELD_BYTES = 1024 * 1024  # the JSON size of one top-level spec field, about (etcd holds 1.5 MB an object)

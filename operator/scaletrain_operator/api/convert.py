@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaletrain_trainer.validation import PathPart, ProblemsError, format_path
+from scaletrain_trainer.contract.validation import PathPart, ProblemsError, format_path
 
 from . import kube_rules, naming
 from .merge import merge_under

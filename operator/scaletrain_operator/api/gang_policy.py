@@ -36,7 +36,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from scaletrain_trainer.exit_codes import (
+from scaletrain_trainer.contract.exit_codes import (
     ERROR_FIELD,
     EXIT_CODES,
     EXIT_NON_FINITE,

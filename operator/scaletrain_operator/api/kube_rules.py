@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from scaletrain_trainer.validation import PathPart, Problem
+from scaletrain_trainer.contract.validation import PathPart, Problem
 
 from . import naming
 

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from scaletrain_trainer.validation import PathPart, Problem
+from scaletrain_trainer.contract.validation import PathPart, Problem
 
 from . import kube_rules, naming
 from .kube_openapi import DEFINITIONS

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, WithJsonSchema
 
-from scaletrain_trainer.config import TrainingConfig
-from scaletrain_trainer.validation import (
+from scaletrain_trainer.contract.config import TrainingConfig
+from scaletrain_trainer.contract.validation import (
     Problem,
     ProblemsError,
     SpecModel,

@@ -11,8 +11,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from scaletrain_trainer.config import CONFIG_ENV
-from scaletrain_trainer.exit_codes import ERROR_FILE_ENV, EXIT_PREEMPTED
+from scaletrain_trainer.contract.config import CONFIG_ENV
+from scaletrain_trainer.contract.exit_codes import ERROR_FILE_ENV, EXIT_PREEMPTED
 
 from . import naming
 from .merge import merge_under

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import kopf
 
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
 from ..api.models import parse_job

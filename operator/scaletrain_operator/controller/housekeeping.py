@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from scaletrain_trainer.validation import ProblemsError
+from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
 from ..api.models import ScaleTrainJob, parse_job

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from scaletrain_trainer.exit_codes import HANG_RESULT
-from scaletrain_trainer.validation import Problem
+from scaletrain_trainer.contract.exit_codes import HANG_RESULT
+from scaletrain_trainer.contract.validation import Problem
 
 from ..api import naming
 from ..api.gang_policy import (

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from scaletrain_trainer.validation import Problem, ProblemsError
+from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from ..api.gang_policy import PodPhase
 from .pod_filesystem import ContainerFiles, PodFilesystem, open_filesystem

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain_trainer.validation import Problem, ProblemsError
+from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from ..api import naming
 from ..api.gang_policy import (

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain_trainer.metrics import TERMINATION_LOG_ENV
+from scaletrain_trainer.reporting.metrics import TERMINATION_LOG_ENV
 
 from ..api.kube_rules import parse_quantity
 from . import container_root

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from scaletrain_trainer.config import CONFIG_ENV
-from scaletrain_trainer.validation import PathPart, Problem, ProblemsError
+from scaletrain_trainer.contract.config import CONFIG_ENV
+from scaletrain_trainer.contract.validation import PathPart, Problem, ProblemsError
 
 from ..api.naming import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 from .expansion import expand

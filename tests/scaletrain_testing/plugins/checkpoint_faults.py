@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torch.distributed.checkpoint import FileSystemWriter
 
-from scaletrain_trainer.data import SyntheticSequences
+from scaletrain_trainer.training.data import SyntheticSequences
 
 POLL_SECONDS = 0.02
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from scaletrain_trainer.data import SyntheticSequences
-from scaletrain_trainer.model import GPT
+from scaletrain_trainer.models.model import GPT
+from scaletrain_trainer.training.data import SyntheticSequences
 
 
 class CrashingSynthetic(Dataset):

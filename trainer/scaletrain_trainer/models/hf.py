@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import HF_CONFIG_OPTION, HF_PRETRAINED_OPTION, ModelConfig
+from ..contract.config import HF_CONFIG_OPTION, HF_PRETRAINED_OPTION, ModelConfig
+from ..contract.validation import Problem, ProblemsError
 from .flops import transformer_flops_per_token
-from .validation import Problem, ProblemsError
 
 CONFIG_FIELD = ("model", "options", HF_CONFIG_OPTION)
 PRETRAINED_FIELD = ("model", "options", HF_PRETRAINED_OPTION)

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import HF_MODEL, ModelConfig
+from ..contract.config import HF_MODEL, ModelConfig
+from ..training.plugins import build_from
 from .flops import transformer_flops_per_token, weight_flops_per_token
-from .plugins import build_from
 
 
 class CausalSelfAttention(nn.Module):

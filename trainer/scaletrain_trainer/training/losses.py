@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..contract.validation import Problem, ProblemsError
 from .data import IGNORE_INDEX
 from .plugins import load_object
-from .validation import Problem, ProblemsError
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 

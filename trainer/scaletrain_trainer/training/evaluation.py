@@ -13,13 +13,13 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from .config import EvalConfig, TrainingConfig
+from ..contract.config import EvalConfig, TrainingConfig
+from ..contract.validation import Problem, ProblemsError
 from .data import build_dataset, collate
 from .distributed import Runtime, all_reduce_sum
 from .losses import Loss
 from .parallel import autocast_enabled
 from .precision import Precision
-from .validation import Problem, ProblemsError
 
 # The held-out choice draws from its own stream: the epoch orders use seed + epoch.
 HELD_OUT_SEED_OFFSET = 1 << 32

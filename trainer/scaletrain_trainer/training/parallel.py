@@ -15,11 +15,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from .config import TrainingConfig
+from ..contract.config import TrainingConfig
+from ..contract.validation import Problem, ProblemsError
+from ..models.model import build_model, count_parameters, repeated_layers
 from .distributed import Runtime, agree, seed_everything
-from .model import build_model, count_parameters, repeated_layers
 from .precision import Precision
-from .validation import Problem, ProblemsError
 
 log = logging.getLogger(__name__)
 

@@ -43,10 +43,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from .config import CheckpointConfig
+from ..contract.config import CheckpointConfig
+from ..contract.exit_codes import WriteError, write_error_cause
+from ..contract.validation import Problem, ProblemsError
 from .distributed import Runtime, agree
-from .exit_codes import WriteError, write_error_cause
-from .validation import Problem, ProblemsError
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .validation import Problem, ProblemsError
+from ..contract.validation import Problem, ProblemsError
 
 
 def build_from(import_path: str, field: tuple[str, ...], options: dict[str, Any], kind: type, what: str) -> Any:

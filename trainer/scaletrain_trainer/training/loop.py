@@ -15,8 +15,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..contract.config import OptimizerConfig, SchedulerConfig, TrainingConfig
+from ..contract.exit_codes import NonFinite
+from ..models.flops import ModelFlops, peak_flops
+from ..models.model import count_parameters, flops_per_token
+from ..reporting.metrics import MetricsReporter, record_completed_step
+from ..reporting.preemption import Preempted, received, signal_named
+from ..reporting.tracking import start_trackers
+from ..reporting.watchdog import Watchdog
 from .checkpoint import CheckpointManager, TrainState, check_data_position
-from .config import OptimizerConfig, SchedulerConfig, TrainingConfig
 from .data import (
     GlobalBatches,
     build_dataset,
@@ -27,16 +34,9 @@ from .data import (
 )
 from .distributed import HostMax, Runtime, agree, all_reduce_sum, seed_everything
 from .evaluation import Evaluator, split_off_eval
-from .exit_codes import NonFinite
-from .flops import ModelFlops, peak_flops
 from .losses import TOKEN_CROSS_ENTROPY, Loss, resolve_loss
-from .metrics import MetricsReporter, record_completed_step
-from .model import count_parameters, flops_per_token
 from .parallel import autocast_enabled, build_parallel_model, gradient_sync, unwrapped
 from .precision import Precision, resolve_precision
-from .preemption import Preempted, received, signal_named
-from .tracking import start_trackers
-from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 

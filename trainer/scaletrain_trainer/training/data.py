@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .config import DataConfig, ModelConfig
+from ..contract.config import DataConfig, ModelConfig
+from ..contract.validation import Problem, ProblemsError
 from .plugins import build_from
-from .validation import Problem, ProblemsError
 
 IGNORE_INDEX = -100
 MicroBatch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets)

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from .config import TrainingConfig
-from .validation import Problem, ProblemsError
+from ..contract.config import TrainingConfig
+from ..contract.validation import Problem, ProblemsError
 
 log = logging.getLogger(__name__)
 

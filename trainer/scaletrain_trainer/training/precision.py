@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-from .config import PrecisionName
+from ..contract.config import PrecisionName
 
 DTYPES: dict[PrecisionName, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -25,8 +25,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..contract.exit_codes import EXIT_HANG, HANG_RESULT
 from . import preemption
-from .exit_codes import EXIT_HANG, HANG_RESULT
 from .metrics import write_termination_message
 
 log = logging.getLogger(__name__)

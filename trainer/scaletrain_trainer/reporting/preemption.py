@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-from .exit_codes import EXIT_PREEMPTED
+from ..contract.exit_codes import EXIT_PREEMPTED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -1,0 +1,1 @@
+"""What the run tells the world: metrics and progress, trackers, the hang watchdog and stop signals."""

@@ -1,0 +1,1 @@
+"""The training run: data, model parallelism, precision, the loop, evaluation and checkpoints."""
