@@ -1,4 +1,5 @@
-"""The operator package's import graph, read from the source (no import runs): which module imports which."""
+"""The operator's and the trainer's import graphs, read from the source (no import runs): which module
+imports which."""
 
 from __future__ import annotations
 
@@ -35,11 +36,30 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
+def _modules(directory: Path) -> dict[str, Path]:
+    return {module_name(path): path for path in directory.rglob("*.py")}
+
+
 def import_graph() -> dict[str, set[str]]:
     """Each module of the operator package -> the modules of the package and of the trainer it imports."""
-    modules = {module_name(path): path for path in PACKAGE_DIR.rglob("*.py")}
-    known = set(modules) | {module_name(path) for path in TRAINER_DIR.rglob("*.py")}
+    modules = _modules(PACKAGE_DIR)
+    known = set(modules) | set(_modules(TRAINER_DIR))
     return {name: imported_modules(path) & known for name, path in modules.items()}
+
+
+def trainer_import_graph() -> dict[str, set[str]]:
+    """Each module of the trainer package -> the trainer's modules it imports, and torch where it does."""
+    modules = _modules(TRAINER_DIR)
+    return {name: {m for m in imported_modules(path) if m in modules or is_torch(m)} for name, path in modules.items()}
+
+
+def is_torch(module: str) -> bool:
+    return module.split(".")[0] == "torch"
+
+
+def is_trainer_beyond_contract(module: str) -> bool:
+    """A trainer module the operator may not import: any but the package itself and its contract."""
+    return module.startswith("scaletrain_trainer.") and not module.startswith("scaletrain_trainer.contract")
 
 
 def wing(module: str) -> str:

@@ -5,7 +5,6 @@ tests/integration/test_crd_server.py."""
 from __future__ import annotations
 
 from scaletrain_operator.api.crd import crd_yaml
-from scaletrain_operator.api.progress import MAXIMUM, MINIMUM
 from scaletrain_testing.cli import run_cli
 from scaletrain_testing.jobs import REPO
 from scaletrain_testing.kube_schema import fields_without_description
@@ -94,16 +93,6 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "generation",
         "readAt",
     }
-
-
-def test_progress_bounds_in_the_schema_are_the_ones_the_progress_reader_enforces(crd_schema):
-    """api/progress.py drops what status.progress's schema would refuse, so that the status patch is taken."""
-    schema = crd_schema["properties"]["status"]["properties"]["progress"]["properties"]
-    assert {key: schema[key]["minimum"] for key in MINIMUM} == MINIMUM
-    assert {key: schema[key]["maximum"] for key in MAXIMUM} == MAXIMUM
-    # generation: the operator's own stamp of the gang it read, not the trainer's to send.
-    assert {key for key in schema if "minimum" in schema[key]} == set(MINIMUM) | {"generation"}
-    assert {key for key in schema if "maximum" in schema[key]} == set(MAXIMUM)
 
 
 def test_cel_rule_for_batch_divisibility_is_present(crd_schema):

@@ -8,8 +8,8 @@ import json
 
 from scaletrain_operator.controller.status import bounded
 from scaletrain_trainer.contract.exit_codes import elastic_error_text, result_of, summary_of
+from scaletrain_trainer.contract.wire import TERMINATION_MESSAGE_LIMIT
 from scaletrain_trainer.launch import CUT_MARK, tail, with_error
-from scaletrain_trainer.reporting.metrics import TERMINATION_MESSAGE_LIMIT
 
 LAST_LINE = "ValueError: shard 7 of the training data is corrupt"
 FRAMES = "".join(f'  File "/app/train.py", line {n}, in step_{n}\n    step_{n + 1}()\n' for n in range(200))

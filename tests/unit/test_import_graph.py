@@ -1,9 +1,11 @@
-"""The operator package's three wings import in one direction: cli -> {controller, local} -> api ->
-trainer config, never back, and no module imports itself through a cycle (read from the source)."""
+"""The seams, read from the source (no import runs): the operator's wings import in one direction,
+cli -> {controller, local} -> api, the operator takes nothing of the trainer but its contract, and the
+contract imports nothing of torch or of the rest of the trainer. No module imports itself through a cycle.
+Importing the operator as a process is checked in tests/integration/test_contract_imports.py."""
 
 from __future__ import annotations
 
-from scaletrain_testing.imports import import_graph, wing
+from scaletrain_testing.imports import import_graph, is_torch, is_trainer_beyond_contract, trainer_import_graph, wing
 
 ALLOWED_WINGS = {
     "package": set(),
@@ -11,12 +13,6 @@ ALLOWED_WINGS = {
     "controller": {"api"},
     "local": {"api"},
     "api": set(),
-}
-# What the API and the controller may use of the trainer: its torch-free config, validation and exit codes.
-TORCH_FREE_TRAINER = {
-    "scaletrain_trainer.contract.config",
-    "scaletrain_trainer.contract.validation",
-    "scaletrain_trainer.contract.exit_codes",
 }
 
 
@@ -32,13 +28,23 @@ def test_each_wing_imports_only_the_wings_below_it():
     assert wrong == []
 
 
-def test_the_api_and_controller_use_only_the_torch_free_trainer_config():
+def test_the_operator_imports_only_the_trainers_contract():
     wrong = [
         f"{module} imports {imported}"
         for module, imports in import_graph().items()
-        if wing(module) in ("api", "controller")
         for imported in imports
-        if imported.startswith("scaletrain_trainer.") and imported not in TORCH_FREE_TRAINER
+        if is_trainer_beyond_contract(imported)
+    ]
+    assert wrong == []
+
+
+def test_the_contract_imports_neither_torch_nor_the_rest_of_the_trainer():
+    wrong = [
+        f"{module} imports {imported}"
+        for module, imports in trainer_import_graph().items()
+        if module.startswith("scaletrain_trainer.contract")
+        for imported in imports
+        if is_torch(imported) or is_trainer_beyond_contract(imported)
     ]
     assert wrong == []
 
@@ -60,11 +66,17 @@ def test_there_is_no_import_cycle():
         visit(module, ())
 
 
-def test_the_graph_sees_the_wings():
-    """The checks above would pass vacuously if the graph missed the imports."""
+def test_the_graphs_see_the_imports():
+    """The checks above would pass vacuously if the graphs missed the imports."""
     graph = import_graph()
     assert "scaletrain_operator.api.models" in graph["scaletrain_operator.controller.reconcile"]
     assert "scaletrain_operator.api.gang_policy" in graph["scaletrain_operator.local.gang"]
     assert "scaletrain_operator.api.naming" in graph["scaletrain_operator.api.render"]  # `from . import naming`
     assert "scaletrain_trainer.contract.exit_codes" in graph["scaletrain_operator.api.gang_policy"]
     assert {wing(m) for m in graph} == {"package", "cli", "api", "controller", "local"}
+    trainer = trainer_import_graph()
+    assert (
+        "scaletrain_trainer.contract.wire" in trainer["scaletrain_trainer.reporting.metrics"]
+    )  # `from ..contract import wire`
+    assert "torch" in trainer["scaletrain_trainer.training.loop"]
+    assert "scaletrain_trainer.training.loop" in trainer["scaletrain_trainer.__main__"]  # a lazy import

@@ -28,10 +28,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .__main__ import config_error
-from .contract.config import CONFIG_ENV, load_training_config
+from .contract import wire
+from .contract.config import load_training_config
 from .contract.exit_codes import (
     ERROR_FIELD,
-    ERROR_FILE_ENV,
     EXIT_CODES,
     PREEMPTED_RESULT,
     elastic_error_text,
@@ -39,7 +39,7 @@ from .contract.exit_codes import (
     summary_of,
 )
 from .contract.validation import Problem, ProblemsError
-from .reporting.metrics import TERMINATION_MESSAGE_LIMIT, termination_message_path
+from .reporting.metrics import termination_message_path
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # torchrun, stopped by a signal, passes it to its workers and SIGKILLs those still running after this many
@@ -65,14 +65,14 @@ def preflight(environ: dict[str, str]) -> None:
 def main(argv: list[str]) -> int:
     # A job without a training block (args of its own, e.g. `--module my_train`) has no config to check.
     try:
-        if CONFIG_ENV in os.environ:
+        if wire.CONFIG_ENV in os.environ:
             preflight(dict(os.environ))
     except ProblemsError as error:
         return config_error(error)
     # torchrun runs as a child, not exec'd, so that its exit can be read; the pod's stop signals reach it
     # through this process.
     with error_file() as root_cause:
-        env = torchrun_env(os.environ) | ({ERROR_FILE_ENV: str(root_cause)} if root_cause is not None else {})
+        env = torchrun_env(os.environ) | ({wire.ERROR_FILE_ENV: str(root_cause)} if root_cause is not None else {})
         torchrun = subprocess.Popen([*TORCHRUN, *argv], env=env)
         for number in FORWARDED_SIGNALS:
             signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
@@ -116,7 +116,7 @@ def record_root_cause(error_file: Path, termination_message: Path) -> None:
         print(f"scaletrain: cannot record the root-cause error in {termination_message}: {problem}", file=sys.stderr)
 
 
-def with_error(termination_message: str, error: str, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
+def with_error(termination_message: str, error: str, limit: int = wire.TERMINATION_MESSAGE_LIMIT) -> str:
     """The termination message with `error` added: as the `error` field of the trainer's summary when the
     message is one, else after the text a script left there, if any; either way within `limit` bytes, cut
     at the start (the end names the exception)."""
@@ -136,7 +136,7 @@ def with_error(termination_message: str, error: str, limit: int = TERMINATION_ME
 def torchrun_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The pod's environment, and for the built-in trainer (a training config) time to checkpoint after a
     SIGTERM; a script of one's own keeps torchrun's default, as does a timeout the pod's env sets."""
-    if CONFIG_ENV not in environ:
+    if wire.CONFIG_ENV not in environ:
         return dict(environ)
     return {SHUTDOWN_TIMEOUT_ENV: str(TRAINER_SHUTDOWN_TIMEOUT_SECONDS)} | dict(environ)
 

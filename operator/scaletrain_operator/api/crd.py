@@ -12,7 +12,10 @@ from typing import Any
 
 import yaml
 
+from scaletrain_trainer.contract import wire
+
 from . import naming
+from .cel import CrdJsonSchema
 from .models import ScaleTrainJob
 
 # Keys pydantic emits that a structural schema must not carry.
@@ -20,16 +23,21 @@ _DROPPED_KEYS = {"title", "$defs"}
 
 DESCRIPTION = "A distributed PyTorch training job: a gang of indexed pods running torchrun."
 
+
+def _progress_columns() -> list[dict[str, Any]]:
+    """kubectl's columns of status.progress, as `wire` names them: -o wide only for those marked wide."""
+    return [
+        {"name": field.column.header, "type": field.kind, "jsonPath": f".status.progress.{field.name}"}
+        | ({"priority": 1} if field.column.wide else {})
+        for field in wire.PROGRESS_FIELDS
+        if field.column is not None
+    ]
+
+
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
-    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
-    {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
-    {"name": "Eval-Loss", "type": "number", "jsonPath": ".status.progress.evalLoss", "priority": 1},
-    # -o wide only (priority 1): throughput, per device and against its peak
-    {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond", "priority": 1},
-    {"name": "TFLOPS/Device", "type": "number", "jsonPath": ".status.progress.tflopsPerDevice", "priority": 1},
-    {"name": "MFU", "type": "number", "jsonPath": ".status.progress.mfu", "priority": 1},
+    *_progress_columns(),
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
@@ -106,7 +114,7 @@ def _without_defaults(schema: Any) -> Any:
 
 
 def _model_schema(model: type, name: str) -> dict[str, Any]:
-    raw = model.model_json_schema(by_alias=True, mode="validation")
+    raw = model.model_json_schema(by_alias=True, mode="validation", schema_generator=CrdJsonSchema)
     return structural_schema(raw["properties"][name], raw.get("$defs", {}))
 
 

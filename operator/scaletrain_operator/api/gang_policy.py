@@ -67,9 +67,9 @@ PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 RuleAction = Literal["FailJob", "RestartGang", "RestartGangIgnoreLimit"]
 # Why a job fails: DeadlineExceeded, RestartLimitReached, DisruptionLimitReached, NoProgress, NonFiniteLoss,
 # a final trainer result (exit_codes.FINAL), or the name of the failurePolicy rule that failed it.
-FailureReason = str
+GangFailureReason = str
 # The job's exit code (run-local's) for a failure that is not a trainer result's own name.
-EXIT_CODE_OF_REASON: dict[FailureReason, int] = {**EXIT_CODES, NON_FINITE_LOSS: EXIT_NON_FINITE}
+EXIT_CODE_OF_REASON: dict[GangFailureReason, int] = {**EXIT_CODES, NON_FINITE_LOSS: EXIT_NON_FINITE}
 # The built-in meanings, as docs/api.md lists them; failurePolicy.rules come first and may override each.
 BUILT_IN_MEANINGS: dict[str, RuleAction] = {
     **{result: "FailJob" for result in FINAL},  # exit 78, 74: no restart can fix them
@@ -241,7 +241,7 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
 class Verdict:
     action: Action
     message: str = ""
-    reason: FailureReason | None = None  # why the job fails (with Action.FAIL); with a restart, the rule's name
+    reason: GangFailureReason | None = None  # why the job fails (with Action.FAIL); with a restart, the rule's name
     root_cause: PodOutcome | None = None  # the pod that caused a restart or failure, when one did
     disruption: bool = False  # a restart counted in status.disruptions, not against maxRestarts
     avoid_node: str = ""  # the node the failure was blamed on, for failurePolicy.excludeNodes

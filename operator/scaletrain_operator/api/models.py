@@ -12,20 +12,31 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    WithJsonSchema,
+    create_model,
+)
+from pydantic.alias_generators import to_snake
 
+from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.config import TrainingConfig
+from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_NON_FINITE, EXIT_PREEMPTED, EXIT_WRITE_ERROR
 from scaletrain_trainer.contract.validation import (
     Problem,
     ProblemsError,
     SpecModel,
-    cel_rule,
     problems_from_validation_error,
-    with_cel_rules,
 )
 
 from . import kube_rules, kube_schema, naming
 from .bounds import spec_bound_problems
+from .cel import cel_rule, with_cel_rules
 
 # Kubernetes' resource.Quantity, as its own OpenAPI schema spells it.
 QUANTITY_PATTERN = (
@@ -274,7 +285,8 @@ class FailurePolicy(SpecModel):
         default_factory=list,
         max_length=32,
         description="Tried in order against the gang's root-cause pod; the first match decides. The built-in "
-        "meanings (exit 78, 74 and 79 fail the job, a disruption or exit 80 restarts without counting, anything "
+        f"meanings (exit {EXIT_CONFIG_ERROR}, {EXIT_WRITE_ERROR} and {EXIT_NON_FINITE} fail the job, a disruption or "
+        f"exit {EXIT_PREEMPTED} restarts without counting, anything "
         "else restarts counted) apply when none matches.",
     )
     exclude_nodes: ExcludeNodes | None = Field(
@@ -410,7 +422,7 @@ class ScaleTrainJobSpec(SpecModel):
         None,
         ge=0,
         description="Gang restarts after disruptions (a pod evicted or preempted, its node lost, or the trainer "
-        "stopped by SIGTERM after a checkpoint: exit 80) before the job fails with reason "
+        f"stopped by SIGTERM after a checkpoint: exit {EXIT_PREEMPTED}) before the job fails with reason "
         "DisruptionLimitReached; unset: no limit.",
     )
     max_restarts_without_progress: int | None = Field(
@@ -427,7 +439,8 @@ class ScaleTrainJobSpec(SpecModel):
         ge=0,
         le=86400,
         description="Seconds a stopped pod has after SIGTERM before SIGKILL (core/v1 PodSpec): the trainer "
-        "finishes its step, saves a checkpoint and exits 80 in it, so cover one step plus one save; default: "
+        f"finishes its step, saves a checkpoint and exits {EXIT_PREEMPTED} in it, so cover one step plus one save; "
+        "default: "
         "podTemplate's, else 120.",
     )
     suspend: bool = Field(
@@ -765,78 +778,29 @@ class NodeCounts(SpecModel):
     failed: int = Field(0, ge=0, description="Pods that failed.")
 
 
-class Progress(SpecModel):
-    """Training progress as rank 0 reports it: copied in by the operator while the job is Running, and the
-    final step and loss from rank 0's termination message once it succeeded."""
+def _progress_field(field: wire.ProgressField) -> tuple[Any, Any]:
+    """A status.progress field's type and bounds, as `wire` defines them."""
+    bounds = {"ge": field.minimum, "le": field.maximum}
+    kind: Any = {
+        "integer": int,
+        "number": float,
+        "boolean": bool,
+        "timestamp": Timestamp,
+        "set-aside names": list[Annotated[str, Field(max_length=wire.MAX_TEXT)]],
+    }[field.kind]
+    if field.kind == "set-aside names":
+        bounds["max_length"] = wire.MAX_SET_ASIDE
+    bounds = {name: bound for name, bound in bounds.items() if bound is not None}
+    return kind | None, Field(None, description=field.description, **bounds)
 
-    step: int = Field(0, ge=0, description="Optimizer steps completed.")
-    max_steps: int | None = Field(None, ge=1, description="Optimizer steps the job trains for (training.maxSteps).")
-    loss: float | None = Field(
-        None,
-        description="Training loss of the last logged step, rounded to 4 significant digits (metrics.jsonl has it "
-        "whole); absent when not finite.",
-    )
-    eval_loss: float | None = Field(
-        None,
-        description="Loss on the held-out samples at the last evaluation (training.eval), rounded to 4 significant "
-        "digits (metrics.jsonl has it in full).",
-    )
-    loss_finite: bool | None = Field(
-        None, description="False when the last logged loss was NaN or infinite: the run diverged. Absent otherwise."
-    )
-    samples_per_second: float | None = Field(
-        None, ge=0, description="Training throughput over the last logging interval, in samples per second."
-    )
-    tokens_per_second: float | None = Field(
-        None,
-        ge=0,
-        description="Training throughput over the last logging interval, in tokens per second, rounded to 4 "
-        "significant digits; absent for a model that does not train on tokens.",
-    )
-    tflops_per_device: float | None = Field(
-        None,
-        ge=0,
-        description="Model TFLOP/s per device over the last logging interval: the model's FLOPs per token "
-        "(6N plus attention for the built-in gpt) × tokensPerSecond ÷ world size, rounded to 4 significant digits.",
-    )
-    mfu: float | None = Field(
-        None,
-        ge=0,
-        le=1,
-        description="Model FLOPs utilization: tflopsPerDevice as a fraction of the GPU's dense 16-bit (bf16) "
-        "peak, rounded to 4 significant digits; absent on CPUs and GPUs the trainer has no peak for.",
-    )
-    eta_seconds: float | None = Field(
-        None,
-        ge=0,
-        description="Estimated seconds until maxSteps, at the average step time since the trainer (re)started; "
-        "removed once the job succeeded.",
-    )
-    updated_at: Timestamp | None = Field(None, description="When rank 0 last logged progress (RFC 3339).")
-    checkpoints_set_aside: list[Annotated[str, Field(max_length=64)]] | None = Field(
-        None,
-        max_length=16,
-        description="Damaged checkpoints rank 0 moved aside (step-N.corrupt in checkpoint.dir) while resuming, "
-        "trying the one before each; a Warning Event CheckpointSetAside names them.",
-    )
-    resumed_from_step: int | None = Field(
-        None, ge=0, description="The step of the checkpoint the gang resumed from; 0: it started afresh."
-    )
-    checkpoint_step: int | None = Field(
-        None, ge=0, description="The step of the newest checkpoint the gang saved or resumed from; 0: none."
-    )
-    generation: int | None = Field(None, ge=0, description="The gang generation rank 0 reported this from.")
-    read_at: Timestamp | None = Field(
-        None,
-        description="When the operator read this from rank 0 (RFC 3339). A gang is taken for hung only when a read "
-        "after staleAfter still holds that promise.",
-    )
-    stale_after: Timestamp | None = Field(
-        None,
-        description="When rank 0 promised its next progress report by: its hang timeout plus a logging interval "
-        "after the last one (longer during a checkpoint save). A Running gang whose rank 0, read after then, "
-        "still answers this promise is taken for hung and restarted (Event Hang).",
-    )
+
+Progress = create_model(
+    "Progress",
+    __base__=SpecModel,
+    __doc__="Training progress as rank 0 reports it: copied in by the operator while the job is Running, and "
+    "the\nfinal step and loss from rank 0's termination message once it succeeded.",
+    **{to_snake(field.name): _progress_field(field) for field in wire.PROGRESS_FIELDS},
+)
 
 
 class GangRecord(SpecModel):
@@ -901,7 +865,7 @@ class ScaleTrainJobStatus(SpecModel):
         0,
         ge=0,
         description="Gang restarts after disruptions: a pod evicted, preempted or on a lost node (condition "
-        "DisruptionTarget), the trainer stopped by SIGTERM after a checkpoint (exit 80), or a rule's "
+        f"DisruptionTarget), the trainer stopped by SIGTERM after a checkpoint (exit {EXIT_PREEMPTED}), or a rule's "
         "RestartGangIgnoreLimit.",
     )
     excluded_nodes: list[Annotated[str, Field(max_length=253)]] = Field(

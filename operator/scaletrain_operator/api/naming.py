@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from scaletrain_trainer.contract import wire
+
 GROUP = "scaletrain.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -20,7 +22,6 @@ DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # volume names
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # claim names
 
 TRAINER_CONTAINER = "trainer"
-METRICS_PORT_ENV = "SCALETRAIN_METRICS_PORT"  # where rank 0 serves /progress: a script of one's own reads it
 SHM_VOLUME = "scaletrain-shm"
 DEFAULT_MASTER_PORT = 29500  # torchrun's; PyTorchJob's is 23456
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -55,11 +56,11 @@ RENDERED_ENV = {
     "NPROC_PER_NODE": "procsPerNode",
     "WORLD_SIZE": "nodes × procsPerNode",
     "JOB_COMPLETION_INDEX": "the Job controller",
-    "SCALETRAIN_CONFIG": "training",
-    METRICS_PORT_ENV: "training.metricsPort",
-    "SCALETRAIN_BACKEND": "backend",
-    "SCALETRAIN_JOB_NAME": "the job's name",
-    "SCALETRAIN_GENERATION": "the gang generation",
+    wire.CONFIG_ENV: "training",
+    wire.METRICS_PORT_ENV: "training.metricsPort",
+    wire.BACKEND_ENV: "backend",
+    wire.JOB_NAME_ENV: "the job's name",
+    wire.GENERATION_ENV: "the gang generation",
 }
 SINGLE_PROCESS_RANK_ENV = {"RANK": "the node rank, with procsPerNode 1", "LOCAL_RANK": "0, with procsPerNode 1"}
 

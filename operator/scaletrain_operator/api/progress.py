@@ -21,40 +21,16 @@ from datetime import datetime, timezone
 from http.client import HTTPException, HTTPResponse
 from typing import Any
 
+from scaletrain_trainer.contract import wire
+
 from .timestamps import parse_timestamp, timestamp
 
 log = logging.getLogger(__name__)
 
-# The fields of status.progress, as the trainer's /progress names them, and their JSON types.
-PROGRESS_KEYS = (
-    "step",
-    "maxSteps",
-    "loss",
-    "evalLoss",
-    "samplesPerSecond",
-    "tokensPerSecond",
-    "tflopsPerDevice",
-    "mfu",
-    "etaSeconds",
-    "updatedAt",
-    "staleAfter",
-    "checkpointsSetAside",
-    "resumedFromStep",
-    "checkpointStep",
-)
-TIMESTAMP_KEYS = frozenset({"updatedAt", "staleAfter"})
-INTEGER_KEYS = frozenset({"step", "maxSteps", "resumedFromStep", "checkpointStep"})
-# status.progress's schema (models.Progress)
-MINIMUM = {"step": 0, "maxSteps": 1, "samplesPerSecond": 0, "tokensPerSecond": 0, "tflopsPerDevice": 0, "mfu": 0,
-           "etaSeconds": 0, "resumedFromStep": 0, "checkpointStep": 0}  # fmt: skip
-MAXIMUM = {"mfu": 1}  # a share of the peak: more says the FLOPs estimate or the peak is wrong
+# The fields rank 0 reports, by name (contract/wire.py defines each: its type and range).
+REPORTED = {field.name: field for field in wire.REPORTED}
 MAX_ANSWER_BYTES = 64 * 1024  # headers and body; a real progress answer is ~300 bytes
-MAX_TEXT = 64  # updatedAt and staleAfter: timestamps; a checkpoint directory's name
-MAX_SET_ASIDE = 16  # checkpointsSetAside: damaged checkpoints named (a resume sets aside a few at most)
-SET_ASIDE_NAME = re.compile(r"^step-\d+\.corrupt(-\d+)?$")
-# The numbers kubectl's columns show, with the significant digits the status keeps: kubectl cannot round.
-SHOWN_DIGITS = 4
-SHOWN_NUMBERS = ("loss", "evalLoss", "tokensPerSecond", "tflopsPerDevice", "mfu")
+SET_ASIDE_NAME = re.compile(wire.SET_ASIDE_NAME)
 
 
 class Unreadable(Exception):
@@ -148,7 +124,7 @@ def parse_progress(body: bytes) -> dict[str, Any]:
     raw = json.loads(body)
     if not isinstance(raw, dict):
         raise Unreadable(f"a JSON {type(raw).__name__}, not an object")
-    progress = {key: raw[key] for key in PROGRESS_KEYS if key in raw and fits(key, raw[key])}
+    progress = {key: raw[key] for key in REPORTED if key in raw and fits(REPORTED[key], raw[key])}
     loss = raw.get("loss")
     diverged = raw.get("lossFinite") is False or (isinstance(loss, float) and not math.isfinite(loss))
     if diverged:
@@ -157,25 +133,22 @@ def parse_progress(body: bytes) -> dict[str, Any]:
     return progress
 
 
-# Every field of status.progress: what one answer replaces whole.
-STATUS_KEYS = (*PROGRESS_KEYS, "lossFinite", "generation", "readAt")
-
-
 def status_patch(progress: dict[str, Any], generation: int, read_at: datetime | None = None) -> dict[str, Any]:
     """`progress`, reported by rank 0 of gang `generation` and read at `read_at` (None: from its termination
     message), as the operator writes it to status.progress: a merge patch that replaces it whole (its
     nulls remove every field this answer lacks, so that no field of an older answer, or of an earlier
     gang, stays beside it), with timestamps in RFC 3339 and the numbers kubectl shows rounded to
     SHOWN_DIGITS significant digits (metrics.jsonl keeps them whole)."""
-    patch = dict.fromkeys(STATUS_KEYS) | progress | {"generation": generation}
+    patch = {field.name: None for field in wire.PROGRESS_FIELDS} | progress | {"generation": generation}
     if read_at is not None:
         patch["readAt"] = timestamp(read_at)
-    for key in TIMESTAMP_KEYS:
-        if patch.get(key) is not None:
-            patch[key] = timestamp(parse_timestamp(patch[key]).astimezone(timezone.utc))
-    for key in SHOWN_NUMBERS:
-        if patch.get(key) is not None:
-            patch[key] = float(f"{patch[key]:.{SHOWN_DIGITS}g}")
+    for field in wire.PROGRESS_FIELDS:
+        if patch[field.name] is None:
+            continue
+        if field.kind == "timestamp":
+            patch[field.name] = timestamp(parse_timestamp(patch[field.name]).astimezone(timezone.utc))
+        elif field.rounded:
+            patch[field.name] = float(f"{patch[field.name]:.{wire.SHOWN_DIGITS}g}")
     return patch
 
 
@@ -189,21 +162,28 @@ def final_progress(termination_message: str) -> dict[str, Any]:
         return {}
 
 
-def fits(key: str, value: Any) -> bool:
-    if key == "checkpointsSetAside":
-        names = value if isinstance(value, list) and len(value) <= MAX_SET_ASIDE else [None]
-        return all(isinstance(name, str) and len(name) <= MAX_TEXT and SET_ASIDE_NAME.match(name) for name in names)
-    if key in TIMESTAMP_KEYS:
-        return isinstance(value, str) and len(value) <= MAX_TEXT and is_timestamp(value)
+def fits(field: wire.ProgressField, value: Any) -> bool:
+    """Whether `value` is of `field`'s type and within its range."""
+    if field.kind == "set-aside names":
+        names = value if isinstance(value, list) and len(value) <= wire.MAX_SET_ASIDE else [None]
+        return all(
+            isinstance(name, str) and len(name) <= wire.MAX_TEXT and SET_ASIDE_NAME.match(name) for name in names
+        )
+    if field.kind == "timestamp":
+        return isinstance(value, str) and len(value) <= wire.MAX_TEXT and is_timestamp(value)
+    if field.kind == "boolean":
+        return isinstance(value, bool)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    if key in INTEGER_KEYS:
-        return isinstance(value, int) and MINIMUM[key] <= value < 2**63
+    minimum = -math.inf if field.minimum is None else field.minimum
+    maximum = math.inf if field.maximum is None else field.maximum
+    if field.kind == "integer":
+        return isinstance(value, int) and minimum <= value < 2**63
     try:
         number = float(value)
     except OverflowError:  # an integer beyond float64, which no status field can hold
         return False
-    return math.isfinite(number) and MINIMUM.get(key, -math.inf) <= number <= MAXIMUM.get(key, math.inf)
+    return math.isfinite(number) and minimum <= number <= maximum
 
 
 def is_timestamp(text: str) -> bool:

@@ -11,8 +11,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from scaletrain_trainer.contract.config import CONFIG_ENV
-from scaletrain_trainer.contract.exit_codes import ERROR_FILE_ENV, EXIT_PREEMPTED
+from scaletrain_trainer.contract import wire
+from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 
 from . import naming
 from .merge import merge_under
@@ -24,7 +24,6 @@ from .models import ScaleTrainJob, ScaleTrainJobSpec
 DEFAULT_COMMAND = ["python", "-m", "scaletrain_trainer.launch"]
 DEFAULT_TORCHRUN_ARGS = ["--module", "scaletrain_trainer"]
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTATION}']"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # Kubernetes' default, said explicitly: the error file's too
 
 
 def render_children(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -170,7 +169,7 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "securityContext": TRAINER_SECURITY,
         # Why it failed, for the operator and `kubectl describe`: the trainer's summary or the error of
         # TORCHELASTIC_ERROR_FILE there, else (a crash that wrote neither) the end of the container's log.
-        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePath": wire.TERMINATION_MESSAGE_PATH,  # said explicitly: the error file's too
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if spec.image_pull_policy is not None:
@@ -193,7 +192,7 @@ TRAINER_SECURITY = {
 }
 
 # Env whose value differs between gang generations: the generation itself and the master's address.
-GENERATION_ENV = frozenset({"PET_MASTER_ADDR", "MASTER_ADDR", "SCALETRAIN_GENERATION"})
+GENERATION_ENV = frozenset({"PET_MASTER_ADDR", "MASTER_ADDR", wire.GENERATION_ENV})
 
 
 def generation_free(rendered_job: Mapping[str, Any]) -> dict[str, Any]:
@@ -235,13 +234,13 @@ def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
         {"name": "NODE_RANK", "valueFrom": _completion_index()},
         {"name": "NPROC_PER_NODE", "value": str(spec.resolved_procs_per_node)},
         {"name": "WORLD_SIZE", "value": str(spec.world_size)},
-        {"name": "SCALETRAIN_BACKEND", "value": spec.resolved_backend},
-        {"name": "SCALETRAIN_JOB_NAME", "value": job.name},
-        {"name": "SCALETRAIN_GENERATION", "value": str(generation)},
-        {"name": naming.METRICS_PORT_ENV, "value": str(spec.metrics_port)},
+        {"name": wire.BACKEND_ENV, "value": spec.resolved_backend},
+        {"name": wire.JOB_NAME_ENV, "value": job.name},
+        {"name": wire.GENERATION_ENV, "value": str(generation)},
+        {"name": wire.METRICS_PORT_ENV, "value": str(spec.metrics_port)},
     ]
     if spec.training is not None:
-        rendered.append({"name": CONFIG_ENV, "value": spec.training.to_json()})
+        rendered.append({"name": wire.CONFIG_ENV, "value": spec.training.to_json()})
     if spec.resolved_procs_per_node == 1:
         rendered += [{"name": "RANK", "valueFrom": _completion_index()}, {"name": "LOCAL_RANK", "value": "0"}]
     rendered += [{"name": name, "value": value} for name, value in backend_env_defaults(spec).items()]
@@ -265,7 +264,7 @@ def backend_env_defaults(spec: ScaleTrainJobSpec) -> dict[str, str]:
     @record, and torchrun for its first failed worker, write an uncaught exception with its traceback; the
     termination message, so that a script's own `torchrun` or `python` tells the operator why it failed
     (the built-in launcher gives torchrun a file of its own and writes the end of it there: launch.py)."""
-    defaults = {"PYTHONUNBUFFERED": "1", ERROR_FILE_ENV: TERMINATION_MESSAGE_PATH}
+    defaults = {"PYTHONUNBUFFERED": "1", wire.ERROR_FILE_ENV: wire.TERMINATION_MESSAGE_PATH}
     if spec.resolved_backend == "nccl":
         # A dead peer must fail the job (and so trigger a gang restart), never hang it.
         defaults |= {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}

@@ -27,7 +27,7 @@ from ..api import naming
 from ..api.status_schema import fit_status
 from . import metrics
 from .cache import Cache, owned_by, version_of
-from .decision import ChildJobPatch, Decision, Event, FailureReason
+from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event
 from .peering import KOPF_GROUP, KOPF_VERSION
 from .reconcile import Observed
 from .status import bounded
@@ -67,7 +67,7 @@ class ChildRejected(Exception):
     """The API server refused a child for good (`refused`), or its name is held by an object the
     ScaleTrainJob does not own: the job cannot run as specified."""
 
-    def __init__(self, reason: FailureReason, message: str):
+    def __init__(self, reason: ControllerFailureReason, message: str):
         super().__init__(message)
         self.reason, self.message = reason, message
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-# Final failures decided outside the gang policy
-FailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict", "ReconcileError"]
+# Why the controller fails a job outside the gang policy (api/gang_policy.GangFailureReason has the rest)
+ControllerFailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict", "ReconcileError"]
 EventReason = (
     Literal[
         "Created",
@@ -24,7 +24,7 @@ EventReason = (
         "Hang",
         "CheckpointSetAside",
     ]
-    | FailureReason
+    | ControllerFailureReason
 )
 
 

@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from .decision import Decision, FailureReason
+from .decision import ControllerFailureReason, Decision
 
 JOBS = Counter("scaletrain_jobs_total", "ScaleTrainJobs by outcome: created, succeeded, failed.", ["outcome"])
 RESTARTS = Counter("scaletrain_gang_restarts_total", "Gang restarts (after failures and spec changes).")
@@ -34,7 +34,7 @@ JOB_GANG_RESTARTS = Gauge(
 )
 
 OUTCOME_OF_EVENT = {"Created": "created", "Succeeded": "succeeded", "Failed": "failed"} | {
-    reason: "failed" for reason in get_args(FailureReason)
+    reason: "failed" for reason in get_args(ControllerFailureReason)
 }
 
 

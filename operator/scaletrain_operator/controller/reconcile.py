@@ -52,7 +52,7 @@ from ..api.node_exclusion import avoid_nodes, with_node_excluded
 from ..api.progress import final_progress, status_patch
 from ..api.render import generation_free, render_job, render_master_alias, render_network_policy, render_service
 from ..api.timestamps import parse_timestamp, timestamp
-from .decision import ChildJobPatch, Decision, Event, FailureReason
+from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event
 from .settings import DEFAULTS, OperatorConfig
 from .status import StatusBuilder, bounded, condition
 
@@ -671,7 +671,11 @@ def decide_invalid(
 
 
 def decide_failed(
-    reason: FailureReason, message: str, stored_status: Mapping[str, Any], generation: int | None, now: datetime
+    reason: ControllerFailureReason,
+    message: str,
+    stored_status: Mapping[str, Any],
+    generation: int | None,
+    now: datetime,
 ) -> Decision:
     """Failed once, for `reason`, with a condition and a Warning Event saying `message` (cut to the API's
     limits): an invalid spec, or a child the API server refused (cluster.ChildRejected)."""

@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from ..api.gang_policy import PodPhase
@@ -73,7 +74,6 @@ from .processes import (
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
-MAX_TERMINATION_MESSAGE_BYTES = 4096  # the kubelet's limit for one container
 FALLBACK_LOG_LINES = 80  # terminationMessagePolicy FallbackToLogsOnError: the log's last 80 lines
 START_ERROR_EXIT_CODE = 128  # a command that cannot be executed, as containerd reports it
 
@@ -209,16 +209,16 @@ class ContainerRun:
 
     def _termination_message(self, code: int) -> str:
         """The termination message file, or with FallbackToLogsOnError and a failure, the log's tail; of a
-        longer file, its last MAX_TERMINATION_MESSAGE_BYTES, as the kubelet keeps (where an error ends)."""
+        longer file, its last wire.TERMINATION_MESSAGE_LIMIT, as the kubelet keeps (where an error ends)."""
         try:
             with self.termination_log.open("rb") as file:
-                file.seek(max(0, file.seek(0, os.SEEK_END) - MAX_TERMINATION_MESSAGE_BYTES))
+                file.seek(max(0, file.seek(0, os.SEEK_END) - wire.TERMINATION_MESSAGE_LIMIT))
                 message = file.read().decode(errors="replace")
         except OSError:
             message = ""
         if not message and code != 0 and self.fallback_to_logs:
             tail = self.tail(FALLBACK_LOG_LINES).encode()
-            message = tail[-MAX_TERMINATION_MESSAGE_BYTES:].decode(errors="replace")
+            message = tail[-wire.TERMINATION_MESSAGE_LIMIT :].decode(errors="replace")
         return message
 
 

@@ -33,12 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletrain_trainer.reporting.metrics import TERMINATION_LOG_ENV
+from scaletrain_trainer.contract import wire
 
 from ..api.kube_rules import parse_quantity
 from . import container_root
 from .pod_spec import (
-    DEFAULT_TERMINATION_MESSAGE_PATH,
     SHM_PATH,
     Container,
     Pod,
@@ -109,8 +108,8 @@ class SharedFilesystem(PodFilesystem):
         image = {"HOME": str(rootfs / "root"), "TMPDIR": str(rootfs / "tmp")}
         # No file is at its terminationMessagePath: the file's path is passed instead.
         termination_log = own / "termination-log"
-        moved = {container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH: termination_log}
-        runtime = {TERMINATION_LOG_ENV: str(termination_log)}
+        moved = {container.get("terminationMessagePath") or wire.TERMINATION_MESSAGE_PATH: termination_log}
+        runtime = {wire.TERMINATION_LOG_ENV: str(termination_log)}
         dirs = [rootfs / "root", rootfs / "tmp", cwd]
         return ContainerFiles(image, runtime, mounts, moved, cwd, cwd, dirs, None)
 
@@ -131,7 +130,7 @@ class ContainedFilesystem(PodFilesystem):
     def files(self, pod: Pod, container: Container, mounts: Mapping[str, Path], own: Path) -> ContainerFiles:
         path = posixpath.normpath(posixpath.join("/", container.get("workingDir") or "/"))
         shm = shm_volume(pod, container)
-        termination = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+        termination = container.get("terminationMessagePath") or wire.TERMINATION_MESSAGE_PATH
         read_only = {mount_path_of(mount) for mount in container.get("volumeMounts") or [] if mount.get("readOnly")}
         volumes = [
             {"path": mount_path, "source": str(source), "readOnly": mount_path in read_only}

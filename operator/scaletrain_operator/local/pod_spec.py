@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from scaletrain_trainer.contract.config import CONFIG_ENV
+from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import PathPart, Problem, ProblemsError
 
 from ..api.naming import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
@@ -28,7 +28,6 @@ Container = Mapping[str, Any]
 Pod = Mapping[str, Any]
 
 DEFAULT_GRACE_SECONDS = 30  # terminationGracePeriodSeconds when the pod does not say
-DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # An image's PATH (Debian's, as in the python and pytorch images); this interpreter's directory goes first.
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VOLUME_KINDS = ("emptyDir", "persistentVolumeClaim", "hostPath")
@@ -227,7 +226,7 @@ def relocate_config_env(env_spec: Sequence[Mapping[str, Any]], mounts: Mapping[s
     trainer reads its checkpoint and output paths from there, and no mount puts them in place."""
     relocated = []
     for var in env_spec:
-        if var["name"] == CONFIG_ENV and "value" in var:  # its fields are named as spec.training's
+        if var["name"] == wire.CONFIG_ENV and "value" in var:  # its fields are named as spec.training's
             var = {**var, "value": json.dumps(relocate(json.loads(var["value"]), mounts, ("spec", "training")))}
         relocated.append(dict(var))
     return relocated

@@ -15,17 +15,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
+from . import wire
 from .documents import DocumentError, load_documents
+from .exit_codes import EXIT_HANG, EXIT_NON_FINITE
 from .validation import (
     Problem,
     ProblemsError,
     SpecModel,
-    cel_rule,
     problems_from_validation_error,
-    with_cel_rules,
 )
-
-CONFIG_ENV = "SCALETRAIN_CONFIG"
 
 # "package.module:function": how a custom model factory or dataset is named.
 IMPORT_PATH_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
@@ -79,10 +77,6 @@ class ModelConfig(SpecModel):
         description="Keyword arguments for a custom factory. For hf: config (a mapping of a Hugging Face config's "
         "fields, with model_type, or a local directory holding config.json; default: pretrained's) and pretrained "
         "(a local directory of weights saved by save_pretrained).",
-    )
-
-    model_config = with_cel_rules(
-        cel_rule("self.width % self.heads == 0", "width must be divisible by heads", ".width"),
     )
 
     def problems(self) -> Iterator[Problem]:
@@ -142,15 +136,6 @@ class DataConfig(SpecModel):
     )
     prefetch_factor: int = Field(
         2, ge=1, le=64, description="Steps each data worker loads ahead of training; unused with 0 workers."
-    )
-
-    model_config = with_cel_rules(
-        cel_rule(
-            "!(self.source in ['text', 'tokens']) || has(self.path)",
-            "path is required for the text and tokens sources",
-            ".path",
-            "FieldValueRequired",
-        ),
     )
 
     def problems(self) -> Iterator[Problem]:
@@ -236,10 +221,6 @@ class EvalConfig(SpecModel):
         description="Evaluate on this file instead, read as data.source reads data.path (text and tokens sources).",
     )
 
-    model_config = with_cel_rules(
-        cel_rule("has(self.fraction) != has(self.path)", "set exactly one of fraction and path", ".fraction"),
-    )
-
     def problems(self) -> Iterator[Problem]:
         if (self.fraction is None) == (self.path is None):
             message = "set exactly one of fraction (hold out a share of the data) and path (a separate file)"
@@ -315,7 +296,8 @@ class TrainingConfig(SpecModel):
     )
     on_non_finite: Literal["fail", "skip"] = Field(
         "fail",
-        description="A NaN or infinite loss or gradient norm. fail: stop at the next log step or save, exit 79, "
+        description="A NaN or infinite loss or gradient norm. fail: stop at the next log step or save, exit "
+        f"{EXIT_NON_FINITE}, "
         "naming the step (nothing after it is saved). skip: drop that update, as the fp16 loss scaler does (one "
         "host sync per step), save no checkpoint until an update is applied again, and fail as fail does after "
         "maxNonFiniteSteps dropped steps in a row. Either way a run whose last loss is not finite fails.",
@@ -325,29 +307,18 @@ class TrainingConfig(SpecModel):
         ge=1,
         le=1 << 31,
         description="onNonFinite: skip: this many steps in a row with a non-finite loss or gradient norm (their "
-        "updates dropped) stop the run as diverged, exit 79. A loss that stays NaN is a divergence, not a bad batch.",
+        f"updates dropped) stop the run as diverged, exit {EXIT_NON_FINITE}. A loss that stays NaN is a divergence, "
+        "not a bad batch.",
     )
     hang_timeout_seconds: int | None = Field(
         None,
         ge=1,
         le=86400,
         description="Stop a rank when no optimizer step completes for this long (checkpoint saves excepted): dump "
-        "every thread's stack to outputDir/hang-rank<R>.txt and exit 75. Default: the larger of 300 s and 10 × "
+        f"every thread's stack to outputDir/hang-rank<R>.txt and exit {EXIT_HANG}. Default: the larger of 300 s and "
+        "10 × "
         "the median step time. Rank 0's progress promises its next report within this plus a logging interval; "
         "the operator restarts a Running gang silent past that (Event Hang).",
-    )
-
-    model_config = with_cel_rules(
-        cel_rule(
-            "self.microBatchSize <= self.globalBatchSize",
-            "microBatchSize must not exceed globalBatchSize",
-            ".microBatchSize",
-        ),
-        cel_rule(
-            "self.scheduler.warmupSteps <= self.maxSteps",
-            "scheduler.warmupSteps must not exceed maxSteps",
-            ".scheduler.warmupSteps",
-        ),
     )
 
     def problems(self) -> Iterator[Problem]:
@@ -403,10 +374,10 @@ def load_training_config(path: str | None = None, environ: dict[str, str] | None
     environ = os.environ if environ is None else environ
     if path is not None:
         text, origin = Path(path).read_text(), path
-    elif CONFIG_ENV in environ:
-        text, origin = environ[CONFIG_ENV], f"${CONFIG_ENV}"
+    elif wire.CONFIG_ENV in environ:
+        text, origin = environ[wire.CONFIG_ENV], f"${wire.CONFIG_ENV}"
     else:
-        raise ProblemsError([Problem((), f"no training config: pass --config FILE or set ${CONFIG_ENV}")])
+        raise ProblemsError([Problem((), f"no training config: pass --config FILE or set ${wire.CONFIG_ENV}")])
     try:
         documents = load_documents(text, origin)  # JSON is YAML, so one parser reads both
     except DocumentError as error:

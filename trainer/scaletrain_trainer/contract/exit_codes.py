@@ -73,10 +73,8 @@ def waited_on_peers(termination_message: str) -> bool:
     return summary.get("result") == HANG_RESULT and summary.get("waitingOnPeers") is True
 
 
-# torchelastic's @record writes an uncaught exception, with its traceback, to the file this names; torchrun,
-# itself decorated so, copies its first failed worker's file into its own (launch.py reads it from there).
-ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
-# The summary's field that holds the end of that exception, added by the pod launcher (launch.py).
+# The summary's field that holds the end of the exception in the torchelastic error file
+# (wire.ERROR_FILE_ENV), added by the pod launcher (launch.py).
 ERROR_FIELD = "error"
 
 

@@ -3,7 +3,8 @@
 Every problem a user can make is reported as a `Problem`: the dotted field path in the user's own
 camelCase spelling plus a message that says what to do. Per-field checks come from pydantic;
 cross-field rules are written as `SpecModel.problems()` generators, so that one model can report
-several problems at once, each at its own path.
+several problems at once, each at its own path. The CRD's CEL mirrors of those rules are the
+operator's (operator/scaletrain_operator/api/cel.py).
 """
 
 from __future__ import annotations
@@ -62,16 +63,6 @@ class SpecModel(BaseModel):
         if found:
             raise ProblemsError(found)
         return self
-
-
-def cel_rule(rule: str, message: str, field_path: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
-    """One CEL rule for the generated CRD; mirror it in the model's `problems()`."""
-    return {"rule": rule, "message": message, "fieldPath": field_path, "reason": reason}
-
-
-def with_cel_rules(*rules: dict[str, str]) -> ConfigDict:
-    """SpecModel's config plus CEL rules that the CRD generator emits as x-kubernetes-validations."""
-    return SpecModel.model_config | ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
 
 
 def problems_from_validation_error(

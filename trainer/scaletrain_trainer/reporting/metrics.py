@@ -15,13 +15,11 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from ..contract import wire
 from .tracking import Tracker, scalars_of
 
 log = logging.getLogger(__name__)
 
-TERMINATION_LOG_ENV = "SCALETRAIN_TERMINATION_LOG"  # mirrors the container's terminationMessagePath
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps at most 4096 bytes
 # The progress server (ProgressServer): the operator's reads take milliseconds, and requests are tiny GETs.
 REQUEST_DEADLINE_SECONDS = 2.0  # from accept to the answer sent
 MAX_REQUEST_BYTES = 8192  # the request line and headers
@@ -31,17 +29,7 @@ CLOSE_TIMEOUT_SECONDS = 5.0
 TEXT = "text/plain; charset=utf-8"
 Answer = tuple[int, str, bytes]  # status, Content-Type, body
 
-PROMETHEUS_GAUGES = {
-    "step": ("scaletrain_step", "Optimizer steps completed."),
-    "maxSteps": ("scaletrain_max_steps", "Optimizer steps the job trains for."),
-    "loss": ("scaletrain_loss", "Training loss of the last logged step."),
-    "samplesPerSecond": ("scaletrain_samples_per_second", "Training throughput in samples per second."),
-    "tokensPerSecond": ("scaletrain_tokens_per_second", "Training throughput in tokens per second."),
-    "tflopsPerDevice": ("scaletrain_tflops_per_device", "Model TFLOP/s per device (6N plus attention per token)."),
-    "mfu": ("scaletrain_mfu", "Model FLOPs utilization: a fraction of the device's dense 16-bit peak."),
-    "evalLoss": ("scaletrain_eval_loss", "Loss on the held-out samples at the last evaluation."),
-    "etaSeconds": ("scaletrain_eta_seconds", "Estimated seconds until maxSteps."),
-}
+PROMETHEUS_GAUGES = {field.name: field.gauge for field in wire.PROGRESS_FIELDS if field.gauge is not None}
 
 
 class MetricsReporter:
@@ -69,10 +57,9 @@ class MetricsReporter:
         if not self.enabled:
             return
         self._append(record)
-        keys = ("step", "loss", "samplesPerSecond", "tokensPerSecond", "tflopsPerDevice", "mfu")
         now = datetime.now(timezone.utc)
         with self._lock:
-            self._progress.update({k: record[k] for k in keys if k in record})
+            self._progress.update({key: record[key] for key in wire.FROM_STEP_RECORD if key in record})
             self._progress["etaSeconds"] = eta_seconds
             self._progress["updatedAt"] = now.isoformat(timespec="seconds")
         self.promise_report_within(next_report_within, now)
@@ -121,9 +108,13 @@ class MetricsReporter:
     def prometheus_text(self) -> str:
         progress = self.progress()
         lines = []
-        for key, (name, help_text) in PROMETHEUS_GAUGES.items():
+        for key, gauge in PROMETHEUS_GAUGES.items():
             if progress.get(key) is not None:
-                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {progress[key]}"]
+                lines += [
+                    f"# HELP {gauge.name} {gauge.help}",
+                    f"# TYPE {gauge.name} gauge",
+                    f"{gauge.name} {progress[key]}",
+                ]
         return "\n".join(lines) + "\n"
 
 
@@ -250,7 +241,7 @@ def _start_server(port: int, reporter: MetricsReporter) -> ProgressServer | None
 
 
 def termination_message_path() -> Path:
-    return Path(os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG))
+    return Path(os.environ.get(wire.TERMINATION_LOG_ENV, wire.TERMINATION_MESSAGE_PATH))
 
 
 # The last optimizer step this process completed (or resumed at), None before training: every result the
@@ -276,6 +267,6 @@ def write_termination_message(summary: dict[str, Any]) -> None:
     if not path.exists():
         return
     try:
-        path.write_text(json.dumps(with_step(summary))[:TERMINATION_MESSAGE_LIMIT])
+        path.write_text(json.dumps(with_step(summary))[: wire.TERMINATION_MESSAGE_LIMIT])
     except OSError as error:
         log.warning("cannot write the termination message to %s: %s", path, error)

@@ -16,6 +16,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from ..contract import wire
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -36,7 +38,7 @@ class Runtime:
 def init_distributed(timeout_seconds: int) -> Runtime:
     """Join the process group torchrun describes, or form a group of one when run standalone."""
     use_cuda = torch.cuda.is_available()
-    backend = os.environ.get("SCALETRAIN_BACKEND") or ("nccl" if use_cuda else "gloo")
+    backend = os.environ.get(wire.BACKEND_ENV) or ("nccl" if use_cuda else "gloo")
     timeout = timedelta(seconds=timeout_seconds)
     if "RANK" in os.environ:  # set by torchrun for each worker
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
