@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    cases = {case_id: yaml.safe_dump(patched(base_job(), patch)) for case_id, patch, *_ in MALFORMED}
+    cases = {case.name: yaml.safe_dump(patched(base_job(), case.patch)) for case in MALFORMED}
     cases |= oversized_inputs()
     results = {}
     with tempfile.TemporaryDirectory() as directory:

@@ -6,6 +6,9 @@ them with InvalidSpec, test_crd_server.py and test_operator.py check (they are O
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
+
 import pytest
 from kubernetes.client.rest import ApiException
 
@@ -45,10 +48,17 @@ def test_the_base_jobs_children_are_accepted(client, namespace):
         _dry_run_create(client, child)
 
 
-@pytest.mark.parametrize("case", REFUSED_AT_JOB_CREATION, ids=[case[0] for case in REFUSED_AT_JOB_CREATION])
-def test_the_server_refuses_the_job_of_each_spec_validate_refuses(case, client, namespace, unchecked):
-    _, patch, *_ = case
-    job = unchecked(patched(patched(base_job(), patch), {"metadata": {"namespace": namespace}}))
+@pytest.fixture(scope="module")
+def dry_run_namespace(control_plane) -> Iterator[str]:
+    """One namespace for all the refused Jobs: a dry run stores nothing, so they cannot meet there."""
+    name = control_plane.create_namespace(f"refused-jobs-{secrets.token_hex(3)}")
+    yield name
+    control_plane.delete_namespace(name)
+
+
+@pytest.mark.parametrize("case", REFUSED_AT_JOB_CREATION, ids=lambda case: case.name)
+def test_the_server_refuses_the_job_of_each_spec_validate_refuses(case, client, dry_run_namespace, unchecked):
+    job = unchecked(patched(patched(base_job(), case.patch), {"metadata": {"namespace": dry_run_namespace}}))
     with pytest.raises(ApiException) as refused:
         _dry_run_create(client, render_job(job))
     assert refused.value.status in (400, 422), refused.value.body  # refused as invalid, not for another reason

@@ -5,6 +5,7 @@ cases the CRD layer owns, at their field, while the operator-only cases get thro
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import yaml
 from scaletrain_operator.api.models import parse_job
 from scaletrain_testing.control_plane import KUBERNETES_VERSION, wait_for
 from scaletrain_testing.jobs import EXAMPLES, REPO, base_job, load_yaml, patched
-from scaletrain_testing.malformed import CEL, MALFORMED, OPERATOR, SCHEMA
+from scaletrain_testing.malformed import REFUSED_BY_THE_CRD, REFUSED_ONLY_BY_THE_OPERATOR
 
 GROUP, VERSION, PLURAL = "scaletrain.io", "v1alpha1", "scaletrainjobs"
 CRD_NAME = f"{PLURAL}.{GROUP}"
@@ -139,24 +140,26 @@ def _without_empty(value):
     return value
 
 
-CRD_LAYER = [case for case in MALFORMED if case[4] in (SCHEMA, CEL)]
-OPERATOR_ONLY = [case for case in MALFORMED if case[4] == OPERATOR]
+@pytest.fixture(scope="module")
+def dry_run_namespace(control_plane) -> Iterator[str]:
+    """One namespace for all the malformed-spec cases: a dry run stores nothing, so they cannot meet there."""
+    name = control_plane.create_namespace(f"malformed-dry-runs-{secrets.token_hex(3)}")
+    yield name
+    control_plane.delete_namespace(name)
 
 
-@pytest.mark.parametrize("case", CRD_LAYER, ids=[case[0] for case in CRD_LAYER])
-def test_the_server_rejects_each_crd_layer_case_at_its_field(case, custom_objects, namespace):
+@pytest.mark.parametrize("case", REFUSED_BY_THE_CRD, ids=lambda case: case.name)
+def test_the_server_rejects_each_crd_layer_case_at_its_field(case, custom_objects, dry_run_namespace):
     """Strict field validation, as `kubectl apply` uses by default, so that unknown fields are errors."""
-    _, patch, path, _, _ = case
     with pytest.raises(kubernetes.client.ApiException) as rejected:
-        _dry_run_create(custom_objects, namespace, patched(base_job(), patch), field_validation="Strict")
+        _dry_run_create(custom_objects, dry_run_namespace, patched(base_job(), case.patch), field_validation="Strict")
     assert rejected.value.status in (400, 422)
-    assert path in _rejection(rejected.value)
+    assert case.field_path in _rejection(rejected.value)
 
 
-@pytest.mark.parametrize("case", OPERATOR_ONLY, ids=[case[0] for case in OPERATOR_ONLY])
-def test_the_server_accepts_each_operator_only_case(case, custom_objects, namespace):
-    _, patch, *_ = case
-    _dry_run_create(custom_objects, namespace, patched(base_job(), patch), field_validation="Strict")
+@pytest.mark.parametrize("case", REFUSED_ONLY_BY_THE_OPERATOR, ids=lambda case: case.name)
+def test_the_server_accepts_each_operator_only_case(case, custom_objects, dry_run_namespace):
+    _dry_run_create(custom_objects, dry_run_namespace, patched(base_job(), case.patch), field_validation="Strict")
 
 
 def test_a_typo_is_rejected_by_kubectl_apply(control_plane, installed_crd, namespace):

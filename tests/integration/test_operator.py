@@ -18,7 +18,7 @@ from scaletrain_testing.audit import counts
 from scaletrain_testing.hostile_http import HostileServer
 from scaletrain_testing.jobs import REPO, base_job, patched
 from scaletrain_testing.kube import Kube
-from scaletrain_testing.malformed import MALFORMED, OPERATOR
+from scaletrain_testing.malformed import REFUSED_ONLY_BY_THE_OPERATOR
 from scaletrain_testing.operator_harness import Team, condition, install_watching, operator_process
 from scaletrain_testing.progress_server import RANK0_PROGRESS, ProgressServer, promise
 from scaletrain_testing.trainer_runs import free_port
@@ -171,21 +171,19 @@ def test_an_invalid_spec_that_passes_the_schema_fails_once(team, installed, cont
     assert [e[1] for e in team.events("reserved-env")] == ["InvalidSpec"]
 
 
-OPERATOR_ONLY = [case for case in MALFORMED if case[4] == OPERATOR]
-
-
-@pytest.mark.parametrize("case", OPERATOR_ONLY, ids=[case[0] for case in OPERATOR_ONLY])
+@pytest.mark.parametrize("case", REFUSED_ONLY_BY_THE_OPERATOR, ids=lambda case: case.name)
 def test_each_operator_only_case_gets_past_the_server_and_is_marked_invalid(case, team):
     """The cases the CRD cannot express: the API server stores them, the operator fails them at once,
     naming the field."""
-    case_id, patch, path, fragment, _ = case
-    document = patched(base_job(), patch)
-    document["metadata"] = {"name": f"bad-{case_id}", "namespace": team.namespace}
+    name = f"bad-{case.name}"
+    document = patched(base_job(), case.patch)
+    document["metadata"] = {"name": name, "namespace": team.namespace}
     team.kube.create("stj", document)
-    failed = team.wait_phase(f"bad-{case_id}", "Failed")
+    failed = team.wait_phase(name, "Failed")
     assert condition(failed, "Failed")["reason"] == "InvalidSpec"
-    assert f"{path}: " in failed["status"]["message"] and fragment in failed["status"]["message"]
-    assert team.children(f"bad-{case_id}", "jobs") == []
+    message = failed["status"]["message"]
+    assert f"{case.field_path}: " in message and case.message_fragment in message
+    assert team.children(name, "jobs") == []
 
 
 def test_progress_of_rank_zero_reaches_the_status(team):

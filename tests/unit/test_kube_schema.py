@@ -103,11 +103,10 @@ def test_a_sidecar_env_written_as_a_string_fails_the_job_as_invalid_instead_of_r
     assert "spec.podTemplate.spec.containers[0].env: must be a list, not str 'LOG_LEVEL=debug'" in message
 
 
-@pytest.mark.parametrize("case", REFUSED_AT_JOB_CREATION, ids=[case[0] for case in REFUSED_AT_JOB_CREATION])
+@pytest.mark.parametrize("case", REFUSED_AT_JOB_CREATION, ids=lambda case: case.name)
 def test_each_spec_the_server_would_refuse_at_job_creation_is_invalid_to_the_operator(case):
-    _, patch, path, fragment, _ = case
-    message = _invalid_spec_message(patched(base_job(), patch))
-    assert f"{path}: " in message and fragment in message
+    message = _invalid_spec_message(patched(base_job(), case.patch))
+    assert f"{case.field_path}: " in message and case.message_fragment in message
 
 
 def test_a_namespace_that_is_not_a_dns_label_is_refused_at_metadata_namespace():

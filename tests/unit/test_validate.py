@@ -38,9 +38,9 @@ def validate_output(tmp_path_factory):
     """One `scaletrain validate` run over every malformed file (one process keeps the suite fast)."""
     directory = tmp_path_factory.mktemp("malformed")
     files = []
-    for case_id, patch, *_ in MALFORMED:
-        path = directory / f"{case_id}.yaml"
-        path.write_text(yaml.safe_dump(_document(patch)))
+    for case in MALFORMED:
+        path = directory / f"{case.name}.yaml"
+        path.write_text(yaml.safe_dump(_document(case.patch)))
         files.append(str(path))
     result = run_cli("validate", *files)
     return result, _problems_by_file(result.stderr), directory
@@ -48,7 +48,7 @@ def validate_output(tmp_path_factory):
 
 def test_table_is_large_enough():
     assert len(MALFORMED) >= 30
-    assert len({case[0] for case in MALFORMED}) == len(MALFORMED)
+    assert len({case.name for case in MALFORMED}) == len(MALFORMED)
 
 
 def test_base_job_is_valid():
@@ -57,15 +57,14 @@ def test_base_job_is_valid():
     assert "world size 2" in result.stdout and "2 accumulation step(s)" in result.stdout
 
 
-@pytest.mark.parametrize("case", MALFORMED, ids=[c[0] for c in MALFORMED])
+@pytest.mark.parametrize("case", MALFORMED, ids=lambda case: case.name)
 def test_malformed_spec_is_rejected_at_its_field(case, validate_output):
-    case_id, _, path, fragment, _ = case
     result, problems, directory = validate_output
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    reported = problems[str(directory / f"{case_id}.yaml")]
-    assert [p for p, _ in reported] == [path], reported
-    assert fragment in reported[0][1]
+    reported = problems[str(directory / f"{case.name}.yaml")]
+    assert [p for p, _ in reported] == [case.field_path], reported
+    assert case.message_fragment in reported[0][1]
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
