@@ -18,7 +18,7 @@ from scaletrain_trainer.contract.validation import Problem, ProblemsError
 from .api.convert import ConversionError, Finding, convert
 from .api.crd import crd_yaml
 from .api.models import ScaleTrainJob, parse_job
-from .api.naming import DNS_1123_LABEL, MAX_RESTARTS
+from .api.naming import DNS_1123_LABEL, MAX_RESTARTS, whole_number
 from .api.render import render_children
 
 EXIT_INVALID = 1
@@ -162,9 +162,10 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
 
 def _generation(text: str) -> int:
-    if not text.isdigit() or int(text) > MAX_RESTARTS:
+    generation = whole_number(text)
+    if generation is None or generation > MAX_RESTARTS:
         raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {MAX_RESTARTS}, got {text!r}")
-    return int(text)
+    return generation
 
 
 def build_parser() -> argparse.ArgumentParser:

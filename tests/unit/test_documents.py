@@ -46,3 +46,14 @@ def test_deep_block_nesting_is_refused_at_the_line_it_goes_too_deep():
     text = "".join(" " * depth + "k:\n" for depth in range(150)) + " " * 150 + "v\n"
     with pytest.raises(DocumentError, match=r"nested more than 100 levels deep at line 101, column 101"):
         load_documents(text, "block.yaml")
+
+
+def test_mapping_keys_are_strings_as_kubernetes_json_makes_them():
+    """A label written `1: x` is {"1": "x"} to the API server; mixed key types once broke validation."""
+    (document,) = load_documents("labels: {1: x, true: y, null: z, 2.5: w, a: b}", "job.yaml")
+    assert document == {"labels": {"1": "x", "true": "y", "null": "z", "2.5": "w", "a": "b"}}
+
+
+def test_a_mapping_keyed_by_a_list_is_a_document_error():
+    with pytest.raises(DocumentError, match="a key must be a scalar"):
+        load_documents("? [a, b]\n: c\n", "job.yaml")

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from scaletrain_operator.api import naming
 from scaletrain_operator.api.gang_policy import (
     DEADLINE_EXCEEDED,
     DISRUPTION_TARGET,
@@ -230,6 +231,13 @@ def test_pod_outcome_reads_the_node_and_the_disruption_condition():
     outcome = pod_outcome(pod_object)
     assert (outcome.node_name, outcome.disrupted, outcome.disruption_reason) == ("n1", True, "EvictionByEvictionAPI")
     assert outcome.failed  # evicted: a failure, though the pod is being deleted
+
+
+@pytest.mark.parametrize("index", ["²", "-1", "", "x"])
+def test_a_pod_whose_index_is_not_ascii_digits_sorts_last_instead_of_raising(index):
+    """Annotations are anyone's to write; "²".isdigit() is true, and int("²") raises."""
+    pod_object = {"metadata": {"name": "forged", "annotations": {"batch.kubernetes.io/job-completion-index": index}}}
+    assert pod_outcome(pod_object).index == naming.MAX_NODES
 
 
 def test_a_crash_loop_is_the_run_of_failed_gangs_at_the_end_that_saved_nothing_newer():

@@ -66,3 +66,17 @@ def test_rank_0_is_the_index_0_pod_of_the_newest_gangs_own_job_and_never_a_forge
     rank_0 = housekeeping.rank_0_of(stj)
     assert rank_0 is not None and rank_0.generation == 1
     assert rank_0.url == "http://10.0.1.1:9555/progress"
+
+
+def test_an_ipv6_pod_ip_is_bracketed_in_the_progress_url_and_a_non_ascii_index_is_no_rank():
+    cache = Cache()
+    stj = _stj(current_job="demo-g0")
+    cache.scaletrainjobs.put(stj)
+    cache.jobs.put(_job(0))
+    housekeeping = _housekeeping(cache)
+    forged = _pod("demo-g0-0-x", 0, 0, "fd00::6", owner_uid="job-uid-0", version=20)
+    forged["metadata"]["annotations"][naming.COMPLETION_INDEX_ANNOTATION] = "⁰"
+    cache.pods.put(forged)
+    assert housekeeping.rank_0_of(stj) is None
+    cache.pods.put(_pod("demo-g0-0-a", 0, 0, "fd00::1", owner_uid="job-uid-0", version=21))
+    assert housekeeping.rank_0_of(stj).url == "http://[fd00::1]:9555/progress"

@@ -103,6 +103,12 @@ def test_a_sidecar_env_written_as_a_string_fails_the_job_as_invalid_instead_of_r
     assert "spec.podTemplate.spec.containers[0].env: must be a list, not str 'LOG_LEVEL=debug'" in message
 
 
+def test_a_null_resource_amount_is_taken_as_not_given():
+    """The API server reads a null quantity as zero; it once became the message "spec: None"."""
+    trainer = {"name": "trainer", "resources": {"limits": {"memory": None}, "requests": {"cpu": "1"}}}
+    parse_job(base_job(podTemplate={"spec": {"containers": [trainer]}}))
+
+
 @pytest.mark.parametrize("case", REFUSED_AT_JOB_CREATION, ids=lambda case: case.name)
 def test_each_spec_the_server_would_refuse_at_job_creation_is_invalid_to_the_operator(case):
     message = _invalid_spec_message(patched(base_job(), case.patch))

@@ -216,7 +216,7 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
     )
     outcome = PodOutcome(
         name=metadata["name"],
-        index=int(index) if index.isdigit() else naming.MAX_NODES,
+        index=naming.MAX_NODES if (number := naming.whole_number(index)) is None else number,
         phase=status.get("phase", "Pending"),
         reason=status.get("reason", ""),
         message=status.get("message", ""),

@@ -189,7 +189,9 @@ def _volume(volume: dict[str, Any], at: Path) -> Iterator[Problem]:
 
 
 def _resources(resources: dict[str, Any], at: Path) -> Iterator[Problem]:
-    sections = {section: {name: str(amount) for name, amount in (resources.get(section) or {}).items()}
+    # A null amount is the API server's zero quantity, as if it were not given.
+    sections = {section: {name: str(amount) for name, amount in (resources.get(section) or {}).items()
+                          if amount is not None}
                 for section in ("requests", "limits")}  # fmt: skip
     yield from kube_rules.resources_problems(sections, at)
 

@@ -81,6 +81,12 @@ def master_alias(job_name: str) -> str:
     return f"{job_name}-master"
 
 
+def whole_number(text: str | None) -> int | None:
+    """`text` as a non-negative integer when it is written in ASCII digits alone, else None. Annotations
+    and labels are anyone's to write, and str.isdigit() also takes digits such as "²", which int() refuses."""
+    return int(text) if text and text.isascii() and text.isdigit() else None
+
+
 def generation_of(child_job: str) -> int:
     """The gang generation in a child Job's name (the inverse of child_job_name)."""
     return int(child_job.rsplit("-g", 1)[1])

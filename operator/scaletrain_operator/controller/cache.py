@@ -41,8 +41,7 @@ def key_of(obj: dict[str, Any]) -> Key:
 
 
 def version_of(obj: dict[str, Any]) -> int | None:
-    text = obj["metadata"].get("resourceVersion") or ""
-    return int(text) if text.isdigit() else None
+    return naming.whole_number(obj["metadata"].get("resourceVersion"))
 
 
 def is_newer(candidate: int | None, held: int | None) -> bool:

@@ -173,7 +173,7 @@ class Housekeeping:
             return None
         url = self.config.progress_url.format(
             pod=f"{naming.child_job_name(job.name, generation)}-0",
-            pod_ip=pod_ip,
+            pod_ip=f"[{pod_ip}]" if ":" in pod_ip else pod_ip,  # an IPv6 address is bracketed in a URL
             service=naming.service_name(job.name),
             namespace=job.metadata.namespace,
             port=job.spec.metrics_port,
@@ -257,8 +257,7 @@ class Rank0(NamedTuple):
 
 
 def pod_index(pod: dict[str, Any]) -> int | None:
-    index = (pod["metadata"].get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION)
-    return int(index) if index is not None and index.isdigit() else None
+    return naming.whole_number((pod["metadata"].get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION))
 
 
 def pod_phase(pod: dict[str, Any]) -> str:

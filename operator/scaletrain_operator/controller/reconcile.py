@@ -139,7 +139,7 @@ def ledger_of(job: ScaleTrainJob, current: Mapping[str, Any] | None) -> Ledger:
 
 
 def _count(annotated: str | None) -> int:
-    return int(annotated) if annotated and annotated.isdigit() else 0
+    return naming.whole_number(annotated) or 0
 
 
 def _string_list(annotated: str | None) -> list[str]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..api.naming import whole_number
 from .pod_spec import Pod, pod_hostname
 
 NAMESPACES, LOOPBACK, AUTO = "namespaces", "loopback", "auto"
@@ -159,9 +160,9 @@ class LoopbackNetwork(PodNetwork):
             value = literal.get(var["name"])
             if master is not None and value is not None and var["name"] in MASTER_ADDRESS_ENV:
                 var = {**var, "value": LOCALHOST}
-            elif master is not None and value is not None and var["name"] in MASTER_PORT_ENV and value.isdigit():
+            elif master is not None and var["name"] in MASTER_PORT_ENV and (port := whole_number(value)) is not None:
                 master_host = master.split(".")[0]  # the master pod's hostname
-                var = {**var, "value": str(self._host_port(sandbox.identity.namespace, master_host, int(value)))}
+                var = {**var, "value": str(self._host_port(sandbox.identity.namespace, master_host, port))}
             rewritten.append(dict(var))
         return rewritten
 

@@ -24,7 +24,28 @@ class DocumentError(ValueError):
 
 
 class KubernetesLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser when there is one
-    """yaml.SafeLoader plus the numbers Kubernetes' YAML reader accepts (EXPONENT_FLOAT)."""
+    """yaml.SafeLoader plus the numbers Kubernetes' YAML reader accepts (EXPONENT_FLOAT), and mappings
+    keyed by strings only, as JSON's are: Kubernetes reads YAML by converting it to JSON, so `1: x` is
+    {"1": "x"} and `true: x` is {"true": "x"}."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[str, Any]:
+        self.flatten_mapping(node)  # merge keys (<<)
+        mapping = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, "a key must be a scalar", key_node.start_mark
+                )
+            # Keyed by the JSON spelling as each key is read: in Python, the keys 1 and true would be one.
+            mapping[json_key(self.construct_object(key_node))] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+def json_key(key: Any) -> str:
+    """A YAML mapping key as Kubernetes' YAML-to-JSON conversion spells it."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return "null" if key is None else str(key)
 
 
 KubernetesLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
