@@ -7,13 +7,15 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import Dataset
 
 from ..contract.config import OptimizerConfig, SchedulerConfig, TrainingConfig
 from ..contract.exit_codes import NonFinite
@@ -26,6 +28,7 @@ from ..reporting.watchdog import Watchdog
 from .checkpoint import CheckpointManager, TrainState, check_data_position
 from .data import (
     GlobalBatches,
+    MicroBatch,
     build_dataset,
     check_holds_a_global_batch,
     resolve_workers,
@@ -46,6 +49,54 @@ MIN_LOSS_SCALE = 1.0  # fp16: a scale the scaler had to halve below this means e
 
 def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
     """Train to config.max_steps, resuming from the latest checkpoint; returns a summary."""
+    run = set_up(config, runtime)
+    resumed_from = resume(run)
+    # After the restore: the loader starts at the resumed step. Before the reporter's and watchdog's
+    # threads start: workers are forked from this process.
+    steps = iter(
+        step_loader(
+            run.dataset, run.batches, range(run.state.step, config.max_steps), config.data, config.seed, runtime.device
+        )
+    )
+    reporter = start_reporter(run)
+    largest_over_ranks = HostMax(runtime.backend, config.distributed_timeout_seconds)
+    dist.barrier()
+
+    started = time.perf_counter()
+    watchdog = Watchdog(config.hang_timeout_seconds, config.output_dir, runtime.rank).start()
+    diverged: NonFinite | None = None
+    try:
+        StepLoop(run, reporter, watchdog, largest_over_ranks, started).run_to_max_steps(steps)
+        if run.checkpoints.enabled:
+            save(run.checkpoints, run.state, watchdog, reporter, config, wait=True)
+    except NonFinite as stop:
+        diverged = stop
+        raise
+    finally:
+        finish(run.checkpoints, watchdog, reporter, diverged)
+    return summary(run, reporter, resumed_from, started)
+
+
+@dataclass
+class Run:
+    """What set_up builds: the model and its training state, the data, the loss, evaluation and checkpoints."""
+
+    config: TrainingConfig
+    runtime: Runtime
+    model: nn.Module
+    precision: Precision
+    state: TrainState
+    model_flops: ModelFlops
+    loss: Loss
+    dataset: Dataset
+    batches: GlobalBatches
+    evaluator: Evaluator | None
+    checkpoints: CheckpointManager
+
+
+def set_up(config: TrainingConfig, runtime: Runtime) -> Run:
+    """The model in its parallelism and precision, its optimizer and schedule, the training data with the
+    held-out share split off, and the checkpoints; logs what it built."""
     accumulation = config.accumulation_steps(runtime.world_size)
     precision = agree(resolve_precision(config.precision, runtime.device))
     model, strategy = build_parallel_model(config, precision, runtime)
@@ -80,105 +131,147 @@ def train(config: TrainingConfig, runtime: Runtime) -> dict[str, Any]:
         len(dataset), config.global_batch_size, config.micro_batch_size, runtime.world_size, runtime.rank, config.seed
     )
     checkpoints = CheckpointManager(config.checkpoint, runtime, config.to_json(), config.distributed_timeout_seconds)
-    resumed_from = checkpoints.restore_latest(state)
-    if resumed_from is not None:
-        check_data_position(state, batches.position(state.step))
-    record_completed_step(state.step)
-    # After the restore: the loader starts at the resumed step. Before the reporter's and watchdog's
-    # threads start: workers are forked from this process.
-    steps = iter(
-        step_loader(dataset, batches, range(state.step, config.max_steps), config.data, config.seed, runtime.device)
-    )
-    trackers = start_trackers(config) if runtime.is_main else ()
-    reporter = MetricsReporter(
-        config.output_dir, config.metrics_port, config.max_steps, enabled=runtime.is_main, trackers=trackers
-    )
-    reporter.report_checkpoint(state.step, resumed=True)  # step 0: a fresh start
-    if checkpoints.set_aside:
-        reporter.report_set_aside(checkpoints.set_aside)
-    largest_over_ranks = HostMax(runtime.backend, config.distributed_timeout_seconds)
-    dist.barrier()
+    return Run(config, runtime, model, precision, state, model_flops, loss, dataset, batches, evaluator, checkpoints)
 
-    start_step, started, last_log = state.step, time.perf_counter(), time.perf_counter()
-    samples = tokens = 0
-    # The first step whose loss or gradients were not finite, or -1: kept on the device, so that
-    # checking it costs no host sync; read at the syncs that log steps and saves make anyway.
-    first_non_finite = torch.full((), -1, dtype=torch.int64, device=runtime.device)
-    skip_non_finite = config.on_non_finite == "skip"
-    streak = NonFiniteStreak(config.max_non_finite_steps)
-    watchdog = Watchdog(config.hang_timeout_seconds, config.output_dir, runtime.rank).start()
-    diverged: NonFinite | None = None
-    try:
+
+def resume(run: Run) -> Path | None:
+    """Restore the newest checkpoint that verifies, if any, into run.state (its data position checked
+    against this run's global batches); returns its path."""
+    resumed_from = run.checkpoints.restore_latest(run.state)
+    if resumed_from is not None:
+        check_data_position(run.state, run.batches.position(run.state.step))
+    record_completed_step(run.state.step)
+    return resumed_from
+
+
+def start_reporter(run: Run) -> MetricsReporter:
+    """The metrics log, progress endpoint and trackers (rank 0's; on the other ranks it records nothing),
+    told the step the run starts from and the checkpoints the restore set aside."""
+    config, is_main = run.config, run.runtime.is_main
+    trackers = start_trackers(config) if is_main else ()
+    reporter = MetricsReporter(
+        config.output_dir, config.metrics_port, config.max_steps, enabled=is_main, trackers=trackers
+    )
+    reporter.report_checkpoint(run.state.step, resumed=True)  # step 0: a fresh start
+    if run.checkpoints.set_aside:
+        reporter.report_set_aside(run.checkpoints.set_aside)
+    return reporter
+
+
+class StepLoop:
+    """One optimizer step per global batch up to max_steps, with the log lines, evaluations and saves that
+    fall due. Between steps it keeps the samples and tokens since the last log line (its throughput) and the
+    first step that was not finite."""
+
+    def __init__(
+        self, run: Run, reporter: MetricsReporter, watchdog: Watchdog, largest_over_ranks: HostMax, started: float
+    ):
+        self.run, self.reporter, self.watchdog, self.largest_over_ranks = run, reporter, watchdog, largest_over_ranks
+        self.start_step, self.started, self.last_log = run.state.step, started, started
+        self.samples = self.tokens = 0
+        # The first step whose loss or gradients were not finite, or -1: kept on the device, so that
+        # checking it costs no host sync; read at the syncs that log steps and saves make anyway.
+        self.first_non_finite = torch.full((), -1, dtype=torch.int64, device=run.runtime.device)
+        self.streak = NonFiniteStreak(run.config.max_non_finite_steps)
+
+    def run_to_max_steps(self, steps: Iterator[list[MicroBatch]]) -> None:
+        """Raises NonFinite where the run diverged, and Preempted, after its save, where the ranks agreed to stop."""
+        config, state, checkpoints, watchdog = self.run.config, self.run.state, self.run.checkpoints, self.watchdog
         while state.step < config.max_steps:
-            with watchdog.phase(f"loading the data of step {state.step + 1}", waits_on_peers=False):
-                micro_batches = to_device(next(steps), runtime.device)
-            with step_phase(watchdog, state.step + 1, compiling=config.compile and state.step == start_step):
-                result = train_step(
-                    model,
-                    micro_batches,
-                    state,
-                    precision,
-                    config.grad_clip_norm,
-                    runtime.world_size,
-                    skip_non_finite,
-                    loss,
-                )
-            samples += batches.samples_in(state.step)
-            tokens += result.tokens
-            state.step += 1
-            state.data_position = batches.position(state.step)
-            record_completed_step(state.step)
-            streak.count(state.step, result.dropped)
-            unseen = (first_non_finite < 0) & ~result.finite
-            first_non_finite = torch.where(unseen, state.step, first_non_finite)
-            saving = streak.saves_now(checkpoints.due(state.step))
+            micro_batches, result = self._step(steps)
+            saving = self.streak.saves_now(checkpoints.due(state.step))
             due_to_save = saving or (checkpoints.enabled and state.step == config.max_steps)
+            due_to_log = state.step % config.log_every_steps == 0 or state.step == config.max_steps
             with watchdog.phase(f"logging step {state.step} (a reduction across ranks)", waits_on_peers=True):
-                if state.step % config.log_every_steps == 0 or state.step == config.max_steps or due_to_save:
-                    stop_if_non_finite(first_non_finite)
-                if state.step % config.log_every_steps == 0 or state.step == config.max_steps:
-                    now = time.perf_counter()
-                    is_lm = micro_batches[0][1].dim() > 1
-                    record = _step_record(state, result, samples, int(tokens), now - last_log, is_lm, model_flops)
-                    if state.step == config.max_steps:
-                        streak.check_final_loss(record["loss"], state.step)
-                    steps_done = state.step - start_step
-                    eta = (now - started) / steps_done * (config.max_steps - state.step)
-                    reporter.log(record, eta_seconds=eta, next_report_within=next_report_within(config, watchdog))
-                    if runtime.is_main:
-                        log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
-                    samples, tokens, last_log = 0, 0, now
-            if evaluator is not None and evaluator.due(state.step):
-                with watchdog.phase(f"evaluating after step {state.step}", waits_on_peers=True):
-                    evaluating = time.perf_counter()
-                    reporter.log_eval(state.step, evaluator(model, precision))
-                    last_log += time.perf_counter() - evaluating  # throughput counts the training's time only
+                if due_to_log or due_to_save:
+                    stop_if_non_finite(self.first_non_finite)
+                if due_to_log:
+                    self._log(result, is_lm=micro_batches[0][1].dim() > 1)
+            if self.run.evaluator is not None and self.run.evaluator.due(state.step):
+                self._evaluate(self.run.evaluator)
             if saving:
-                save(checkpoints, state, watchdog, reporter, config)
+                save(checkpoints, state, watchdog, self.reporter, config)
             watchdog.step_done(state.step)
             # At max_steps the run ends anyway, with its final save.
-            if state.step < config.max_steps and (stop_signal := agreed_stop(largest_over_ranks, watchdog, state.step)):
-                stop_if_non_finite(first_non_finite)  # a diverged state is never saved, preempted or not
-                raise preempt(stop_signal, checkpoints, state, watchdog, reporter, config)
-        if checkpoints.enabled:
-            save(checkpoints, state, watchdog, reporter, config, wait=True)
-    except NonFinite as stop:
-        diverged = stop
-        raise
-    finally:
-        with watchdog.paused_for("waiting for the checkpoint being written in the background"):
-            checkpoints.close()  # a failed run's pending save still completes, if it can
-        if diverged is not None:  # the newest checkpoint, the pending one included: nothing non-finite is saved
-            diverged.last_checkpoint_step = checkpoints.last_saved_step or 0
-        watchdog.close()
-        reporter.close()
+            if state.step < config.max_steps and (
+                stop_signal := agreed_stop(self.largest_over_ranks, watchdog, state.step)
+            ):
+                stop_if_non_finite(self.first_non_finite)  # a diverged state is never saved, preempted or not
+                raise preempt(stop_signal, checkpoints, state, watchdog, self.reporter, config)
+
+    def _step(self, steps: Iterator[list[MicroBatch]]) -> tuple[list[MicroBatch], StepResult]:
+        """Load and train the step after state.step, and count it done."""
+        run, state = self.run, self.run.state
+        with self.watchdog.phase(f"loading the data of step {state.step + 1}", waits_on_peers=False):
+            micro_batches = to_device(next(steps), run.runtime.device)
+        with step_phase(self.watchdog, state.step + 1, compiling=run.config.compile and state.step == self.start_step):
+            result = train_step(
+                run.model,
+                micro_batches,
+                state,
+                run.precision,
+                run.config.grad_clip_norm,
+                run.runtime.world_size,
+                skip_non_finite=run.config.on_non_finite == "skip",
+                loss=run.loss,
+            )
+        self.samples += run.batches.samples_in(state.step)
+        self.tokens += result.tokens
+        state.step += 1
+        state.data_position = run.batches.position(state.step)
+        record_completed_step(state.step)
+        self.streak.count(state.step, result.dropped)
+        unseen = (self.first_non_finite < 0) & ~result.finite
+        self.first_non_finite = torch.where(unseen, state.step, self.first_non_finite)
+        return micro_batches, result
+
+    def _log(self, result: StepResult, is_lm: bool) -> None:
+        """A log line: the loss over all ranks and the throughput since the last line. The run's last loss must
+        be finite."""
+        config, state = self.run.config, self.run.state
+        now = time.perf_counter()
+        record = _step_record(
+            state, result, self.samples, int(self.tokens), now - self.last_log, is_lm, self.run.model_flops
+        )
+        if state.step == config.max_steps:
+            self.streak.check_final_loss(record["loss"], state.step)
+        steps_done = state.step - self.start_step
+        eta = (now - self.started) / steps_done * (config.max_steps - state.step)
+        self.reporter.log(record, eta_seconds=eta, next_report_within=next_report_within(config, self.watchdog))
+        if self.run.runtime.is_main:
+            log.info("step %d/%d loss %.4f", state.step, config.max_steps, record["loss"])
+        self.samples, self.tokens, self.last_log = 0, 0, now
+
+    def _evaluate(self, evaluator: Evaluator) -> None:
+        step = self.run.state.step
+        with self.watchdog.phase(f"evaluating after step {step}", waits_on_peers=True):
+            evaluating = time.perf_counter()
+            self.reporter.log_eval(step, evaluator(self.run.model, self.run.precision))
+            self.last_log += time.perf_counter() - evaluating  # throughput counts the training's time only
+
+
+def finish(
+    checkpoints: CheckpointManager, watchdog: Watchdog, reporter: MetricsReporter, diverged: NonFinite | None
+) -> None:
+    """However the run ended: the pending save completes, a divergence learns the newest checkpoint, and the
+    watchdog's and reporter's threads stop."""
+    with watchdog.paused_for("waiting for the checkpoint being written in the background"):
+        checkpoints.close()  # a failed run's pending save still completes, if it can
+    if diverged is not None:  # the newest checkpoint, the pending one included: nothing non-finite is saved
+        diverged.last_checkpoint_step = checkpoints.last_saved_step or 0
+    watchdog.close()
+    reporter.close()
+
+
+def summary(run: Run, reporter: MetricsReporter, resumed_from: Path | None, started: float) -> dict[str, Any]:
+    """What train returns: where the run ended and the loss there, where it resumed from, and how long it took."""
     return {
-        "step": state.step,
-        "maxSteps": config.max_steps,
+        "step": run.state.step,
+        "maxSteps": run.config.max_steps,
         "loss": reporter.progress().get("loss"),
-        **({"evalLoss": reporter.progress()["evalLoss"]} if evaluator is not None and runtime.is_main else {}),
+        **({"evalLoss": reporter.progress()["evalLoss"]} if run.evaluator is not None and run.runtime.is_main else {}),
         "resumedFrom": str(resumed_from) if resumed_from else None,
-        "checkpointsSetAside": checkpoints.set_aside,
+        "checkpointsSetAside": run.checkpoints.set_aside,
         "seconds": round(time.perf_counter() - started, 3),
     }
 
