@@ -19,6 +19,15 @@ from scaletrain_testing.jobs import REPO, load_yaml
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")
 
+# unit_purity fails a unit test that starts a process, sleeps or opens a network socket; the others hold
+# fixtures that tests of both the unit and the integration tier use.
+pytest_plugins = [
+    "pytester",
+    "scaletrain_testing.unit_purity",
+    "scaletrain_testing.process_groups",
+    "scaletrain_testing.work_queues",
+]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

@@ -1,4 +1,4 @@
-"""The failure policy in the operator's decisions (#16): disruptions apart from restarts, failurePolicy
+"""The failure policy in the operator's decisions: disruptions apart from restarts, failurePolicy
 rules in the condition and the Event, nodes kept off by the next gangs, the grace period rendered."""
 
 from __future__ import annotations

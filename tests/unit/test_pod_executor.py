@@ -441,27 +441,6 @@ def test_without_root_pods_share_this_machines_filesystem_and_the_run_says_what_
         open_filesystem(tmp_path, "sealed")
 
 
-def test_the_loopback_network_moves_the_rendezvous_to_this_machine_with_a_port_per_master():
-    network = LoopbackNetwork("a test")
-    env = [
-        {"name": "MASTER_ADDR", "value": "job-g0-0.job"},
-        {"name": "MASTER_PORT", "value": "29500"},
-        {"name": "PET_MASTER_PORT", "value": "29500"},
-        {"name": "URL", "value": "tcp://$(MASTER_ADDR):$(MASTER_PORT)"},
-    ]
-    rank_0 = network.attach(PodIdentity("ns", "job-g0-0", "job"))
-    rank_1 = network.attach(PodIdentity("ns", "job-g0-1", "job"))
-    env_0, env_1 = network.rewrite_env(rank_0, env), network.rewrite_env(rank_1, env)
-    assert env_0 == env_1 and env_0[0]["value"] == "127.0.0.1"
-    port = int(env_0[1]["value"])
-    assert port != 29500 and env_0[2]["value"] == str(port)
-    assert network.address(rank_0, 29500) == ("127.0.0.1", port)  # where the host finds rank 0's port
-    assert network.address(rank_0, 9400) == ("127.0.0.1", 9400)  # other ports are where they are
-    other_job = network.rewrite_env(rank_0, [{"name": "MASTER_ADDR", "value": "other-g0-0.other"}, env[1]])
-    assert other_job[1]["value"] != str(port)
-    assert resolve_env(a_pod(), env_0, FIELDS, CONTAINER)["URL"] == f"tcp://127.0.0.1:{port}"
-
-
 def test_a_pods_hosts_file_names_it_and_the_other_pods_of_its_namespace():
     rank_0 = PodSandbox(PodIdentity("team-a", "job-0", "job"), "10.244.3.2")
     rank_1 = PodSandbox(PodIdentity("team-a", "job-1", "job"), "10.244.3.3")

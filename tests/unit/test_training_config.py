@@ -82,3 +82,10 @@ def test_bad_configs_name_the_field(environ, fragment):
     with pytest.raises(ProblemsError) as error:
         load_training_config(environ=environ)
     assert fragment in str(error.value)
+
+
+def test_max_non_finite_steps_is_at_least_one_and_three_by_default():
+    minimal = {"globalBatchSize": 8, "microBatchSize": 8}
+    assert parse_training_config(minimal).max_non_finite_steps == 3
+    with pytest.raises(ProblemsError, match="maxNonFiniteSteps: "):
+        parse_training_config(minimal | {"onNonFinite": "skip", "maxNonFiniteSteps": 0})

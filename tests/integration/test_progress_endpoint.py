@@ -1,0 +1,99 @@
+"""Rank 0's progress endpoint (reporting/metrics.py), served on a real port in this process: JSON and
+Prometheus, evaluations, a diverged loss, and a port already taken."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from datetime import datetime, timedelta
+
+import pytest
+
+from scaletrain_testing.trainer_runs import free_port
+from scaletrain_trainer.reporting.metrics import MetricsReporter
+
+
+def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    try:
+        reporter.log(
+            {
+                "step": 10,
+                "loss": 2.5,
+                "samplesPerSecond": 40.0,
+                "tokensPerSecond": 640.0,
+                "tflopsPerDevice": 0.5,
+                "mfu": 0.25,
+            },
+            eta_seconds=9.0,
+            next_report_within=30.0,
+        )
+        progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert progress | {"updatedAt": None, "staleAfter": None} == {
+            "step": 10,
+            "maxSteps": 100,
+            "loss": 2.5,
+            "samplesPerSecond": 40.0,
+            "tokensPerSecond": 640.0,
+            "tflopsPerDevice": 0.5,
+            "mfu": 0.25,
+            "etaSeconds": 9.0,
+            "updatedAt": None,
+            "staleAfter": None,
+        }
+        # The next report is promised 30 s on (rounded up, plus a second: the timestamps are whole seconds).
+        promised = datetime.fromisoformat(progress["staleAfter"]) - datetime.fromisoformat(progress["updatedAt"])
+        assert promised == timedelta(seconds=31)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert "scaletrain_step 10\n" in metrics and "# TYPE scaletrain_loss gauge" in metrics
+        assert "scaletrain_tflops_per_device 0.5\n" in metrics and "scaletrain_mfu 0.25\n" in metrics
+    finally:
+        reporter.close()
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 2.5
+
+
+def test_an_evaluation_is_a_record_of_its_own_and_served_as_eval_loss(tmp_path):
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    try:
+        reporter.log({"step": 10, "loss": 2.5}, eta_seconds=9.0, next_report_within=30.0)
+        reporter.log_eval(10, 2.75)
+        progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert progress["evalLoss"] == 2.75 and progress["loss"] == 2.5
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert "scaletrain_eval_loss 2.75\n" in metrics
+    finally:
+        reporter.close()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[1] == {"step": 10, "evalLoss": 2.75}
+
+
+def test_a_diverged_loss_is_served_as_strict_json_null_and_flagged(tmp_path):
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    try:
+        reporter.log(
+            {"step": 10, "loss": float("nan"), "samplesPerSecond": float("inf")},
+            eta_seconds=9.0,
+            next_report_within=30.0,
+        )
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10).read().decode()
+        progress = json.loads(body, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+        assert progress["loss"] is None and progress["lossFinite"] is False and progress["samplesPerSecond"] is None
+    finally:
+        reporter.close()
+
+
+def test_a_busy_port_does_not_stop_training(tmp_path):
+    port = free_port()
+    first = MetricsReporter(str(tmp_path / "a"), port, max_steps=10, enabled=True)
+    second = MetricsReporter(str(tmp_path / "b"), port, max_steps=20, enabled=True)
+    try:
+        second.log({"step": 1, "loss": 1.0}, eta_seconds=1.0, next_report_within=30.0)
+        assert json.loads((tmp_path / "b" / "metrics.jsonl").read_text())["step"] == 1
+        served = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        assert served["maxSteps"] == 10  # the port still belongs to the first
+    finally:
+        first.close()
+        second.close()
