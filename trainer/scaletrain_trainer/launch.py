@@ -62,20 +62,46 @@ def preflight(environ: dict[str, str]) -> None:
         raise ProblemsError([Problem(("data", "path"), f"{config.data.path} is not a readable file in this pod")])
 
 
+class StopSignals:
+    """The pod's stop signals, passed on to torchrun. Handled from the start: the launcher is the
+    container's PID 1, and the kernel drops a signal PID 1 has no handler for, so one that came before
+    torchrun ran would be lost and the pod would train on until SIGKILL. One that came before is kept:
+    torchrun is then not started, or is sent it as soon as it runs."""
+
+    def __init__(self) -> None:
+        self.torchrun: subprocess.Popen | None = None
+        self.received: int | None = None
+        for number in FORWARDED_SIGNALS:
+            signal.signal(number, self._handle)
+
+    def _handle(self, number: int, _frame: object) -> None:
+        if self.torchrun is None:
+            self.received = self.received or number
+        else:
+            self.torchrun.send_signal(number)
+
+    def forward_to(self, torchrun: subprocess.Popen) -> None:
+        self.torchrun = torchrun
+        if self.received is not None:  # it came while torchrun was being started
+            torchrun.send_signal(self.received)
+
+
 def main(argv: list[str]) -> int:
+    stop_signals = StopSignals()
     # A job without a training block (args of its own, e.g. `--module my_train`) has no config to check.
     try:
         if wire.CONFIG_ENV in os.environ:
             preflight(dict(os.environ))
     except ProblemsError as error:
         return config_error(error)
+    if stop_signals.received is not None:
+        return 128 + stop_signals.received  # stopped before training began: nothing to save
     # torchrun runs as a child, not exec'd, so that its exit can be read; the pod's stop signals reach it
     # through this process.
     with error_file() as root_cause:
         env = torchrun_env(os.environ) | ({wire.ERROR_FILE_ENV: str(root_cause)} if root_cause is not None else {})
         torchrun = subprocess.Popen([*TORCHRUN, *argv], env=env)
-        for number in FORWARDED_SIGNALS:
-            signal.signal(number, lambda received, _frame: torchrun.send_signal(received))
+        stop_signals.forward_to(torchrun)
         torchrun_exit = torchrun.wait()
         if torchrun_exit != 0 and root_cause is not None:
             record_root_cause(root_cause, termination_message_path())
