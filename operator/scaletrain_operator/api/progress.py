@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import math
-import os
 import re
 import urllib.parse
 from datetime import datetime, timezone
@@ -31,6 +30,7 @@ log = logging.getLogger(__name__)
 REPORTED = {field.name: field for field in wire.REPORTED}
 MAX_ANSWER_BYTES = 64 * 1024  # headers and body; a real progress answer is ~300 bytes
 SET_ASIDE_NAME = re.compile(wire.SET_ASIDE_NAME)
+CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*([0-9]{1,9})[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 
 class Unreadable(Exception):
@@ -50,8 +50,14 @@ def read_progress(url: str, timeout_seconds: float) -> dict[str, Any] | None:
 def read_all_progress(urls: list[str], timeout_seconds: float) -> list[dict[str, Any] | Unreadable]:
     """The progress at each of `urls`, read at once (MAX_READS_AT_ONCE at a time), or why not. However
     the endpoints answer (slowly, at length, garbled, or not at all), the whole costs about one deadline
-    per MAX_READS_AT_ONCE URLs: no endpoint's slowness delays another's read."""
-    return asyncio.run(_read_all(urls, timeout_seconds))
+    per MAX_READS_AT_ONCE URLs: no endpoint's slowness delays another's read. A loop of its own, closed
+    without waiting for name lookups still running in its threads (asyncio.run would wait): a slow DNS
+    answer for a hostname URL does not stretch the pass."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(_read_all(urls, timeout_seconds))
+    finally:
+        loop.close()
 
 
 async def _read_all(urls: list[str], timeout_seconds: float) -> list[dict[str, Any] | Unreadable]:
@@ -73,15 +79,14 @@ async def _read_all(urls: list[str], timeout_seconds: float) -> list[dict[str, A
 
 def describe(error: Exception) -> str:
     """What went wrong, in words: "connection refused" rather than "[Errno 111] Connection refused"."""
-    number = getattr(error, "errno", None)
-    text = os.strerror(number) if number else str(error) or type(error).__name__
+    text = getattr(error, "strerror", None) or str(error) or type(error).__name__  # a gaierror's errno is < 0
     return text[0].lower() + text[1:]
 
 
 async def fetch(url: str) -> bytes:
     """The body of a GET of `url`: the whole answer, headers and body, within MAX_ANSWER_BYTES (the
-    caller bounds the time). HTTP/1.0 with `Connection: close`, so the server ends the answer by
-    closing."""
+    caller bounds the time). HTTP/1.0 with `Connection: close`: the answer ends when the server closes, or
+    once its Content-Length has come (a server that keeps the connection open)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise Unreadable(f"not an http URL: {url!r}")
@@ -95,6 +100,8 @@ async def fetch(url: str) -> bytes:
         received = b""
         while len(received) <= MAX_ANSWER_BYTES and (chunk := await reader.read(MAX_ANSWER_BYTES)):
             received += chunk
+            if is_whole(received):
+                break
         if len(received) > MAX_ANSWER_BYTES:
             raise Unreadable(f"an answer over {MAX_ANSWER_BYTES} bytes")
     finally:
@@ -104,6 +111,13 @@ async def fetch(url: str) -> bytes:
     if response.status != 200:
         raise Unreadable(f"HTTP {response.status}")
     return response.read()
+
+
+def is_whole(answer: bytes) -> bool:
+    """Whether `answer` holds its head and as many body bytes as its Content-Length says."""
+    head, blank_line, body = answer.partition(b"\r\n\r\n")
+    length = CONTENT_LENGTH.search(head) if blank_line else None
+    return length is not None and len(body) >= int(length.group(1))
 
 
 class Received:

@@ -1,0 +1,32 @@
+"""How the operator's progress reader (api/progress.py) tells an answer is whole, and words a failure."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from scaletrain_operator.api.progress import describe, is_whole
+
+HEAD = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "whole"),
+    [
+        (HEAD + b'{"step": 3}', True),
+        (HEAD + b'{"step":', False),  # more to come
+        (HEAD[:-2], False),  # the head has not ended
+        (b"HTTP/1.0 200 OK\r\nCONTENT-LENGTH:  0 \r\n\r\n", True),
+        (b'HTTP/1.0 200 OK\r\n\r\n{"step": 3}', False),  # no length: whole only when the server closes
+        (b'HTTP/1.0 200 OK\r\nX-Content-Length: 1\r\n\r\n{"step": 3}', False),
+    ],
+)
+def test_an_answer_is_whole_once_its_content_length_has_come(answer, whole):
+    assert is_whole(answer) is whole
+
+
+def test_a_failed_name_lookup_is_worded_not_numbered():
+    error = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert describe(error) == "name or service not known"
+    assert describe(ConnectionRefusedError(111, "Connection refused")) == "connection refused"
