@@ -103,6 +103,20 @@ def test_a_sidecar_env_written_as_a_string_fails_the_job_as_invalid_instead_of_r
     assert "spec.podTemplate.spec.containers[0].env: must be a list, not str 'LOG_LEVEL=debug'" in message
 
 
+def test_a_container_or_volume_name_given_twice_is_refused_where_it_repeats():
+    """The merge keeps one item per name: the first sidecar would vanish, and later indices shift."""
+    containers = [{"name": "a", "image": "busybox"}, {"name": "a", "image": "busybox"}, {"name": "b", "image": "b"}]
+    with pytest.raises(ProblemsError) as refused:
+        parse_job(base_job(podTemplate={"spec": {"initContainers": [containers[0]], "containers": containers[1:]}}))
+    assert [str(problem) for problem in refused.value.problems] == [
+        "spec.podTemplate.spec.containers[0].name: 'a' is used twice; names must be unique"
+    ]
+    volume = {"name": "data", "emptyDir": {}}
+    with pytest.raises(ProblemsError, match=r"podTemplate.spec.volumes\[1\].name: 'data' is used twice"):
+        parse_job(base_job(podTemplate={"spec": {"volumes": [volume, volume]}}))
+    parse_job(base_job(podTemplate={"spec": {"containers": [{"name": "trainer", "env": []}]}}))  # merges, not twice
+
+
 def test_a_null_resource_amount_is_taken_as_not_given():
     """The API server reads a null quantity as zero; it once became the message "spec: None"."""
     trainer = {"name": "trainer", "resources": {"limits": {"memory": None}, "requests": {"cpu": "1"}}}

@@ -332,11 +332,32 @@ def _problems(
     for index, toleration in enumerate(tolerations):
         yield from schema_problems(toleration, _definition("Toleration"), ("tolerations", index))
     if podTemplate is not None:
+        if duplicates := list(_names_given_twice(podTemplate)):
+            yield from duplicates  # the merge keeps one item per name: it would hide them, and shift indices
+            return
         # Merged as the renderer merges it: podTemplate's own items keep their indices, ScaleTrain's come after.
         shm = {"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory"}}
         added = {"containers": [{"name": name, "image": image} for name, image in containers.items()]}
         pod = merge_under(podTemplate, {"spec": added | {"volumes": [*volumes, shm]}})
         yield from schema_problems(pod, _definition("PodTemplateSpec"), ("podTemplate",))
+
+
+def _names_given_twice(pod_template: dict[str, Any]) -> Iterator[Problem]:
+    """Containers (init containers included) and volumes the server refuses for a name used before."""
+    spec = pod_template.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for lists in (("initContainers", "containers"), ("volumes",)):
+        seen: set[str] = set()
+        for field in lists:
+            items = spec.get(field)
+            for index, item in enumerate(items if isinstance(items, list) else []):
+                name = item.get("name") if isinstance(item, dict) else None
+                if isinstance(name, str) and name in seen:
+                    yield Problem(
+                        ("podTemplate", "spec", field, index, "name"), f"{name!r} is used twice; names must be unique"
+                    )
+                seen.add(name)
 
 
 def _definition(core_v1_type: str) -> dict[str, str]:
