@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +16,9 @@ from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from .api.convert import ConversionError, Finding, convert
 from .api.crd import crd_yaml
+from .api.kube_rules import is_dns_label
 from .api.models import ScaleTrainJob, parse_job
-from .api.naming import DNS_1123_LABEL, MAX_RESTARTS, whole_number
+from .api.naming import MAX_RESTARTS, whole_number
 from .api.render import render_children
 
 EXIT_INVALID = 1
@@ -64,7 +64,7 @@ def load_jobs(path: str) -> list[ScaleTrainJob]:
 
 def namespace(text: str) -> str:
     """-n: a namespace name is a DNS label."""
-    if len(text) > 63 or not re.fullmatch(DNS_1123_LABEL, text):
+    if not is_dns_label(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (a DNS label: a-z, 0-9 and -)")
     return text
 

@@ -117,6 +117,21 @@ def test_a_container_or_volume_name_given_twice_is_refused_where_it_repeats():
     parse_job(base_job(podTemplate={"spec": {"containers": [{"name": "trainer", "env": []}]}}))  # merges, not twice
 
 
+PORT_NAMES = [("metrics", True), ("h2c", True), ("1-2", False), ("80", False), ("a--b", False),
+              ("fifteen-letters", True), ("sixteen-letters1", False)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "valid"), PORT_NAMES)
+def test_a_port_name_is_an_iana_service_name_with_a_letter(name, valid):
+    sidecar = {"name": "exporter", "image": "exporter:1", "ports": [{"name": name, "containerPort": 9100}]}
+    document = base_job(podTemplate={"spec": {"containers": [sidecar]}})
+    if valid:
+        parse_job(document)
+    else:
+        with pytest.raises(ProblemsError, match=r"containers\[0\].ports\[0\].name: .* must be an IANA service name"):
+            parse_job(document)
+
+
 def test_a_null_resource_amount_is_taken_as_not_given():
     """The API server reads a null quantity as zero; it once became the message "spec: None"."""
     trainer = {"name": "trainer", "resources": {"limits": {"memory": None}, "requests": {"cpu": "1"}}}

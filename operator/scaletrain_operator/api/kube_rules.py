@@ -39,6 +39,12 @@ def dns_subdomain(name: str) -> str | None:
     return None
 
 
+def is_dns_label(name: object) -> bool:
+    """A DNS-1123 label (namespace, container and volume names): at most 63 of a-z, 0-9 and '-', starting
+    and ending alphanumeric."""
+    return isinstance(name, str) and len(name) <= LABEL_MAX and re.fullmatch(naming.DNS_1123_LABEL, name) is not None
+
+
 def qualified_name(key: str) -> str | None:
     """Why `key` is not a qualified name ([prefix/]name, as label and annotation keys), or None."""
     prefix, _, name = key.rpartition("/")

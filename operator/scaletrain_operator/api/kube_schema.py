@@ -139,12 +139,12 @@ def _quantity(value: Any, at: Path) -> Iterator[Problem]:
 
 
 def namespace_problems(namespace: str | None, at: Path) -> Iterator[Problem]:
-    if namespace and (len(namespace) > kube_rules.LABEL_MAX or not re.fullmatch(naming.DNS_1123_LABEL, namespace)):
+    if namespace and not kube_rules.is_dns_label(namespace):
         yield Problem(at, f"{namespace!r} is not a namespace name (a DNS label: a-z, 0-9 and -)")
 
 
 def _dns_label(name: Any, at: Path) -> Iterator[Problem]:
-    if not isinstance(name, str) or len(name) > kube_rules.LABEL_MAX or not re.fullmatch(naming.DNS_1123_LABEL, name):
+    if not kube_rules.is_dns_label(name):
         yield Problem(
             at, f"{name!r} is not a DNS label: at most 63 of a-z, 0-9 and '-', starting and ending alphanumeric"
         )
@@ -171,11 +171,13 @@ def _container_port(port: dict[str, Any], at: Path) -> Iterator[Problem]:
     if not 1 <= port["containerPort"] <= 65535:
         yield Problem((*at, "containerPort"), f"{port['containerPort']} must be a port number from 1 to 65535")
     if not 0 <= port.get("hostPort", 0) <= 65535:
-        yield Problem((*at, "hostPort"), f"{port['hostPort']} must be a port number from 1 to 65535")
+        yield Problem((*at, "hostPort"), f"{port['hostPort']} must be a port number from 1 to 65535, or 0 for none")
     if port.get("protocol", "TCP") not in ("TCP", "UDP", "SCTP"):
         yield Problem((*at, "protocol"), f"{port['protocol']!r} must be TCP, UDP or SCTP")
     name = port.get("name")
-    if name and (len(name) > 15 or not IANA_SERVICE_NAME.fullmatch(name) or "--" in name or name.isdigit()):
+    if name and (
+        len(name) > 15 or not IANA_SERVICE_NAME.fullmatch(name) or "--" in name or not re.search("[a-z]", name)
+    ):
         message = "must be an IANA service name: at most 15 of a-z, 0-9 and '-', with a letter, e.g. metrics"
         yield Problem((*at, "name"), f"{name!r} {message}")
 
