@@ -39,7 +39,7 @@ from .decision import Decision, Event
 from .housekeeping import Housekeeping
 from .reconcile import Observed, decide, decide_failed, decide_invalid, stop_what_runs
 from .settings import DEFAULTS, OperatorConfig
-from .status import FINISHED
+from .status import FINISHED, phase_of
 from .workqueue import Outcome, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -186,10 +186,6 @@ def left_alone(cache: Cache, job: Key, raw: dict[str, Any] | None) -> Outcome | 
         cache.forget(job)
         return Outcome.GONE
     return Outcome.SETTLED if raw["metadata"].get("deletionTimestamp") else None
-
-
-def phase_of(stj: dict[str, Any]) -> str | None:
-    return (stj.get("status") or {}).get("phase")
 
 
 def decide_from(

@@ -32,7 +32,7 @@ from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
 from .decision import Event
 from .settings import OperatorConfig
-from .status import bounded, condition
+from .status import bounded, condition, phase_of, with_condition
 from .ttl import decide_ttl
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,9 @@ class Housekeeping:
             )
         else:
             update = condition(POD_CREATION_FAILED, True, "FailedCreate", message, now, generation)
-        others = [c for c in status.get("conditions") or [] if c["type"] != POD_CREATION_FAILED]
         where = ObjectRef.of(raw)
         try:
-            self.cluster.patch_status(where, {"conditions": [*others, update]})
+            self.cluster.patch_status(where, {"conditions": with_condition(status.get("conditions") or [], update)})
         except Conflict as stale:  # the next pass decides again from the newer copy
             log.info("pod creation not reported: %s", stale)
             return
@@ -208,7 +207,7 @@ class Housekeeping:
                 PROGRESS_UNREACHABLE, False, "Read", "rank 0's progress endpoint answers again",
                 datetime.now(timezone.utc), raw["metadata"].get("generation"),
             )  # fmt: skip
-            patch["conditions"] = [*(c for c in conditions if c["type"] != PROGRESS_UNREACHABLE), readable]
+            patch["conditions"] = with_condition(conditions, readable)
         try:  # only onto the version decided from: a read landing after the job succeeded must not undo that
             self.cluster.patch_status(where, patch)
         except Conflict as stale:  # the next pass reads again, from the newer copy
@@ -227,7 +226,7 @@ class Housekeeping:
         update = condition(kind, status, reason, message, datetime.now(timezone.utc), raw["metadata"].get("generation"))
         where = ObjectRef.of(raw)
         try:
-            self.cluster.patch_status(where, {"conditions": [*(c for c in conditions if c["type"] != kind), update]})
+            self.cluster.patch_status(where, {"conditions": with_condition(conditions, update)})
         except Conflict as stale:
             log.info("%s not reported: %s", kind, stale)
             return
@@ -262,10 +261,6 @@ def pod_index(pod: dict[str, Any]) -> int | None:
 
 def pod_phase(pod: dict[str, Any]) -> str:
     return (pod.get("status") or {}).get("phase", "Pending")
-
-
-def phase_of(raw: dict[str, Any]) -> str | None:
-    return (raw.get("status") or {}).get("phase")
 
 
 def isolated(step: str, raw: dict[str, Any], housekeep: Callable[[dict[str, Any]], None]) -> None:

@@ -42,6 +42,16 @@ def condition(kind: str, status: bool, reason: str, message: str, now: datetime,
     ).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def with_condition(conditions: list[dict[str, Any]], update: dict[str, Any]) -> list[dict[str, Any]]:
+    """`conditions` with `update` in place of the one of its type (metav1 conditions: one per type)."""
+    return [*(held for held in conditions if held["type"] != update["type"]), update]
+
+
+def phase_of(stj: dict[str, Any]) -> str | None:
+    """The phase a ScaleTrainJob object's status holds (None before the operator wrote one)."""
+    return (stj.get("status") or {}).get("phase")
+
+
 class StatusBuilder:
     def __init__(self, job: ScaleTrainJob, now: datetime):
         self.before = job.status or ScaleTrainJobStatus()
