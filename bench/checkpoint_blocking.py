@@ -46,8 +46,8 @@ VARIANTS = {"sync": False, "async": True}  # checkpoint.async
 
 def worker(variant: str, steps: int, scratch: Path, result_file: Path) -> None:
     """Runs under torchrun: train with loop.save timed; rank 0 reports every save's blocked seconds."""
-    from scaletrain_trainer.training import loop
     from scaletrain_trainer.contract.config import parse_training_config
+    from scaletrain_trainer.training import loop
     from scaletrain_trainer.training.distributed import init_distributed, shutdown
 
     saves: list[dict[str, Any]] = []

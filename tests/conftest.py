@@ -74,6 +74,15 @@ def namespace(request, control_plane) -> Iterator[str]:
     control_plane.delete_namespace(name)
 
 
+@pytest.fixture(scope="module")
+def dry_run_namespace(request, control_plane) -> Iterator[str]:
+    """One namespace for a module's dry-run requests: a dry run stores nothing, so they cannot meet there,
+    and one namespace is made and waited for instead of one per request."""
+    name = control_plane.create_namespace(f"dry-runs-{secrets.token_hex(3)}")
+    yield name
+    control_plane.delete_namespace(name)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     started = terminalreporter.config.stash.get(_control_plane_started, None)
     if started is not None:

@@ -1,4 +1,4 @@
-"""The failure policy end to end (#16), on the real control plane with three fake nodes whose pods run
+"""The failure policy end to end, on the real control plane with three fake nodes whose pods run
 here: after a hang, the next gangs keep off the stuck pod's node, through an operator restart and a
 spec-change restart."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scaletrain_testing.e2e_jobs import (
-    HANG_TIMEOUT,
-    TIMEOUT,
+    HANG_TIMEOUT_S,
     e2e_namespace,
     e2e_operator,
     paced,
@@ -16,11 +15,12 @@ from scaletrain_testing.e2e_jobs import (
     steps,
     submit_training,
     wait_event,
-    wait_phase,
 )
 from scaletrain_testing.kubelet import FakeNode
 from scaletrain_testing.operator_harness import condition
+from scaletrain_testing.timeouts import WHOLE_JOB_S
 from scaletrain_testing.trainer_runs import TRAINER_ENV, plugin_data
+from scaletrain_testing.waiting import wait_until
 
 NODES = [FakeNode("excl-node-1"), FakeNode("excl-node-2"), FakeNode("excl-node-3")]
 
@@ -39,7 +39,7 @@ def placed_nodes(team, job_name):
         nodes = [pod["spec"].get("nodeName") for pod in pods_of(team, job_name)]
         return len(nodes) == 2 and all(nodes) and set(nodes)
 
-    return team.kube.wait_until(bound, timeout=TIMEOUT, interval=0.1)
+    return wait_until(bound, WHOLE_JOB_S, f"the scheduler to bind both pods of {job_name}")
 
 
 def test_after_a_hang_the_next_gangs_avoid_the_stuck_pods_node_even_after_an_operator_restart(namespace):
@@ -49,7 +49,7 @@ def test_after_a_hang_the_next_gangs_avoid_the_stuck_pods_node_even_after_an_ope
         record_dir=str(team.workdir / name),  # the job's workdir, which its pods mount (submit_training)
         seconds_per_read=0.02,
     )  # fmt: skip
-    training = {"data": stop, "maxSteps": 80, "hangTimeoutSeconds": HANG_TIMEOUT}
+    training = {"data": stop, "maxSteps": 80, "hangTimeoutSeconds": HANG_TIMEOUT_S}
     with e2e_operator(team.install):
         submit_training(team, name, training, maxRestarts=2, failurePolicy={"excludeNodes": {"mode": "Required"}})
         restarting = wait_event(team, name, "Restarting")
@@ -63,7 +63,7 @@ def test_after_a_hang_the_next_gangs_avoid_the_stuck_pods_node_even_after_an_ope
         env = [{"name": key, "value": value} for key, value in TRAINER_ENV.items()] + [{"name": "EDITED", "value": "1"}]
         team.patch_stj(name, {"spec": {"env": env}})
         assert bad_node not in placed_nodes(team, f"{name}-g2")
-        status = wait_phase(team, name, "Succeeded")
+        status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
     assert status["excludedNodes"] == [bad_node] and status["restarts"] == 1
 
 
@@ -75,13 +75,13 @@ def test_an_evicted_pod_checkpoints_and_its_gang_restarts_as_a_disruption_withou
     training = {"data": paced(0.02), "maxSteps": 60, "checkpoint": {"everySteps": 1000}}
     with e2e_operator(team.install):
         directory = submit_training(team, name, training, maxRestarts=0)
-        team.kube.wait_until(lambda: len(steps(directory)) >= 10, timeout=TIMEOUT, interval=0.05)
+        wait_until(lambda: len(steps(directory)) >= 10, WHOLE_JOB_S, "10 steps logged", interval_s=0.05)
         rank_1 = next(pod for pod in pods_of(team, f"{name}-g0") if pod["metadata"]["name"].startswith(f"{name}-g0-1-"))
         pod_name = rank_1["metadata"]["name"]
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name}}
         team.kube.request("POST", f"/api/v1/namespaces/{team.namespace}/pods/{pod_name}/eviction", eviction)
         evicted_at = max(steps(directory))
-        status = wait_phase(team, name, "Succeeded")
+        status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
     assert (status["restarts"], status["disruptions"]) == (0, 1)
     restarting = next(message for _, reason, message in team.events(name) if reason == "Restarting")
     assert "a disruption, not counted against maxRestarts" in restarting
@@ -107,7 +107,7 @@ def test_gangs_that_crash_before_any_new_checkpoint_end_the_job_with_no_progress
     team, name = namespace, "e2e-crash-loop"
     with e2e_operator(team.install):
         submit_training(team, name, {"data": crashing_in_step(3)}, maxRestarts=10, maxRestartsWithoutProgress=3)
-        status = wait_phase(team, name, "Failed")
+        status = team.wait_phase(name, "Failed", WHOLE_JOB_S)["status"]
     assert condition({"status": status}, "Failed")["reason"] == "NoProgress" and status["restarts"] == 2
     assert [gang["ended"] for gang in status["gangs"]] == ["Failed"] * 3
 
@@ -119,7 +119,7 @@ def test_gangs_that_crash_after_a_newer_checkpoint_keep_the_job_going(namespace)
     training = {"data": crashing_in_step(9, seconds_per_read=0.05), "maxSteps": 15}
     with e2e_operator(team.install):
         submit_training(team, name, training, maxRestarts=5, maxRestartsWithoutProgress=1)
-        status = wait_phase(team, name, "Succeeded")
+        status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
     assert status["restarts"] == 2
     started_and_saved = [(gang["startedFromStep"], gang["checkpointStep"], gang["ended"]) for gang in status["gangs"]]
     assert started_and_saved[:2] == [(0, 5, "Failed"), (5, 10, "Failed")]

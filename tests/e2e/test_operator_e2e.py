@@ -16,9 +16,8 @@ from scaletrain_operator.controller.settings import DEFAULTS
 from scaletrain_operator.local.processes import scan_processes, signal_processes
 from scaletrain_testing.e2e_jobs import (
     CHECKPOINT_EVERY,
-    HANG_TIMEOUT,
-    PROGRESS_INTERVAL,
-    TIMEOUT,
+    HANG_TIMEOUT_S,
+    PROGRESS_INTERVAL_S,
     e2e_namespace,
     e2e_operator,
     paced,
@@ -27,12 +26,13 @@ from scaletrain_testing.e2e_jobs import (
     submit_training,
     text_of,
     wait_event,
-    wait_phase,
 )
 from scaletrain_testing.jobs import DELETE, EXAMPLES
 from scaletrain_testing.kubelet import FakeNode
 from scaletrain_testing.operator_harness import condition
+from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, GANG_TEARDOWN_S, WHOLE_JOB_S
 from scaletrain_testing.trainer_runs import plugin_data
+from scaletrain_testing.waiting import wait_until
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # scripts of one's own, on the pods' PYTHONPATH
 NODES = [FakeNode("cpu-node-1"), FakeNode("cpu-node-2")]
@@ -61,9 +61,9 @@ def test_the_cpu_example_goes_pending_running_succeeded_with_progress(cluster):
     example["metadata"]["namespace"] = cluster.namespace
     cluster.kube.create("stj", example)
     name = example["metadata"]["name"]
-    wait_phase(cluster, name, "Running")
-    progress = cluster.wait_status(name, lambda s: (s.get("progress") or {}).get("step"), timeout=TIMEOUT)
-    status = wait_phase(cluster, name, "Succeeded")
+    cluster.wait_phase(name, "Running", WHOLE_JOB_S)
+    progress = cluster.wait_status(name, lambda s: (s.get("progress") or {}).get("step"), WHOLE_JOB_S, "progress")
+    status = cluster.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
     assert 0 < progress["progress"]["step"] <= 200 and progress["progress"]["maxSteps"] == 200
     assert status["progress"]["step"] == 200 and 0 < status["progress"]["evalLoss"] < status["progress"]["loss"] + 1
     assert [reason for _, reason, _ in cluster.events(name)] == ["Created", "Running", "Succeeded"]
@@ -75,7 +75,12 @@ def test_the_cpu_example_goes_pending_running_succeeded_with_progress(cluster):
 
 def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(cluster):
     directory = submit_training(cluster, "e2e-fault", {"data": paced(0.02), "maxSteps": 40}, maxRestarts=2)
-    cluster.kube.wait_until(lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2, timeout=TIMEOUT, interval=0.05)
+    wait_until(
+        lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2,
+        WHOLE_JOB_S,
+        f"{CHECKPOINT_EVERY + 2} steps logged",
+        interval_s=0.05,
+    )
     node_1 = next(p for p in pods_of(cluster, "e2e-fault-g0") if p["metadata"]["name"].startswith("e2e-fault-g0-1-"))
     cluster.kubelet.running(cluster.namespace, node_1["metadata"]["name"]).stop(grace_seconds=0)  # a lost node
     killed_at = max(steps(directory))
@@ -85,9 +90,13 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
         return pods and pods[0]["status"].get("podIP")
 
     # The master alias is the new gang's rank 0 alone, while it runs: a hardcoded endpoint finds it.
-    new_rank_0 = cluster.kube.wait_until(rank_0_of_the_new_gang, timeout=TIMEOUT, interval=0.1)
-    cluster.kube.wait_until(lambda: master_alias_addresses(cluster, "e2e-fault") == [new_rank_0], timeout=30)
-    status = wait_phase(cluster, "e2e-fault", "Succeeded")
+    new_rank_0 = wait_until(rank_0_of_the_new_gang, WHOLE_JOB_S, "the new gang's rank 0 with its IP")
+    wait_until(
+        lambda: master_alias_addresses(cluster, "e2e-fault") == [new_rank_0],
+        CONTROLLERS_REACTION_S,
+        "the master alias to be the new rank 0 alone",
+    )
+    status = cluster.wait_phase("e2e-fault", "Succeeded", WHOLE_JOB_S)["status"]
     events = cluster.events("e2e-fault")
     assert status["restarts"] == 1 and status["currentJob"] == "e2e-fault-g1", "\n".join(map(str, events))
     restarting = next(message for _, reason, message in events if reason == "Restarting")
@@ -113,17 +122,17 @@ def test_a_hung_rank_is_found_within_twice_the_hang_timeout_and_the_event_names_
         "StoppingSynthetic", stop_at_read=4 * 7 + 2, stop_rank=1, stop_generation=0, record_dir=str(record),
         seconds_per_read=0.01,
     )  # fmt: skip
-    training = {"data": stop, "maxSteps": 12, "hangTimeoutSeconds": HANG_TIMEOUT}
+    training = {"data": stop, "maxSteps": 12, "hangTimeoutSeconds": HANG_TIMEOUT_S}
     directory = submit_training(cluster, "e2e-hang", training, maxRestarts=1)
-    stopped_at = float(cluster.kube.wait_until(lambda: text_of(record / "stopped-at"), timeout=TIMEOUT))
+    stopped_at = float(wait_until(lambda: text_of(record / "stopped-at"), WHOLE_JOB_S, "rank 1 to stop"))
     restarting = wait_event(cluster, "e2e-hang", "Restarting")
     detected_in = time.time() - stopped_at
-    assert detected_in <= 2 * HANG_TIMEOUT, f"hang found after {detected_in:.1f} s"
+    assert detected_in <= 2 * HANG_TIMEOUT_S, f"hang found after {detected_in:.1f} s"
     assert "pod e2e-hang-g0-1-" in restarting[0] and "stopped advancing" in restarting[0], restarting
     hang_dump = (directory / "out" / "hang-rank0.txt").read_text()
     assert "no optimizer step completed" in hang_dump and "while in step" in hang_dump
     assert 'File "' in hang_dump  # the stacks of every thread follow
-    status = wait_phase(cluster, "e2e-hang", "Succeeded")
+    status = cluster.wait_phase("e2e-hang", "Succeeded", WHOLE_JOB_S)["status"]
     assert status["restarts"] == 1
 
 
@@ -133,10 +142,10 @@ def test_a_gang_that_freezes_whole_is_progress_unreachable_and_never_restarted_f
     other clients all look the same), so the job shows ProgressUnreachable and keeps its gang. Once the
     processes go on (SIGCONT), the condition clears and the job finishes (its gang may restart then: on
     waking, its watchdog and its own answer both say that no step came within the hang timeout)."""
-    training = {"data": paced(0.02), "maxSteps": 50, "hangTimeoutSeconds": HANG_TIMEOUT,
+    training = {"data": paced(0.02), "maxSteps": 50, "hangTimeoutSeconds": HANG_TIMEOUT_S,
                 "checkpoint": {"everySteps": 1000}}  # fmt: skip
     submit_training(cluster, "e2e-frozen", training, maxRestarts=1)
-    cluster.kube.wait_until(lambda: _promised(cluster.stj("e2e-frozen")), timeout=TIMEOUT, interval=0.1)
+    wait_until(lambda: _promised(cluster.stj("e2e-frozen")), WHOLE_JOB_S, "e2e-frozen Running with a promise")
     pods = [
         cluster.kubelet.running(cluster.namespace, pod["metadata"]["name"]) for pod in pods_of(cluster, "e2e-frozen-g0")
     ]
@@ -146,12 +155,12 @@ def test_a_gang_that_freezes_whole_is_progress_unreachable_and_never_restarted_f
     try:
         unreachable = cluster.wait_condition("e2e-frozen", "ProgressUnreachable", "True")
         assert "cannot be read (" in unreachable["message"]
-        time.sleep(HANG_TIMEOUT + 2 * (PROGRESS_INTERVAL + DEFAULTS.progress_timeout_seconds))  # past the promise
+        time.sleep(HANG_TIMEOUT_S + 2 * (PROGRESS_INTERVAL_S + DEFAULTS.progress_timeout_seconds))  # past the promise
         assert cluster.stj("e2e-frozen")["status"]["restarts"] == 0
     finally:
         signal_processes(frozen, signal.SIGCONT)
     cluster.wait_condition("e2e-frozen", "ProgressUnreachable", "False")
-    wait_phase(cluster, "e2e-frozen", "Succeeded")
+    cluster.wait_phase("e2e-frozen", "Succeeded", WHOLE_JOB_S)
 
 
 def _promised(stj):
@@ -162,7 +171,7 @@ def _promised(stj):
 def test_exhausted_restarts_fail_the_job_with_the_reason(cluster):
     crash_every_time = plugin_data("CrashingSynthetic", crash_at_read=3, crash_rank=1)
     submit_training(cluster, "e2e-doomed", {"data": crash_every_time}, maxRestarts=1)
-    status = wait_phase(cluster, "e2e-doomed", "Failed")
+    status = cluster.wait_phase("e2e-doomed", "Failed", WHOLE_JOB_S)["status"]
     failed = condition(cluster.stj("e2e-doomed"), "Failed")
     assert failed["reason"] == "RestartLimitReached" and "maxRestarts (1) reached" in status["message"]
     assert status["restarts"] == 1 and status["currentJob"] == "e2e-doomed-g1"
@@ -170,7 +179,7 @@ def test_exhausted_restarts_fail_the_job_with_the_reason(cluster):
 
 def test_a_config_error_fails_the_job_without_restarts(cluster):
     submit_training(cluster, "e2e-misconfigured", {"data": {"source": "text", "path": "/nonexistent/corpus.txt"}})
-    status = wait_phase(cluster, "e2e-misconfigured", "Failed")
+    status = cluster.wait_phase("e2e-misconfigured", "Failed", WHOLE_JOB_S)["status"]
     failed = condition(cluster.stj("e2e-misconfigured"), "Failed")
     assert failed["reason"] == "ConfigError" and status["restarts"] == 0
     assert "exit code 78" in status["message"] and "/nonexistent/corpus.txt" in status["message"]
@@ -183,7 +192,7 @@ def test_a_config_error_only_a_worker_finds_fails_the_job_without_restarts(clust
     tokens = tmp_path / "tokens.bin"
     tokens.write_bytes(bytes(range(200)) * 40)  # uint16 ids up to 0xC7C6; the test GPT's vocabSize is 64
     submit_training(cluster, "e2e-bad-ids", {"data": {"source": "tokens", "path": str(tokens)}})
-    status = wait_phase(cluster, "e2e-bad-ids", "Failed")
+    status = cluster.wait_phase("e2e-bad-ids", "Failed", WHOLE_JOB_S)["status"]
     failed = condition(cluster.stj("e2e-bad-ids"), "Failed")
     assert failed["reason"] == "ConfigError" and status["restarts"] == 0
     assert "exit code 78" in status["message"] and "model.vocabSize is 64" in status["message"]
@@ -191,14 +200,19 @@ def test_a_config_error_only_a_worker_finds_fails_the_job_without_restarts(clust
 
 def test_suspend_checkpoints_and_stops_the_gang_and_resume_continues_from_that_step(cluster):
     directory = submit_training(cluster, "e2e-paused", {"data": paced(0.02), "maxSteps": 40})
-    cluster.kube.wait_until(lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2, timeout=TIMEOUT, interval=0.05)
+    wait_until(
+        lambda: len(steps(directory)) >= CHECKPOINT_EVERY + 2,
+        WHOLE_JOB_S,
+        f"{CHECKPOINT_EVERY + 2} steps logged",
+        interval_s=0.05,
+    )
     cluster.patch_stj("e2e-paused", {"spec": {"suspend": True}})
-    wait_phase(cluster, "e2e-paused", "Suspended")
+    cluster.wait_phase("e2e-paused", "Suspended", WHOLE_JOB_S)
     # The Job controller deletes the suspended Job's pods; the kubelet stops their processes.
-    cluster.kube.wait_until(lambda: pods_of(cluster, "e2e-paused-g0") == [], timeout=60)
+    wait_until(lambda: pods_of(cluster, "e2e-paused-g0") == [], GANG_TEARDOWN_S, "the pods of e2e-paused-g0 gone")
     paused_at = max(steps(directory))
     cluster.patch_stj("e2e-paused", {"spec": {"suspend": False}})
-    status = wait_phase(cluster, "e2e-paused", "Succeeded")
+    status = cluster.wait_phase("e2e-paused", "Succeeded", WHOLE_JOB_S)["status"]
     assert status["restarts"] == 0 and status["currentJob"] == "e2e-paused-g0"  # the same Job, resumed
     # The suspension's SIGTERM had the gang save the step it was in (exit 80): the resumed gang went on
     # from there, training no step twice.
@@ -207,11 +221,13 @@ def test_suspend_checkpoints_and_stops_the_gang_and_resume_continues_from_that_s
 
 def test_deleting_a_running_job_removes_its_children_and_stops_its_processes(cluster):
     directory = submit_training(cluster, "e2e-deleted", {"data": paced(0.05), "maxSteps": 1000})
-    cluster.kube.wait_until(lambda: len(steps(directory)) >= 2, timeout=TIMEOUT, interval=0.05)
+    wait_until(lambda: len(steps(directory)) >= 2, WHOLE_JOB_S, "2 steps logged", interval_s=0.05)
     pod_names = [pod["metadata"]["name"] for pod in pods_of(cluster, "e2e-deleted-g0")]
     cluster.kube.delete("stj", cluster.namespace, "e2e-deleted")
     for kind in ("jobs", "services", "pods"):  # the real garbage collector follows the ownerReferences
-        cluster.kube.wait_until(lambda kind=kind: cluster.children("e2e-deleted", kind) == [], timeout=60)
+        wait_until(
+            lambda kind=kind: cluster.children("e2e-deleted", kind) == [], GANG_TEARDOWN_S, f"no {kind} of e2e-deleted"
+        )
     for name in pod_names:  # the kubelet stopped every process of the deleted pods
         running = cluster.kubelet.running(cluster.namespace, name)
         assert running is None or running.poll() in ("Succeeded", "Failed")
@@ -219,9 +235,13 @@ def test_deleting_a_running_job_removes_its_children_and_stops_its_processes(clu
 
 def test_a_finished_job_expires_with_its_children_after_its_ttl(cluster):
     submit_training(cluster, "e2e-expiring", {"maxSteps": 3}, ttlSecondsAfterFinished=0)
-    cluster.kube.wait_until(lambda: cluster.stj("e2e-expiring") is None, timeout=TIMEOUT)
+    wait_until(lambda: cluster.stj("e2e-expiring") is None, WHOLE_JOB_S, "the TTL to delete e2e-expiring")
     for kind in ("jobs", "services", "pods"):
-        cluster.kube.wait_until(lambda kind=kind: cluster.children("e2e-expiring", kind) == [], timeout=60)
+        wait_until(
+            lambda kind=kind: cluster.children("e2e-expiring", kind) == [],
+            GANG_TEARDOWN_S,
+            f"no {kind} of e2e-expiring",
+        )
 
 
 def test_a_script_of_ones_own_without_a_training_block_shows_its_progress_and_succeeds(cluster):
@@ -236,7 +256,7 @@ def test_a_script_of_ones_own_without_a_training_block_shows_its_progress_and_su
     cluster.submit("e2e-own", training=DELETE, command=["python", "-m", "progress_protocol"], env=env)
     running = cluster.wait_status("e2e-own", lambda status: (status.get("progress") or {}).get("step", 0) > 0)
     assert running["phase"] == "Running" and running["progress"]["maxSteps"] == 40
-    status = wait_phase(cluster, "e2e-own", "Succeeded")
+    status = cluster.wait_phase("e2e-own", "Succeeded", WHOLE_JOB_S)["status"]
     assert status["progress"]["step"] == 40 and status["progress"]["loss"] == 0.025
     assert status["restarts"] == 0
 
@@ -254,7 +274,7 @@ def test_kubeflows_sendrecv_smoke_test_with_plain_python(cluster):
         status = (cluster.stj("sendrecv") or {}).get("status", {})
         return status.get("phase") in ("Succeeded", "Failed") and status
 
-    status = cluster.kube.wait_until(finished, timeout=TIMEOUT, interval=0.2)
+    status = wait_until(finished, WHOLE_JOB_S, "sendrecv to end", interval_s=0.2)
     assert status["phase"] == "Succeeded", status
     assert status["restarts"] == 0 and status["nodes"]["succeeded"] == 2, status
     pods = cluster.kube.list("pods", cluster.namespace, "batch.kubernetes.io/job-name=sendrecv-g0")
@@ -272,7 +292,7 @@ def test_a_ranks_exception_under_torchrun_is_in_the_status_message_and_the_faile
     and its Failed Event."""
     env = [{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}]
     cluster.submit("e2e-raises", training=DELETE, args=["--module", "raise_in_rank_1"], env=env, maxRestarts=0)
-    status = wait_phase(cluster, "e2e-raises", "Failed")
+    status = cluster.wait_phase("e2e-raises", "Failed", WHOLE_JOB_S)["status"]
     last_line = "ValueError: shard 7 of the training data is corrupt (rank 1 raises this on purpose)"
     assert status["message"].rstrip().endswith(last_line), status["message"]
     failed_events = [message for _, reason, message in cluster.events("e2e-raises") if reason == "Failed"]

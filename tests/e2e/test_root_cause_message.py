@@ -13,9 +13,9 @@ from pathlib import Path
 import yaml
 
 from scaletrain_testing.jobs import DELETE, base_job
+from scaletrain_testing.timeouts import RUN_LOCAL_SCRIPT_S
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # on the "image": PYTHONPATH points here
-TIMEOUT = 120
 LAST_LINE = "ValueError: shard 7 of the training data is corrupt (rank 1 raises this on purpose)"
 
 
@@ -30,7 +30,7 @@ def test_the_exception_of_a_rank_under_torchrun_is_in_its_termination_message_an
     job["metadata"] = {"name": "raises"}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", "job.yaml", "--workdir", "work"]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_LOCAL_SCRIPT_S)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     # The summary's first line is "NAME: Failed: MESSAGE in N s, ...", before the pod's log tail.

@@ -24,9 +24,10 @@ from scaletrain_operator.local.pod_network import LOOPBACK, NAMESPACES, why_no_n
 from scaletrain_operator.local.processes import processes_with_env, signal_processes
 from scaletrain_testing.jobs import DELETE, REPO, base_job, patched
 from scaletrain_testing.process_tree import descendants, survivors
+from scaletrain_testing.timeouts import RUN_LOCAL_JOB_S
 from scaletrain_testing.trainer_runs import BASE_CONFIG, TRAINER_ENV, plugin_data
+from scaletrain_testing.waiting import wait_until
 
-TIMEOUT = 240
 SCRATCH = "/scratch"  # the job's volume, a claim; run-local keeps it in WORKDIR/volumes/NAMESPACE/CLAIM
 
 
@@ -59,11 +60,11 @@ def write_job(tmp_path, job):
     return path
 
 
-def run_local(*args, cwd, timeout=TIMEOUT, env=None):
+def run_local(*args, cwd, timeout_s=RUN_LOCAL_JOB_S, env=None):
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", *map(str, args)]
     environment = os.environ | (env or {})
     return subprocess.run(
-        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout, check=False
+        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout_s, check=False
     )
 
 
@@ -193,15 +194,19 @@ def test_a_gpu_job_on_a_machine_without_gpus_is_refused_with_the_field(tmp_path)
 
 @contextmanager
 def background_run(tmp_path, job, ready, *args):
-    """run-local on `job` (and `args`) in the background, handed over once `ready()`; killed on the way
-    out if still running."""
+    """run-local on `job` (and `args`) in the background, handed over once `ready()` (failing at once, with
+    its output, if it ends first); killed on the way out if still running."""
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(write_job(tmp_path, job)), *args]
     runner = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ready_while_running():
+        if ready():
+            return True
+        assert runner.poll() is None, runner.communicate()
+        return False
+
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not ready():
-            assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
-            time.sleep(0.1)
+        wait_until(ready_while_running, RUN_LOCAL_JOB_S, f"run-local of {job['metadata']['name']} to be ready")
         yield runner
     finally:
         if runner.poll() is None:
@@ -275,7 +280,7 @@ def test_kill_9_of_run_local_leaves_no_process_of_the_job(tmp_path):
     with background_run(tmp_path, slow_job("local-killed"), training("local-killed", workdir)) as runner:
         tree = {runner.pid, *descendants(runner.pid)}
         runner.kill()
-        left, seconds = survivors(tree, str(tmp_path), timeout_seconds=2.0)  # a zombie counts as gone
+        left, seconds = survivors(tree, str(tmp_path), timeout_s=2.0)  # a zombie counts as gone
         runner.communicate(timeout=10)
     signal_processes(left, signal.SIGKILL)  # a failure leaves nothing running either
     kill_leftovers("local-killed")
@@ -289,7 +294,7 @@ def test_a_second_run_local_on_a_busy_workdir_is_refused_at_once(tmp_path):
     job = tiny_job("local-busy", command=["python", "-c", "print('started', flush=True); import time; time.sleep(600)"])
     with background_run(tmp_path, job, both_pods_said("started", workdir), "--workdir", workdir) as first:
         try:
-            second = run_local(write_job(tmp_path, job), "--workdir", workdir, "--fresh", cwd=tmp_path, timeout=30)
+            second = run_local(write_job(tmp_path, job), "--workdir", workdir, "--fresh", cwd=tmp_path, timeout_s=30)
         finally:
             first.kill()
             first.communicate(timeout=10)

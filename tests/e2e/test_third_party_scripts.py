@@ -22,9 +22,9 @@ import yaml
 from scaletrain_operator.local.gang import POD_NETWORK_ENV
 from scaletrain_operator.local.pod_network import LOOPBACK, NAMESPACES, free_port, why_no_namespaces
 from scaletrain_testing.jobs import DELETE, base_job
+from scaletrain_testing.timeouts import RUN_LOCAL_SCRIPT_S
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # on the "image": PYTHONPATH points here
-TIMEOUT = 120
 SENTINEL = {"SCALETRAIN_TEST_SENTINEL": "leaked"}  # in run-local's env, which no pod may see
 
 
@@ -49,7 +49,7 @@ def run_local(tmp_path, job, network):
     path.write_text(yaml.safe_dump(job))
     command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", str(path), "--workdir", "work"]
     env = os.environ | SENTINEL | {POD_NETWORK_ENV: network}
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_LOCAL_SCRIPT_S)
     output = result.stdout + result.stderr
     assert f"pod network: {network} (" in result.stderr, output
     logs = [log.read_text() for log in sorted((tmp_path / "work" / "logs").glob("*.log"))]

@@ -6,9 +6,6 @@ them with InvalidSpec, test_crd_server.py and test_operator.py check (they are O
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterator
-
 import pytest
 from kubernetes.client.rest import ApiException
 
@@ -46,14 +43,6 @@ def test_the_base_jobs_children_are_accepted(client, namespace):
         ScaleTrainJob.model_validate(patched(base_job(), {"metadata": {"namespace": namespace}}))
     ):
         _dry_run_create(client, child)
-
-
-@pytest.fixture(scope="module")
-def dry_run_namespace(control_plane) -> Iterator[str]:
-    """One namespace for all the refused Jobs: a dry run stores nothing, so they cannot meet there."""
-    name = control_plane.create_namespace(f"refused-jobs-{secrets.token_hex(3)}")
-    yield name
-    control_plane.delete_namespace(name)
 
 
 @pytest.mark.parametrize("case", REFUSED_AT_JOB_CREATION, ids=lambda case: case.name)

@@ -11,7 +11,8 @@ from typing import Any
 import kubernetes
 import pytest
 
-from scaletrain_testing.control_plane import wait_for
+from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, POLICY_PROPAGATION_S
+from scaletrain_testing.waiting import wait_until
 
 ApiException = kubernetes.client.ApiException
 
@@ -96,7 +97,7 @@ def test_rbac_denies_an_unbound_service_account_and_allows_it_after_a_role_bindi
             return False
         return True
 
-    wait_for(allowed, "the RoleBinding to take effect", timeout=10)
+    wait_until(allowed, POLICY_PROPAGATION_S, "the RoleBinding to take effect")
     with pytest.raises(ApiException) as still_denied:  # only what the Role grants
         reader.list_namespaced_secret(namespace)
     assert still_denied.value.status == 403
@@ -110,7 +111,7 @@ def test_job_controller_creates_the_pod_and_the_scheduler_binds_it(admin, namesp
         pods = _job_pods(core, namespace, "bind-me")
         return len(pods) == 1 and pods[0].spec.node_name is not None
 
-    wait_for(bound, "the Job's pod to be created and bound", timeout=30)
+    wait_until(bound, CONTROLLERS_REACTION_S, "the Job's pod to be created and bound")
     (pod,) = _job_pods(core, namespace, "bind-me")
     assert pod.spec.node_name == node
     assert pod.metadata.owner_references[0].kind == "Job"
@@ -134,7 +135,7 @@ def test_pod_security_restricted_namespace_rejects_a_privileged_pod(admin, names
             return True
         return False
 
-    wait_for(refused, "PodSecurity admission to see the namespace's label", timeout=10)
+    wait_until(refused, POLICY_PROPAGATION_S, "PodSecurity admission to see the namespace's label")
     message = json.loads(refusals[0].body)["message"]
     assert refusals[0].status == 403
     assert 'violates PodSecurity "restricted:latest": privileged (container "main" must not set' in message
@@ -145,8 +146,8 @@ def test_background_delete_lets_the_garbage_collector_remove_the_pods(admin, nam
     batch = kubernetes.client.BatchV1Api(admin)
     # Pods stay unscheduled: a bound pod's deletion waits for its kubelet, and there is none here.
     batch.create_namespaced_job(namespace, _job("collect-me", parallelism=2, node_selector={"no-such": "node"}))
-    wait_for(lambda: len(_job_pods(core, namespace, "collect-me")) == 2, "the Job's 2 pods", timeout=30)
+    wait_until(lambda: len(_job_pods(core, namespace, "collect-me")) == 2, CONTROLLERS_REACTION_S, "the Job's 2 pods")
 
     batch.delete_namespaced_job("collect-me", namespace, propagation_policy="Background")
     assert batch.list_namespaced_job(namespace).items == []  # the owner goes at once, its pods after
-    wait_for(lambda: _job_pods(core, namespace, "collect-me") == [], "the garbage collector", timeout=30)
+    wait_until(lambda: _job_pods(core, namespace, "collect-me") == [], CONTROLLERS_REACTION_S, "the garbage collector")

@@ -5,7 +5,6 @@ cases the CRD layer owns, at their field, while the operator-only cases get thro
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,9 +13,11 @@ import pytest
 import yaml
 
 from scaletrain_operator.api.models import parse_job
-from scaletrain_testing.control_plane import KUBERNETES_VERSION, wait_for
+from scaletrain_testing.control_plane import KUBERNETES_VERSION
 from scaletrain_testing.jobs import EXAMPLES, REPO, base_job, load_yaml, patched
 from scaletrain_testing.malformed import REFUSED_BY_THE_CRD, REFUSED_ONLY_BY_THE_OPERATOR
+from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S
+from scaletrain_testing.waiting import wait_until
 
 GROUP, VERSION, PLURAL = "scaletrain.io", "v1alpha1", "scaletrainjobs"
 CRD_NAME = f"{PLURAL}.{GROUP}"
@@ -37,7 +38,7 @@ def installed_crd(control_plane) -> str:
         listed = control_plane.kubectl("api-resources", f"--api-group={GROUP}", "-o", "name").stdout
         return CRD_NAME in listed.split()
 
-    wait_for(discovered, f"{CRD_NAME} in API discovery", timeout=30)
+    wait_until(discovered, CONTROLLERS_REACTION_S, f"{CRD_NAME} in API discovery")
     return applied.stdout
 
 
@@ -78,7 +79,7 @@ def published_schema(control_plane, installed_crd) -> dict[str, Any]:
         fetched.append(result.stdout)
         return result.returncode == 0
 
-    wait_for(published, f"the OpenAPI v3 document of {GROUP}/{VERSION}", timeout=30)
+    wait_until(published, CONTROLLERS_REACTION_S, f"the OpenAPI v3 document of {GROUP}/{VERSION}")
     return json.loads(fetched[-1])["components"]["schemas"][f"io.scaletrain.{VERSION}.ScaleTrainJob"]
 
 
@@ -90,7 +91,7 @@ def test_kubectl_explain_documents_the_training_spec(control_plane, published_sc
         explained.append(result)
         return result.returncode == 0
 
-    wait_for(explain, "`kubectl explain stj.spec.training`", timeout=30)
+    wait_until(explain, CONTROLLERS_REACTION_S, "`kubectl explain stj.spec.training`")
     output = explained[-1].stdout
     assert "KIND:       ScaleTrainJob" in output and "FIELD: training <Object>" in output
     for field in ("globalBatchSize", "microBatchSize", "precision", "strategy", "checkpoint"):
@@ -138,14 +139,6 @@ def _without_empty(value):
         cleaned = {k: _without_empty(v) for k, v in value.items()}
         return {k: v for k, v in cleaned.items() if v not in ({}, [])}
     return value
-
-
-@pytest.fixture(scope="module")
-def dry_run_namespace(control_plane) -> Iterator[str]:
-    """One namespace for all the malformed-spec cases: a dry run stores nothing, so they cannot meet there."""
-    name = control_plane.create_namespace(f"malformed-dry-runs-{secrets.token_hex(3)}")
-    yield name
-    control_plane.delete_namespace(name)
 
 
 @pytest.mark.parametrize("case", REFUSED_BY_THE_CRD, ids=lambda case: case.name)

@@ -1,4 +1,4 @@
-"""The failure policy (#16) on the real control plane, with the operator as the chart installs it:
+"""The failure policy on the real control plane, with the operator as the chart installs it:
 failurePolicy rules, disruptions apart from crashes (a pod Failed with DisruptionTarget, as the kubelet
 reports an eviction, and through the real eviction API), and the rule's name in the condition and the
 Event. Without a kubelet, the tests report pod phases as a kubelet would."""

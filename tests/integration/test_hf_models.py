@@ -6,6 +6,7 @@ process. Losses come from each run's metrics.jsonl.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 
@@ -20,7 +21,7 @@ from scaletrain_testing.hf_models import (
     synthetic_options,
     tiny_llama_model,
 )
-from scaletrain_testing.trainer_runs import config_for, run_trainer
+from scaletrain_testing.trainer_runs import FP32_EXACT, SharedRuns
 from scaletrain_trainer.contract.config import ModelConfig
 from scaletrain_trainer.contract.validation import ProblemsError
 from scaletrain_trainer.export import EXIT_CANNOT_EXPORT
@@ -29,7 +30,6 @@ from scaletrain_trainer.models.model import build_model
 
 pytestmark = pytest.mark.integration
 
-FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes and strategies only reorder float sums
 STEPS = 10  # a checkpoint every 5 (config_for), so the crashed run below has one to resume from
 FSDP_WITH_CHECKPOINTING = {"strategy": "fsdp", "activationCheckpointing": True}
 
@@ -44,23 +44,14 @@ def pretrained(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, pretrained):
     """Runs shared by several tests, made once: the tiny Llama from `pretrained`, on its synthetic data."""
-    root = tmp_path_factory.mktemp("hf-runs")
     directory_of_weights, _ = pretrained
-    cache = {}
-
-    def get(name, overrides=None, nproc=2, checkpoints=True):
-        if name not in cache:
-            directory = root / name
-            base = {
-                "maxSteps": STEPS,
-                "model": tiny_llama_model(pretrained=str(directory_of_weights)),
-                "data": {"source": "synthetic", "syntheticSamples": synthetic_options()["samples"]},
-            }
-            config = config_for(directory, base | (overrides or {}), checkpoints)
-            cache[name] = run_trainer(directory, config, nproc)
-        return cache[name]
-
-    return get
+    base = {
+        "maxSteps": STEPS,
+        "model": tiny_llama_model(pretrained=str(directory_of_weights)),
+        "data": {"source": "synthetic", "syntheticSamples": synthetic_options()["samples"]},
+    }
+    # Each run checkpoints: a test resumes from a copy of one.
+    return functools.partial(SharedRuns(tmp_path_factory.mktemp("hf-runs"), base), checkpoints=True)
 
 
 def _ok(run):

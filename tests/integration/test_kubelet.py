@@ -13,8 +13,9 @@ from scaletrain_operator.local.pod_network import NAMESPACES
 from scaletrain_operator.local.processes import scan_processes
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.kubelet import GPU_RESOURCE, FakeNode, Kubelet, gpu_node
+from scaletrain_testing.timeouts import POD_RUN_S
+from scaletrain_testing.waiting import wait_until
 
-WAIT = 60.0  # seconds for a pod to be scheduled, started and finished on a shared machine
 # Writes its arguments to the container's termination message file, which the kubelet reports: at
 # /dev/termination-log as on a cluster, or where pods share this machine's files, where the env says.
 SAY = (
@@ -57,8 +58,7 @@ def phase_of(kube, namespace, name, *phases):
         pod = kube.get("pods", namespace, name)
         return pod if pod and (pod.get("status") or {}).get("phase") in phases else None
 
-    reached.__name__ = f"pod {name} {'/'.join(phases)}"
-    return kube.wait_until(reached, timeout=WAIT)
+    return wait_until(reached, POD_RUN_S, f"pod {name} to be {' or '.join(phases)}")
 
 
 def test_nodes_register_ready_with_their_capacity_taints_and_leases(kubelet, kube):
@@ -130,7 +130,7 @@ def test_a_jobs_indexed_pods_run_with_field_refs_and_expanded_env(kubelet, kube,
         conditions = (kube.get("jobs", namespace, "indexed").get("status") or {}).get("conditions") or []
         return any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions) and conditions
 
-    assert any(c["type"] == "Complete" for c in kube.wait_until(complete, timeout=WAIT))
+    assert any(c["type"] == "Complete" for c in wait_until(complete, POD_RUN_S, "Job indexed to end"))
     pods = sorted(
         kube.list("pods", namespace),
         key=lambda p: p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"],
@@ -173,7 +173,7 @@ def test_a_spec_the_node_cannot_run_stays_pending_with_the_reason(kubelet, kube,
         statuses = (kube.get("pods", namespace, "misconfigured").get("status") or {}).get("containerStatuses") or []
         return statuses and statuses[0]["state"].get("waiting")
 
-    state = kube.wait_until(waiting, timeout=WAIT)
+    state = wait_until(waiting, POD_RUN_S, "pod misconfigured to wait")
     assert state["reason"] == "CreateContainerConfigError" and "TOKEN" in state["message"]
 
 
@@ -194,13 +194,17 @@ def test_deletion_honours_the_grace_period_then_kills(kubelet, kube, namespace):
     )
     for name in ("stubborn", "polite"):
         phase_of(kube, namespace, name, "Running")
-        kube.wait_until(lambda name=name: "up" in kubelet.running(namespace, name).log_path.read_text(), timeout=WAIT)
+        wait_until(
+            lambda name=name: "up" in kubelet.running(namespace, name).log_path.read_text(),
+            POD_RUN_S,
+            f"pod {name} to say up",
+        )
 
     taken = {}
     for name in ("stubborn", "polite"):
         started = time.monotonic()
         kube.delete("pods", namespace, name)  # the pod's own grace period
-        kube.wait_until(lambda name=name: kube.get("pods", namespace, name) is None, timeout=WAIT)
+        wait_until(lambda name=name: kube.get("pods", namespace, name) is None, POD_RUN_S, f"pod {name} to be gone")
         taken[name] = time.monotonic() - started
     assert 3 <= taken["stubborn"] < 10, taken  # SIGTERM ignored: killed when its 3 s were up
     assert taken["polite"] < 3, taken  # SIGTERM ends it; the 30 s are a limit, not a wait
@@ -223,5 +227,6 @@ def test_pods_bind_to_the_gpu_node_only_when_they_tolerate_its_taint(kubelet, ku
         conditions = (pod.get("status") or {}).get("conditions") or []
         return next((c for c in conditions if c["type"] == "PodScheduled" and c["status"] == "False"), None)
 
-    assert kube.wait_until(unschedulable, timeout=WAIT)["reason"] == "Unschedulable"
+    refused = wait_until(unschedulable, POD_RUN_S, "the scheduler to refuse pod intolerant")
+    assert refused["reason"] == "Unschedulable"
     assert not kube.get("pods", namespace, "intolerant")["spec"].get("nodeName")

@@ -9,9 +9,8 @@ import sys
 
 from scaletrain_operator.local.pod_network import free_port
 from scaletrain_testing.plugins.crashes import CRASH_MESSAGE
+from scaletrain_testing.timeouts import POD_LAUNCHER_RUN_S
 from scaletrain_trainer.contract.config import parse_training_config
-
-TIMEOUT = 180
 
 
 def test_a_workers_exception_in_the_built_in_trainer_is_the_end_of_the_termination_message(tmp_path):
@@ -35,7 +34,11 @@ def test_a_workers_exception_in_the_built_in_trainer_is_the_end_of_the_terminati
     }
     launcher = [sys.executable, "-m", "scaletrain_trainer.launch", "--standalone", "--nproc-per-node=2"]
     result = subprocess.run(
-        [*launcher, "--module", "scaletrain_trainer"], env=env, capture_output=True, text=True, timeout=TIMEOUT
+        [*launcher, "--module", "scaletrain_trainer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=POD_LAUNCHER_RUN_S,
     )
     assert result.returncode == 1, result.stderr[-3000:]
     message = termination_log.read_text()

@@ -11,8 +11,10 @@ import time
 import pytest
 
 from scaletrain_testing.kubelet import FakeNode, Kubelet
-from scaletrain_testing.operator_harness import TIMEOUT, Team, condition, quiet_team
+from scaletrain_testing.operator_harness import Team, condition, quiet_team
 from scaletrain_testing.status_faults import StatusWriteFaults
+from scaletrain_testing.timeouts import OPERATOR_REACTION_S
+from scaletrain_testing.waiting import wait_until
 
 NOWHERE = {"scaletrain.io/test-pool": "nowhere"}  # a node selector no node matches
 
@@ -69,7 +71,8 @@ def test_schedule_timeout_fails_a_gang_the_scheduler_cannot_place(team):
     failure = condition(failed, "Failed")
     assert failure["reason"] == "Unschedulable" and "scheduleTimeoutSeconds (3) passed" in failure["message"]
     assert waiting["message"] in failure["message"]  # the scheduler's words
-    team.kube.wait_until(lambda: team.children("nowhere", "pods") == [])  # no pod may start later
+    # No pod may start later.
+    wait_until(lambda: team.children("nowhere", "pods") == [], OPERATOR_REACTION_S, "no pod of nowhere")
     (job,) = team.children("nowhere", "jobs")
     assert job["spec"]["suspend"] is True
     assert [r for r in reasons(team, "nowhere") if r != "Created"] == ["Unschedulable", "Failed"]
@@ -83,7 +86,7 @@ def test_a_status_write_refused_once_converges_and_the_succeeded_event_is_posted
     with StatusWriteFaults(control_plane, team.namespace, "refused-once", tmp_path, when=succeeded) as faults:
         for pod in pods:
             team.set_pod_phase(pod, "Succeeded")
-        team.wait_phase("refused-once", "Succeeded", timeout=TIMEOUT)
+        team.wait_phase("refused-once", "Succeeded", timeout_s=OPERATOR_REACTION_S)
         landed = time.monotonic()
     ((refused_at, _),) = faults.refused
     print(f"Succeeded landed {landed - refused_at:.1f} s after the refused write")

@@ -24,12 +24,12 @@ from scaletrain_testing.fault_proxy import FaultProxy
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import QUIET, OperatorInstall, Team, install_watching, operator_process
 from scaletrain_testing.progress_server import ProgressServer
+from scaletrain_testing.timeouts import OPERATOR_TAKEOVER_S
 
 PROMISE = 2.0  # seconds rank 0 promises its next report within
 OPERATOR_ARGS = (*QUIET, "--progress-interval", "0.3")
 OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
 FIRST_GANG_IP, SECOND_GANG_IP = "127.0.0.1", "127.0.0.2"  # the pods' addresses: loopback ones
-TAKEOVER_TIMEOUT = 30.0
 
 
 @dataclasses.dataclass
@@ -63,7 +63,8 @@ def running_with_promise(team: Team, name: str, job: str) -> dict:
             and s.get("currentJob") == job
             and (s.get("progress") or {}).get("generation") == int(job.rsplit("-g", 1)[1])
         ),
-        timeout=TAKEOVER_TIMEOUT,
+        OPERATOR_TAKEOVER_S,
+        f"gang {job} Running with its progress",
     )
 
 
@@ -96,8 +97,7 @@ def test_a_status_outage_during_a_restart_restarts_once_and_the_new_gang_runs_on
         second_rank_0 = stack.enter_context(ProgressServer(host=SECOND_GANG_IP, port=port))
         second_rank_0.healthy(PROMISE)
         team.start_pods("outage-g1", pod_ip=SECOND_GANG_IP)  # the restart's gang, made while the outage lasts
-        while time.monotonic() < outage.until:
-            time.sleep(0.2)
+        time.sleep(max(0.0, outage.until - time.monotonic()))  # the outage runs its course
         assert len(outage.matched) >= 10, outage.matched
         status = running_with_promise(team, "outage", "outage-g1")
         assert status["restarts"] == 1

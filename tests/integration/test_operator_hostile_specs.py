@@ -13,6 +13,8 @@ import pytest
 from scaletrain_testing.jobs import base_job
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import QUIET, Team, install_operator, operator_process
+from scaletrain_testing.timeouts import OPERATOR_REACTION_S
+from scaletrain_testing.waiting import wait_until
 
 NESTING = 2_000  # levels; Python's json gives up at 1,000, the API server at 10,000
 DEEP = "__deep__"  # where the deep value is spliced into a job's JSON
@@ -63,13 +65,13 @@ def test_a_deeply_nested_spec_is_invalid_and_the_operator_serves_the_other_tenan
     control_plane.kubectl("create", "-f", "-", stdin=deep_job_text(name, hostile.namespace, **spec))
 
     victim.submit(name)  # submitted after the deep one: served only if the operator still watches
-    victim.kube.wait_until(lambda: victim.children(name, "jobs"), timeout=30)
+    wait_until(lambda: victim.children(name, "jobs"), OPERATOR_REACTION_S, f"the Job of the victim's {name}")
 
     def invalid() -> str | None:
         phase, message = phase_and_message(control_plane, hostile, name)
         return message if phase == "Failed" else None
 
-    message = hostile.kube.wait_until(invalid, timeout=30)
+    message = wait_until(invalid, OPERATOR_REACTION_S, f"the hostile {name} to fail")
     assert message.startswith(f"invalid spec: {field}: nested more than 32 levels deep")
     assert operator.poll() is None, "the operator exited"
     assert hostile.children(name, "jobs") == []

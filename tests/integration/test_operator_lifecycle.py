@@ -11,7 +11,14 @@ import pytest
 from scaletrain_testing.audit import counts
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import Team, install_operator, install_watching, operator_process
+from scaletrain_testing.timeouts import (
+    CONTROLLERS_REACTION_S,
+    OPERATOR_LIVENESS_S,
+    OPERATOR_REACTION_S,
+    OPERATOR_STOP_S,
+)
 from scaletrain_testing.trainer_runs import free_port
+from scaletrain_testing.waiting import wait_until
 
 QUIET = ("--liveness-port", "0", "--metrics-port", "0")
 
@@ -51,7 +58,9 @@ def test_deletion_needs_no_operator(install, team):
     team.kube.delete("stj", team.namespace, "doomed")  # the operator is gone; nothing may block this
     assert team.stj("doomed") is None
     for kind in ("jobs", "services", "pods"):  # the real garbage collector follows the ownerReferences
-        team.kube.wait_until(lambda kind=kind: team.children("doomed", kind) == [])
+        wait_until(
+            lambda kind=kind: team.children("doomed", kind) == [], CONTROLLERS_REACTION_S, f"no {kind} of doomed"
+        )
 
 
 def test_the_operator_process_serves_liveness_and_metrics(install, team):
@@ -64,7 +73,9 @@ def test_the_operator_process_serves_liveness_and_metrics(install, team):
         def get(port, path):
             return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5)
 
-        assert team.kube.wait_until(lambda: get(liveness, "/healthz").status == 200, timeout=10)
+        assert wait_until(
+            lambda: get(liveness, "/healthz").status == 200, OPERATOR_LIVENESS_S, "/healthz to answer 200"
+        )
         assert "scaletrain_reconcile_seconds_count" in get(metrics, "/metrics").read().decode()
 
 
@@ -81,7 +92,7 @@ def test_peered_replicas_keep_one_active_and_hand_over_on_shutdown(control_plane
             status = (team.kube.get("clusterkopfpeerings", None, peering) or {}).get("status") or {}
             return len(status) == 2 and status
 
-        peers = team.kube.wait_until(both_peers)
+        peers = wait_until(both_peers, OPERATOR_REACTION_S, "both replicas in the peering")
         active_identity = max(peers, key=lambda identity: peers[identity]["priority"])
         by_pid = {str(first.pid): first, str(second.pid): second}
         active = by_pid[active_identity.split("/")[1]]
@@ -96,7 +107,7 @@ def test_peered_replicas_keep_one_active_and_hand_over_on_shutdown(control_plane
         assert f"created Job {team.namespace}/" not in standby.log_path.read_text()
 
         active.terminate()  # a rolling update, or a drained node: kopf leaves the peering on the way out
-        active.wait(20)
+        active.wait(OPERATOR_STOP_S)
         team.submit("ha-second")
         team.wait_phase("ha-second", "Pending")
         assert f"created Job {team.namespace}/ha-second-g0" in standby.log_path.read_text()

@@ -12,6 +12,8 @@ from scaletrain_operator.controller.cluster import Cluster, Conflict, ObjectRef
 from scaletrain_testing.audit import counts
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import Team, install_crds, install_watching, operator_process
+from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, OPERATOR_REACTION_S
+from scaletrain_testing.waiting import wait_until
 
 QUIET = ("--liveness-port", "0", "--metrics-port", "0")
 JOBS = 10
@@ -43,7 +45,7 @@ def team(control_plane, namespace):
 def delete_all_jobs(team: Team) -> None:
     for stj in team.kube.list("stj", team.namespace):
         team.kube.delete("stj", team.namespace, stj["metadata"]["name"])
-    team.kube.wait_until(lambda: team.kube.list("stj", team.namespace) == [])
+    wait_until(lambda: team.kube.list("stj", team.namespace) == [], CONTROLLERS_REACTION_S, "the jobs to be deleted")
 
 
 def made_since(control_plane, install, mark, settle_seconds=0.0):
@@ -58,7 +60,7 @@ def wait_until_watching(control_plane, install, since) -> None:
         requests = control_plane.audit.requests(install.user, after=since, settle_seconds=0)
         return WATCHED <= {r.resource for r in requests if r.verb == "list" and r.code == 200}  # kopf retries a 429
 
-    Kube.wait_until(listed_all)
+    wait_until(listed_all, OPERATOR_REACTION_S, "the operator to list every kind it watches")
 
 
 def settled(team: Team, names: list[str]) -> bool:
@@ -75,7 +77,7 @@ def test_creating_jobs_at_once_costs_their_writes_and_no_reads(install, team, co
         mark = control_plane.audit.mark()
         with ThreadPoolExecutor(JOBS) as pool:
             list(pool.map(team.submit, names))
-        team.kube.wait_until(lambda: settled(team, names))
+        wait_until(lambda: settled(team, names), OPERATOR_REACTION_S, "every job Pending with both its pods counted")
         made = made_since(control_plane, install, mark, settle_seconds=2.0)
 
     assert {kind: n for kind, n in made.items() if kind[0] in READS} == {}, "reads the cache should have served"
@@ -125,7 +127,11 @@ def test_an_operator_restart_reads_each_job_fresh_once_and_writes_nothing(instal
     mark = control_plane.audit.mark()
     with operator_process(install, *QUIET):
         get_stj = ("get", "scaletrainjobs.scaletrain.io")
-        team.kube.wait_until(lambda: made_since(control_plane, install, mark)[get_stj] == len(names))
+        wait_until(
+            lambda: made_since(control_plane, install, mark)[get_stj] == len(names),
+            OPERATOR_REACTION_S,
+            "the new operator to read each job fresh",
+        )
         made = made_since(control_plane, install, mark, settle_seconds=2.0)
 
     assert [kind for kind in made if kind[0] not in READS] == [], "a restart changes nothing"

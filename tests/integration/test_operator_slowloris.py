@@ -18,7 +18,7 @@ from scaletrain_testing.trainer_runs import free_port
 from scaletrain_trainer.reporting.metrics import MetricsReporter
 
 # How long the attack holds; SCALETRAIN_SLOWLORIS_SECONDS=300 runs it for five minutes.
-ATTACK_SECONDS = float(os.environ.get("SCALETRAIN_SLOWLORIS_SECONDS", "60"))
+ATTACK_S = float(os.environ.get("SCALETRAIN_SLOWLORIS_SECONDS", "60"))
 PROMISE = 3.0  # seconds rank 0 promises its next report within: a stretched read would break it
 POLL = 0.5  # the operator's progress interval here
 
@@ -53,7 +53,7 @@ def test_a_slowloris_on_rank_0s_port_neither_stops_the_operators_reads_nor_makes
             team.start_pods("victim-g0")
             team.wait_status("victim", lambda s: read_at(s) is not None)
             with Slowloris(port, trickling=200, idle=200, tick=1.0):
-                gaps, last, until = [], None, time.monotonic() + ATTACK_SECONDS
+                gaps, last, until = [], None, time.monotonic() + ATTACK_S
                 while time.monotonic() < until:
                     status = team.stj("victim")["status"]
                     assert status["restarts"] == 0 and status["currentJob"] == "victim-g0", status
@@ -65,8 +65,8 @@ def test_a_slowloris_on_rank_0s_port_neither_stops_the_operators_reads_nor_makes
     finally:
         stop.set()
         reporter.close()
-    print(f"{len(gaps)} reads copied in {ATTACK_SECONDS:.0f} s; the longest gap between two: {max(gaps):.1f} s")
-    assert len(gaps) >= ATTACK_SECONDS / (4 * POLL)  # most passes read it
+    print(f"{len(gaps)} reads copied in {ATTACK_S:.0f} s; the longest gap between two: {max(gaps):.1f} s")
+    assert len(gaps) >= ATTACK_S / (4 * POLL)  # most passes read it
     assert max(gaps) < PROMISE, gaps  # never long enough to break a promise
     assert status["phase"] == "Running" and status["restarts"] == 0
     conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}

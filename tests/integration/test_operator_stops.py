@@ -14,8 +14,10 @@ from scaletrain_operator.api import naming
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import QUIET, Team, condition, install_watching, operator_process
 from scaletrain_testing.progress_server import RANK0_PROGRESS, ProgressServer, promise
+from scaletrain_testing.timeouts import OPERATOR_REACTION_S
+from scaletrain_testing.waiting import wait_until
 
-STOPPED_WITHIN = 10.0  # seconds after the terminal phase
+STOPPED_WITHIN_S = 10.0  # after the terminal phase: what the tests here hold the operator to
 FORGED_IP = "127.0.0.2"  # the impostor's pod IP: loopback too
 
 
@@ -79,7 +81,7 @@ def test_after_the_job_failed_no_pod_of_it_runs(team, end, spec, reason):
         failed = team.wait_phase(name, "Failed")
         failed_at = time.monotonic()
     assert condition(failed, "Failed")["reason"] == reason, failed["status"]
-    team.kube.wait_until(lambda: not still_running(team, name), timeout=STOPPED_WITHIN)
+    wait_until(lambda: not still_running(team, name), STOPPED_WITHIN_S, f"no pod of {name} running")
     print(f"{reason}: no pod running {time.monotonic() - failed_at:.1f} s after Failed")
 
 
@@ -131,6 +133,10 @@ def test_a_childs_name_held_by_an_object_being_deleted_is_waited_for_and_said(te
     waiting = team.wait_status("held", lambda s: "finalizers: example.com/hold" in (s.get("message") or ""))
     assert waiting["phase"] == "Pending" and "is being deleted" in waiting["message"]
     team.kube.patch("jobs", team.namespace, "held-g0", {"metadata": {"finalizers": None}})
-    started = team.kube.wait_until(lambda: [j for j in team.children("held", "jobs") if j["metadata"].get("uid")])
+    started = wait_until(
+        lambda: [j for j in team.children("held", "jobs") if j["metadata"].get("uid")],
+        OPERATOR_REACTION_S,
+        "the Job of held",
+    )
     assert started[0]["metadata"]["ownerReferences"][0]["name"] == "held"
     assert "ApiRetrying" not in [reason for _, reason, _ in team.events("held")]

@@ -10,14 +10,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 from scaletrain_operator.local.executor import PodExecutor
 from scaletrain_operator.local.processes import ProcessInfo, scan_processes, signal_processes
 from scaletrain_testing.local_pods import a_pod
 from scaletrain_testing.process_tree import descendants, survivors
+from scaletrain_testing.timeouts import POD_START_S
+from scaletrain_testing.waiting import wait_until
 
-START_SECONDS = 60
 # A main process that starts a worker in a session of its own, as torchrun does, and says so.
 WORKER_IN_OWN_SESSION = (
     "import subprocess, sys, time; "
@@ -57,16 +57,20 @@ def test_sigkill_of_the_executors_process_leaves_none_of_its_pods_processes(tmp_
         "-c",
         WORKER_IN_OWN_SESSION,
     ]
-    host = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     log = tmp_path / "logs" / "orphan_main.log"
+
+    def worker_started() -> bool:
+        if log.exists() and "worker started" in log.read_text():
+            return True
+        assert host.poll() is None, "the executor's host exited before the pod started its worker"
+        return False
+
+    host = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + START_SECONDS
-        while not (log.exists() and "worker started" in log.read_text()):
-            assert time.monotonic() < deadline and host.poll() is None, "the pod did not start its worker"
-            time.sleep(0.05)
+        wait_until(worker_started, POD_START_S, "the pod to start its worker", interval_s=0.05)
         tree = {host.pid, *descendants(host.pid)}
         host.kill()
-        left, seconds = survivors(tree, str(tmp_path), timeout_seconds=2.0)
+        left, seconds = survivors(tree, str(tmp_path), timeout_s=2.0)
     finally:
         host.kill()
         host.wait(timeout=10)

@@ -13,10 +13,11 @@ from kubernetes.client.rest import ApiException
 
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import render_job
-from scaletrain_testing.control_plane import wait_for
 from scaletrain_testing.jobs import REPO, base_job
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import Team, install_watching, operator_process
+from scaletrain_testing.timeouts import POLICY_PROPAGATION_S
+from scaletrain_testing.waiting import wait_until
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -29,7 +30,9 @@ def restricted(control_plane):
     kube = Kube(control_plane.api_client())
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
              "spec": {"containers": [{"name": "main", "image": "busybox"}]}}  # fmt: skip
-    wait_for(lambda: admission_refusal(kube, namespace, plain) is not None, "restricted to be enforced", timeout=10)
+    wait_until(
+        lambda: admission_refusal(kube, namespace, plain) is not None, POLICY_PROPAGATION_S, "restricted to be enforced"
+    )
     # The priority classes the examples name (the Priority admission plugin refuses pods without them).
     classes = {yaml.safe_load(path.read_text())["spec"].get("priorityClassName") for path in EXAMPLES} - {None}
     for name in classes:

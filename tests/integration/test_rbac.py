@@ -15,19 +15,25 @@ from scaletrain_operator.controller import rbac
 from scaletrain_testing.chart import of_kind
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import Team, install_operator, install_watching, operator_process
+from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, OPERATOR_REACTION_S
+from scaletrain_testing.waiting import wait_until
 
 QUIET = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
 
 
 def run_every_kind_of_change(team: Team) -> None:
     team.submit("lifecycle", maxRestarts=1, ttlSecondsAfterFinished=0)
-    policy = team.kube.wait_until(lambda: team.kube.get("networkpolicies", team.namespace, "lifecycle"))
+    policy = wait_until(
+        lambda: team.kube.get("networkpolicies", team.namespace, "lifecycle"),
+        OPERATOR_REACTION_S,
+        "the NetworkPolicy of lifecycle",
+    )
     assert policy["spec"]["podSelector"] == {"matchLabels": {"scaletrain.io/job-name": "lifecycle"}}
     pods = team.start_pods("lifecycle-g0")
     team.wait_phase("lifecycle", "Running")
     team.fail_pod(pods[1], exit_code=137)  # gang restart: delete g0, create g1 (and the policy: it exists)
     team.start_pods("lifecycle-g1", phase="Succeeded")
-    team.kube.wait_until(lambda: team.stj("lifecycle") is None)  # TTL: delete the job
+    wait_until(lambda: team.stj("lifecycle") is None, OPERATOR_REACTION_S, "the TTL to delete lifecycle")
 
     team.submit("paused")
     team.start_pods("paused-g0")
@@ -40,7 +46,8 @@ def run_every_kind_of_change(team: Team) -> None:
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"}, "spec": no_pods}
     team.kube.create("resourcequotas", quota, team.namespace)
     counted = lambda: team.kube.get("resourcequotas", team.namespace, "no-pods").get("status", {}).get("hard")  # noqa: E731
-    team.kube.wait_until(counted)  # its controller has counted: from now on the quota is enforced
+    # Once its controller has counted, the quota is enforced.
+    wait_until(counted, CONTROLLERS_REACTION_S, "the quota controller to count no-pods")
     team.submit("refused")
     refused = team.wait_condition("refused", "PodCreationFailed")
     assert refused["reason"] == "FailedCreate" and "forbidden" in refused["message"]
@@ -83,14 +90,22 @@ def test_a_missing_rule_fails_its_step_visibly(control_plane, namespace, tmp_pat
     mark = control_plane.audit.mark()
     with operator_process(install, *QUIET) as operator:
         team.submit("unlucky")
-        team.kube.wait_until(lambda: team.children("unlucky", "services"))
-        forbidden = team.kube.wait_until(
-            lambda: [r for r in control_plane.audit.requests(install.user, after=mark) if r.code == 403]
+        wait_until(lambda: team.children("unlucky", "services"), OPERATOR_REACTION_S, "the Services of unlucky")
+        forbidden = wait_until(
+            lambda: [r for r in control_plane.audit.requests(install.user, after=mark) if r.code == 403],
+            OPERATOR_REACTION_S,
+            "a forbidden request in the audit log",
         )
-        team.kube.wait_until(lambda: "jobs.batch is forbidden" in operator.log_path.read_text())
+        wait_until(
+            lambda: "jobs.batch is forbidden" in operator.log_path.read_text(),
+            OPERATOR_REACTION_S,
+            "the operator to log the forbidden create",
+        )
         # Retried with backoff (RBAC may be fixed): after the first failures, the job's Events say why.
-        retrying = team.kube.wait_until(
-            lambda: [message for _, reason, message in team.events("unlucky") if reason == "ApiRetrying"]
+        retrying = wait_until(
+            lambda: [message for _, reason, message in team.events("unlucky") if reason == "ApiRetrying"],
+            OPERATOR_REACTION_S,
+            "an ApiRetrying Event of unlucky",
         )
     assert "failed 3 times in a row" in retrying[0] and "jobs.batch is forbidden" in retrying[0]
     assert {(r.verb, r.resource) for r in forbidden} == {("create", "jobs.batch")}

@@ -10,25 +10,23 @@ import shutil
 
 import pytest
 
-from scaletrain_testing.trainer_runs import BASE_CONFIG, GPT_OPTIONS, config_for, free_port, plugin_data, run_trainer
+from scaletrain_testing.trainer_runs import (
+    BASE_CONFIG,
+    FP32_EXACT,
+    GPT_OPTIONS,
+    SharedRuns,
+    config_for,
+    free_port,
+    plugin_data,
+    run_trainer,
+)
 from scaletrain_trainer.models.model import GPT
-
-FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes only reorder float sums
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Runs shared by several tests, made once."""
-    root = tmp_path_factory.mktemp("runs")
-    cache = {}
-
-    def get(name, overrides=None, nproc=2, checkpoints=False, env=None):
-        if name not in cache:
-            directory = root / name
-            cache[name] = run_trainer(directory, config_for(directory, overrides, checkpoints), nproc, env)
-        return cache[name]
-
-    return get
+    return SharedRuns(tmp_path_factory.mktemp("runs"))
 
 
 def _ok(run):

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from scaletrain_testing.trainer_runs import BASE_CONFIG, config_for, run_trainer
+from scaletrain_testing.trainer_runs import BASE_CONFIG, FP32_EXACT, config_for, run_trainer
 
-FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}  # different world sizes and splits only reorder float sums
 # 20 % held out; a loss on the second half of each sequence only, which counts its own tokens.
 EVALUATED = {
     "eval": {"everySteps": 5, "steps": 2, "fraction": 0.2},

@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from scaletrain_testing.process_tree import descendants, survivors
+from scaletrain_testing.timeouts import TRAINER_STEPS_S
 from scaletrain_testing.trainer_runs import GPT_OPTIONS, PodRun, Run, config_for, plugin_data, run_trainer, start_pod
+from scaletrain_testing.waiting import wait_until
 from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 
 MAX_STEPS = 60
-EXIT_WITHIN = 15  # seconds from the SIGTERM until every process of the pod is gone
+EXIT_WITHIN_S = 15  # from the SIGTERM until every process of the pod is gone
 # 8 reads of 20 ms per rank and step: about 0.2 s a step, so a test can signal the run mid-training.
 PACED = {
     "maxSteps": MAX_STEPS,
@@ -51,11 +53,20 @@ def start():
         pod.kill()
 
 
-def _wait_until(pod: PodRun, ready) -> None:
-    deadline = time.monotonic() + 120
-    while not ready():
-        assert pod.process.poll() is None and time.monotonic() < deadline, pod.log.read_text()[-3000:]
-        time.sleep(0.02)
+def _wait_while_running(pod: PodRun, ready, what: str) -> None:
+    """Until `ready()`; fails at once, with the pod's log, if the pod exits first."""
+
+    def ready_while_running() -> bool:
+        if ready():
+            return True
+        assert pod.process.poll() is None, f"the pod exited:\n{_log_tail(pod)}"
+        return False
+
+    wait_until(ready_while_running, TRAINER_STEPS_S, what, interval_s=0.02, details=lambda: _log_tail(pod))
+
+
+def _log_tail(pod: PodRun) -> str:
+    return pod.log.read_text()[-3000:]
 
 
 def _logged_steps(directory: Path) -> int:
@@ -65,12 +76,12 @@ def _logged_steps(directory: Path) -> int:
 
 def _stop(pod: PodRun, pid: int) -> Run:
     """SIGTERM to `pid`, one of the pod's processes; the pod's run, once every process of it is gone
-    (within EXIT_WITHIN seconds)."""
+    (within EXIT_WITHIN_S seconds)."""
     processes = descendants(pod.process.pid) | {pod.process.pid}
     signalled = time.monotonic()
     os.kill(pid, signal.SIGTERM)
-    run = pod.wait(EXIT_WITHIN)
-    left, _ = survivors(processes, str(pod.directory), EXIT_WITHIN - (time.monotonic() - signalled))
+    run = pod.wait(EXIT_WITHIN_S)
+    left, _ = survivors(processes, str(pod.directory), EXIT_WITHIN_S - (time.monotonic() - signalled))
     assert not left, f"still running {time.monotonic() - signalled:.1f} s after SIGTERM: {left}"
     return run
 
@@ -99,7 +110,7 @@ def _preempted_line(step: int) -> str:
 
 def test_a_sigterm_to_the_pod_saves_the_step_exits_80_and_a_rerun_resumes_exactly(tmp_path, straight, start):
     pod = start(tmp_path)
-    _wait_until(pod, lambda: _logged_steps(tmp_path) >= 20)
+    _wait_while_running(pod, lambda: _logged_steps(tmp_path) >= 20, "20 steps logged")
     run = _stop(pod, pod.process.pid)  # the pod's main process, as the kubelet signals it
     assert run.returncode == EXIT_PREEMPTED, run.output[-3000:]
     message = _termination_message(tmp_path)
@@ -121,7 +132,7 @@ def test_a_sigterm_to_the_pod_saves_the_step_exits_80_and_a_rerun_resumes_exactl
 
 def test_a_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, start):
     pod = start(tmp_path)
-    _wait_until(pod, lambda: _logged_steps(tmp_path) >= 10)
+    _wait_while_running(pod, lambda: _logged_steps(tmp_path) >= 10, "10 steps logged")
     run = _stop(pod, _worker(pod, rank=1))
     assert run.returncode == EXIT_PREEMPTED, run.output[-3000:]
     assert f"exitcode  : {EXIT_PREEMPTED}" in run.output  # torchrun saw the workers' own exit code
@@ -136,7 +147,7 @@ def test_a_sigterm_during_a_save_lets_it_finish_and_stops_at_its_step(tmp_path, 
     model = {"name": "scaletrain_testing.plugins.faults:SlowSavingGPT", "options": GPT_OPTIONS | {"save_seconds": 3}}
     model["options"] |= {"record_dir": str(tmp_path)}
     pod = start(tmp_path, {"model": model, "checkpoint": {"everySteps": 10}})
-    _wait_until(pod, (tmp_path / "saving-0").exists)
+    _wait_while_running(pod, (tmp_path / "saving-0").exists, "rank 0 to start saving step 10")
     run = _stop(pod, pod.process.pid)
     assert run.returncode == EXIT_PREEMPTED, run.output[-3000:]
     assert _termination_message(tmp_path)["step"] == 10

@@ -35,6 +35,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from . import audit
+from .timeouts import COMPONENT_READY_S, COMPONENT_STOP_S, CONTROLLERS_REACTION_S, READINESS_REQUEST_S
+from .waiting import WaitTimeout, wait_until
 
 KUBERNETES_VERSION = "v1.37.2"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -59,9 +61,6 @@ CONTROLLERS = (
 PORTS = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
-STARTUP_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 20.0
-REQUEST_TIMEOUT_S = 5.0
 LOG_TAIL_LINES = 40
 
 
@@ -164,7 +163,7 @@ class ControlPlane:
         self.startup_seconds = time.monotonic() - started
 
     def stop(self) -> None:
-        """SIGTERM each component's process group, newest first, SIGKILL after STOP_TIMEOUT_S. The order
+        """SIGTERM each component's process group, newest first, SIGKILL after COMPONENT_STOP_S. The order
         matters: an apiserver whose etcd is gone hangs in shutdown, retrying it."""
         while self._processes:
             _, process = self._processes.pop()
@@ -204,7 +203,9 @@ class ControlPlane:
                 raise
             return True
 
-        wait_for(default_service_account_exists, f"the default ServiceAccount in namespace {name}", timeout=30)
+        wait_until(
+            default_service_account_exists, CONTROLLERS_REACTION_S, f"the default ServiceAccount in namespace {name}"
+        )
         return name
 
     def delete_namespace(self, name: str) -> None:
@@ -370,14 +371,14 @@ class ControlPlane:
             if process.poll() is not None:
                 raise ControlPlaneError(self._failure(component, f"exited with code {process.returncode}"))
             try:
-                with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_S, context=tls) as response:
+                with urllib.request.urlopen(url, timeout=READINESS_REQUEST_S, context=tls) as response:
                     return is_ready(response.read().decode())
             except OSError:  # refused while starting, or a 500 from a not-yet-ready check
                 return False
 
         try:
-            wait_for(ready, f"{component} at {url}", timeout=STARTUP_TIMEOUT_S)
-        except TimeoutError as error:
+            wait_until(ready, COMPONENT_READY_S, f"{component} at {url} to be ready")
+        except WaitTimeout as error:
             raise ControlPlaneError(self._failure(component, str(error))) from None
 
     def _failure(self, component: str, what: str) -> str:
@@ -415,15 +416,6 @@ class ControlPlane:
         path.chmod(0o600)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float, interval: float = 0.1) -> None:
-    """Poll `condition` until it is true; TimeoutError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
 def _free_ports(count: int) -> list[int]:
     """Ports the kernel just handed out and released: free unless something grabs one in between."""
     with contextlib.ExitStack() as stack:
@@ -450,7 +442,7 @@ def _die_with_parent() -> None:
 
 
 def _stop_process_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, timeout in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+    for sig, timeout in ((signal.SIGTERM, COMPONENT_STOP_S), (signal.SIGKILL, COMPONENT_STOP_S)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -14,15 +14,16 @@ from .jobs import patched
 from .kube import Kube
 from .kubelet import FakeNode, Kubelet
 from .operator_harness import OperatorInstall, Team, install_watching, operator_process
+from .timeouts import WHOLE_JOB_S
 from .trainer_runs import BASE_CONFIG, TRAINER_ENV, free_port, plugin_data
+from .waiting import wait_until
 
-TIMEOUT = 180  # seconds for a whole job: torchrun start-up, training, and the operator's reactions
 CHECKPOINT_EVERY = 5
-PROGRESS_INTERVAL = 0.3  # seconds between the operator's reads of rank 0's progress
-HANG_TIMEOUT = 4  # seconds: training.hangTimeoutSeconds for the hang tests
+PROGRESS_INTERVAL_S = 0.3  # between the operator's reads of rank 0's progress
+HANG_TIMEOUT_S = 4  # training.hangTimeoutSeconds for the hang tests
 # Rank 0's /progress by its pod IP: the operator runs on this machine, outside the pods' DNS.
 OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
-OPERATOR_ARGS = ("--progress-interval", str(PROGRESS_INTERVAL), "--liveness-port", "0", "--metrics-port", "0")
+OPERATOR_ARGS = ("--progress-interval", str(PROGRESS_INTERVAL_S), "--liveness-port", "0", "--metrics-port", "0")
 
 
 @contextmanager
@@ -35,13 +36,11 @@ def e2e_operator(install: OperatorInstall) -> Iterator[Any]:
 @contextmanager
 def e2e_namespace(control_plane, workdir: Path, nodes: Sequence[FakeNode]) -> Iterator[Team]:
     """One watched namespace with the chart installed, and `nodes` whose pods run here; no operator yet
-    (e2e_operator). The Team also has `kubelet`, `workdir` and `install`."""
+    (e2e_operator). The Team has its `kubelet`, `workdir` and `install`."""
     namespace = control_plane.create_namespace(f"e2e-{free_port()}")
     install = install_watching(control_plane, namespace, workdir)
     with Kubelet(control_plane.api_client(), nodes, workdir / "kubelet", namespaces=[namespace]) as kubelet:
-        team = Team(Kube(control_plane.api_client()), namespace)
-        team.kubelet, team.workdir, team.install = kubelet, workdir, install
-        yield team
+        yield Team(Kube(control_plane.api_client()), namespace, kubelet=kubelet, workdir=workdir, install=install)
 
 
 def paced(seconds_per_read=0.01):
@@ -67,21 +66,12 @@ def submit_training(team, name, training=None, **spec):
     return directory
 
 
-def wait_phase(team, name, phase, timeout=TIMEOUT):
-    def reached():
-        assert not team.kubelet.errors, team.kubelet.errors  # a broken kubelet, not a slow job
-        status = (team.stj(name) or {}).get("status", {})
-        if status.get("phase") == "Failed" and phase != "Failed":
-            raise AssertionError(f"{name} failed: {status.get('message')}")
-        return status.get("phase") == phase and status
-
-    return team.kube.wait_until(reached, timeout=timeout, interval=0.2)
-
-
 def wait_event(team, name, reason):
     """The messages of the job's Events with `reason`, once there is one."""
-    return team.kube.wait_until(
-        lambda: [message for _, said, message in team.events(name) if said == reason], timeout=TIMEOUT, interval=0.1
+    return wait_until(
+        lambda: [message for _, said, message in team.events(name) if said == reason],
+        WHOLE_JOB_S,
+        f"a {reason} Event of {team.namespace}/{name}",
     )
 
 

@@ -13,13 +13,13 @@ from scaletrain_operator.local.pod_network import LoopbackNetwork
 
 from .local_pods import a_pod
 
-LIFETIME_SECONDS = 600  # far longer than a test waits, and still not forever
+LIFETIME_S = 600  # far longer than a test waits, and still not forever
 
 
 def main(root: str, command: list[str]) -> None:
     executor = PodExecutor(Path(root), LoopbackNetwork("a test"))
     executor.start(a_pod("orphan", command))
-    time.sleep(LIFETIME_SECONDS)
+    time.sleep(LIFETIME_S)
 
 
 if __name__ == "__main__":

@@ -34,12 +34,14 @@ from typing import Literal
 import yaml
 
 from .control_plane import ControlPlane
+from .timeouts import PROXIED_REQUEST_S
+from .waiting import wait_until
 
 Action = Literal["fail", "drop", "hold"]
 HEAD_LIMIT = 64 * 1024
-IO_TIMEOUT = 60.0  # seconds a socket of an ordinary request may wait; watches stream for longer
-WATCH_TIMEOUT = 600.0
-HOLD_LIMIT = 300.0  # a held request is let go at the latest then
+IO_TIMEOUT_S = 60.0  # how long a socket of an ordinary request may wait; watches stream for longer
+WATCH_TIMEOUT_S = 600.0
+HOLD_LIMIT_S = 300.0  # a held request is let go at the latest then
 FAILED = (
     b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Content-Length: %d\r\n\r\n%s"
@@ -63,7 +65,6 @@ class Rule:
     until: float | None = None  # time.monotonic()
     matched: list[tuple[float, str, str]] = field(default_factory=list)  # when, method, path
     _released: threading.Event = field(default_factory=threading.Event)
-    _seen: threading.Event = field(default_factory=threading.Event)
 
     def applies(self, method: str, path: str, body: bytes, now: float) -> bool:
         if method != self.method or not self.path.search(path):
@@ -74,13 +75,15 @@ class Rule:
             return False
         return self.until is None or now < self.until
 
-    def wait_matched(self, count: int = 1, timeout: float = 60.0) -> None:
-        """Until `count` requests matched (AssertionError after `timeout` seconds)."""
-        deadline = time.monotonic() + timeout
-        while len(self.matched) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.action} {self.method} {self.path.pattern}: {len(self.matched)} matched")
-            self._seen.wait(0.05)
+    def wait_matched(self, count: int = 1, timeout_s: float = PROXIED_REQUEST_S) -> None:
+        """Until `count` requests matched."""
+        wait_until(
+            lambda: len(self.matched) >= count,
+            timeout_s,
+            f"{count} request(s) to match {self.action} {self.method} {self.path.pattern}",
+            interval_s=0.05,
+            details=lambda: f"{len(self.matched)} matched",
+        )
 
 
 class FaultProxy:
@@ -162,11 +165,10 @@ class FaultProxy:
             rule = next((rule for rule in self.rules if rule.applies(method, path, body, now)), None)
             if rule is not None:
                 rule.matched.append((now, method, path))
-                rule._seen.set()
             return rule
 
     def _serve(self, downstream: ssl.SSLSocket, client_side: ssl.SSLContext) -> None:
-        downstream.settimeout(IO_TIMEOUT)
+        downstream.settimeout(IO_TIMEOUT_S)
         head, body = _read_request(downstream)
         if head is None:
             return
@@ -178,15 +180,15 @@ class FaultProxy:
             downstream.sendall(FAILED % (len(FAILED_BODY), FAILED_BODY))
             return
         if rule is not None and rule.action == "hold":
-            rule._released.wait(HOLD_LIMIT)
+            rule._released.wait(HOLD_LIMIT_S)
             return
         kept = [h for h in headers if not h.lower().startswith((b"connection:", b"keep-alive:"))]
         forwarded = b"\r\n".join([request_line, *kept, b"Connection: close"]) + b"\r\n\r\n" + body
-        with socket.create_connection(self._upstream, timeout=IO_TIMEOUT) as raw:
+        with socket.create_connection(self._upstream, timeout=IO_TIMEOUT_S) as raw:
             with client_side.wrap_socket(raw, server_hostname=self._upstream[0]) as upstream:
                 upstream.sendall(forwarded)
                 watching = "watch=" in target
-                upstream.settimeout(WATCH_TIMEOUT if watching else IO_TIMEOUT)
+                upstream.settimeout(WATCH_TIMEOUT_S if watching else IO_TIMEOUT_S)
                 if rule is not None and rule.action == "drop":
                     upstream.recv(1)  # the API server has answered: it took effect; the answer is lost
                     return

@@ -1,21 +1,19 @@
 """A small, plain-dict client for the tests' real API server: create, get, list, patch, delete and status
-writes by a short kind name, and `wait_until`. The tests read and write objects as YAML-shaped dicts, as
-`kubectl` shows them, so that an assertion reads like the manifest it checks."""
+writes by a short kind name. The tests read and write objects as YAML-shaped dicts, as `kubectl` shows
+them, so that an assertion reads like the manifest it checks."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-T = TypeVar("T")
-REQUEST_TIMEOUT = 15.0
+from .timeouts import API_REQUEST_S
+
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -61,10 +59,6 @@ RESOURCES = {
 }
 
 
-class WaitTimeout(AssertionError):
-    pass
-
-
 class Kube:
     """Plain-dict access to the API server behind `api` (a kubernetes ApiClient)."""
 
@@ -83,7 +77,7 @@ class Kube:
         prepared = self.api.param_serialize(
             method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
         )
-        response = self.api.call_api(*prepared, _request_timeout=REQUEST_TIMEOUT)
+        response = self.api.call_api(*prepared, _request_timeout=API_REQUEST_S)
         response.read()
         if response.status >= 400:  # call_api returns errors; the generated API classes raise them
             raise ApiException(http_resp=response)
@@ -122,14 +116,3 @@ class Kube:
         except ApiException as error:
             if error.status != 404:
                 raise
-
-    @staticmethod
-    def wait_until(condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.1) -> T:
-        """The first truthy value of `condition()` within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if value := condition():
-                return value
-            if time.monotonic() > deadline:
-                raise WaitTimeout(f"not true within {timeout:.0f} s: {getattr(condition, '__name__', condition)}")
-            time.sleep(interval)

@@ -5,7 +5,7 @@
 
 - **Nodes.** Each FakeNode is registered with its labels, taints and capacity (cpu, memory, pods,
   nvidia.com/gpu), Ready, and kept fresh as the kubelet keeps it: a status heartbeat and a Lease in
-  kube-node-lease renewed every NODE_HEARTBEAT_SECONDS.
+  kube-node-lease renewed every NODE_HEARTBEAT_S.
 - **Pods.** It watches the pods bound to its nodes and runs each on the pod executor
   (scaletrain_operator.local.executor: env with the downward API and `$(VAR)`, working directories,
   volumes, a clean environment, and when root a network namespace per pod and a filesystem per
@@ -45,13 +45,14 @@ from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from .control_plane import KUBERNETES_VERSION
 from .kube import Kube
+from .waiting import WaitTimeout, wait_until
 
-NODE_HEARTBEAT_SECONDS = 10.0
-LEASE_DURATION_SECONDS = 40
-POD_SYNC_SECONDS = 0.2  # how often a pod worker looks at its pod
-WATCH_SECONDS = 5  # one watch request's length: how soon the watch notices the kubelet is stopping
-CONFIG_WAIT_SECONDS = 10.0  # for a ConfigMap or Secret a volume needs (kube-root-ca.crt comes a little late)
-EXIT_GRACE_SECONDS = 2.0  # the pods still running when the kubelet stops
+NODE_HEARTBEAT_S = 10.0
+LEASE_DURATION_S = 40
+POD_SYNC_S = 0.2  # how often a pod worker looks at its pod
+WATCH_S = 5  # one watch request's length: how soon the watch notices the kubelet is stopping
+CONFIG_WAIT_S = 10.0  # for a ConfigMap or Secret a volume needs (kube-root-ca.crt comes a little late)
+EXIT_GRACE_S = 2.0  # the pods still running when the kubelet stops
 LEASE_NAMESPACE = "kube-node-lease"
 GPU_RESOURCE = "nvidia.com/gpu"
 KUBELET_CONDITIONS = frozenset({"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"})
@@ -133,10 +134,10 @@ class Kubelet:
         with self._lock:  # no pod starts after this
             self._stop.set()
         # The workers notice within a sync; the watch may be in the middle of a request, which can
-        # start nothing now, and ends within WATCH_SECONDS.
+        # start nothing now, and ends within WATCH_S.
         for thread in self._threads + [worker.thread for worker in self._workers.values()]:
-            thread.join(timeout=POD_SYNC_SECONDS * 2)
-        self.executor.close(grace_seconds=EXIT_GRACE_SECONDS)
+            thread.join(timeout=POD_SYNC_S * 2)
+        self.executor.close(grace_seconds=EXIT_GRACE_S)
         self._unregister()
         if exc_info[0] is None and self.errors:
             raise RuntimeError("the kubelet failed: " + "; ".join(describe(error) for error in self.errors))
@@ -167,7 +168,7 @@ class Kubelet:
             "metadata": {"name": node.name, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]},
             "spec": {
                 "holderIdentity": node.name,
-                "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                "leaseDurationSeconds": LEASE_DURATION_S,
                 "renewTime": rfc3339(micro=True),
             },
         }
@@ -210,7 +211,7 @@ class Kubelet:
         }
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(NODE_HEARTBEAT_SECONDS):
+        while not self._stop.wait(NODE_HEARTBEAT_S):
             for node in self.nodes.values():
                 self.kube.set_status("nodes", None, node.name, self._node_status(node))
                 self.kube.patch("leases", LEASE_NAMESPACE, node.name, {"spec": {"renewTime": rfc3339(micro=True)}})
@@ -234,7 +235,7 @@ class Kubelet:
                 while not self._stop.is_set():
                     for event in watch.Watch().stream(
                         core.list_pod_for_all_namespaces, field_selector="spec.nodeName!=", resource_version=version,
-                        timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True,
+                        timeout_seconds=WATCH_S, allow_watch_bookmarks=True,
                     ):  # fmt: skip
                         version = event["raw_object"]["metadata"]["resourceVersion"]
                         if event["type"] != "BOOKMARK":
@@ -243,7 +244,7 @@ class Kubelet:
                 if error.status != 410:  # Gone: the version is too old; list again
                     raise
             except HTTPError:  # the API server went away (the session is ending): try again, or stop
-                time.sleep(POD_SYNC_SECONDS)
+                time.sleep(POD_SYNC_S)
 
     def _dispatch(self, pod: dict[str, Any], deleted: bool) -> None:
         if pod["spec"].get("nodeName") not in self.nodes:
@@ -297,7 +298,7 @@ class Kubelet:
         if found is None:
             if reference.get("optional", False):
                 return {}
-            message = f"{kind} {reference['name']!r} not found in {CONFIG_WAIT_SECONDS:.0f} s"
+            message = f"{kind} {reference['name']!r} not found in {CONFIG_WAIT_S:.0f} s"
             raise ProblemsError([Problem(where, message)])
         data = {
             key: base64.b64decode(value) if kind == "secret" else value.encode()
@@ -320,18 +321,22 @@ class Kubelet:
         return self.kube.request("POST", path, request)["status"]["token"].encode()
 
     def _wait_for_object(self, kind: str, namespace: str, name: str, optional: bool) -> dict[str, Any] | None:
-        """A Secret or ConfigMap, waited for a while unless optional (the kubelet waits for ever)."""
+        """A Secret or ConfigMap, waited for a while unless optional (the kubelet waits for ever); None if
+        it does not come."""
         plural = {"secret": "secrets", "configMap": "configmaps"}[kind]
-        deadline = time.monotonic() + (0 if optional else CONFIG_WAIT_SECONDS)
-        while True:
+
+        def found() -> dict[str, Any] | None:
             try:
                 return self.kube.request("GET", f"/api/v1/namespaces/{namespace}/{plural}/{name}")
             except ApiException as error:
                 if error.status != 404:
                     raise
-            if time.monotonic() > deadline:
                 return None
-            time.sleep(POD_SYNC_SECONDS)
+
+        try:
+            return wait_until(found, 0 if optional else CONFIG_WAIT_S, f"{kind} {namespace}/{name}", POD_SYNC_S)
+        except WaitTimeout:
+            return None
 
     def _guarded(self, loop: Callable[[], None]) -> None:
         try:
@@ -384,7 +389,7 @@ class PodWorker:
                 if status != reported:
                     self._report(status)
                     reported = status
-            self._changed.wait(POD_SYNC_SECONDS)
+            self._changed.wait(POD_SYNC_S)
             self._changed.clear()
 
     def _start(self) -> None:

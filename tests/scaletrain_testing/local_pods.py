@@ -3,14 +3,15 @@ its end."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scaletrain_operator.local.executor import TERMINAL_PHASES, PodExecutor, RunningPod
 
-POLL_SECONDS = 0.05
+from .waiting import WaitTimeout, wait_until
+
+POLL_INTERVAL_S = 0.05
 
 
 def a_pod(
@@ -29,13 +30,19 @@ def a_pod(
     }
 
 
-def run_to_end(executor: PodExecutor, pod: Mapping[str, Any], timeout_seconds: float) -> RunningPod:
-    """Start `pod` and drive it until it has ended; AssertionError (with its log) if it runs longer."""
+def run_to_end(executor: PodExecutor, pod: Mapping[str, Any], timeout_s: float) -> RunningPod:
+    """Start `pod` and drive it until it has ended; WaitTimeout (with its log) if it runs longer, and the pod
+    stopped."""
     running = executor.start(pod)
-    deadline = time.monotonic() + timeout_seconds
-    while running.poll() not in TERMINAL_PHASES:
-        if time.monotonic() > deadline:
-            running.stop(grace_seconds=0)
-            raise AssertionError(f"pod {running.name} still running after {timeout_seconds} s:\n{running.tail()}")
-        time.sleep(POLL_SECONDS)
+    try:
+        wait_until(
+            lambda: running.poll() in TERMINAL_PHASES,
+            timeout_s,
+            f"pod {running.name} to end",
+            interval_s=POLL_INTERVAL_S,
+            details=running.tail,
+        )
+    except WaitTimeout:
+        running.stop(grace_seconds=0)
+        raise
     return running

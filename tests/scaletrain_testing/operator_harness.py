@@ -8,7 +8,8 @@ cluster. Only the Deployment itself is left out: it needs the operator image.
 
 `Team` is one namespace of ScaleTrainJobs: the moves of a user (submit, read, wait) and, for the tests
 that run without a kubelet, of a kubelet (pod phases and exit codes written to the pod status, as the
-kubelet reports them; the real Job controller and garbage collector do the rest).
+kubelet reports them; the real Job controller and garbage collector do the rest). In the e2e tier
+(e2e_jobs.py) a Team also has the kubelet stand-in that runs its pods.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import secrets
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -34,8 +35,12 @@ from .chart import chart_crds, load_chart, of_kind, render
 from .control_plane import ControlPlane
 from .jobs import base_job
 from .kube import Kube
+from .timeouts import CONTROLLERS_REACTION_S, OPERATOR_REACTION_S, OPERATOR_STOP_S
+from .waiting import wait_until
 
-TIMEOUT = 30.0  # seconds for the operator to react; generous, the machine is shared
+if TYPE_CHECKING:
+    from .kubelet import Kubelet
+
 # What `helm install` creates that a test cannot run: the operator's Deployment needs its image.
 NOT_APPLIED = {"Deployment", "Service", "ServiceMonitor"}
 
@@ -124,7 +129,7 @@ def operator_process(install: OperatorInstall, *args: str, env: dict[str, str] |
         finally:
             process.terminate()
             try:
-                process.wait(20)
+                process.wait(OPERATOR_STOP_S)
             except subprocess.TimeoutExpired:
                 process.kill()
                 show_log()
@@ -149,10 +154,15 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 @dataclass
 class Team:
-    """One namespace of ScaleTrainJobs on the control plane."""
+    """One namespace of ScaleTrainJobs on the control plane. In the e2e tier (e2e_jobs.e2e_namespace) also
+    the kubelet stand-in that runs its pods, the directory the test shares with them, and the chart's
+    install (for the operators the test starts); elsewhere None."""
 
     kube: Kube
     namespace: str
+    kubelet: Kubelet | None = None
+    workdir: Path | None = None
+    install: OperatorInstall | None = None
 
     def submit(self, name: str, **spec: Any) -> dict[str, Any]:
         document = base_job(**spec)
@@ -165,26 +175,52 @@ class Team:
     def patch_stj(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self.kube.patch("stj", self.namespace, name, patch)
 
-    def wait_phase(self, name: str, phase: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+    def status(self, name: str) -> dict[str, Any]:
+        """The job's status; empty while it has none, or if the job is gone."""
+        return (self.stj(name) or {}).get("status") or {}
+
+    def wait_phase(self, name: str, phase: str, timeout_s: float = OPERATOR_REACTION_S) -> dict[str, Any]:
+        """The job once its status has `phase`. Fails at once if the job Failed instead (a final phase), with
+        its message, or if the Team's kubelet stand-in broke (a broken kubelet, not a slow job); after
+        `timeout_s`, with the job's status then."""
+
         def reached() -> dict[str, Any] | None:
+            if self.kubelet is not None:
+                assert not self.kubelet.errors, self.kubelet.errors
             job = self.stj(name)
-            return job if job and (job.get("status") or {}).get("phase") == phase else None
+            status = (job or {}).get("status") or {}
+            if status.get("phase") == "Failed" and phase != "Failed":
+                raise AssertionError(f"{self.namespace}/{name} failed: {status.get('message')}")
+            return job if status.get("phase") == phase else None
 
-        reached.__name__ = f"{self.namespace}/{name} is {phase}"
-        return self.kube.wait_until(reached, timeout)
+        return wait_until(reached, timeout_s, f"{self.namespace}/{name} to be {phase}", details=self._status_now(name))
 
-    def wait_status(self, name: str, check, timeout: float = TIMEOUT) -> dict[str, Any]:
-        """The job's status once `check(status)` holds."""
-        return self.kube.wait_until(
-            lambda: check(status := (self.stj(name) or {}).get("status") or {}) and status, timeout
-        )
+    def wait_status(
+        self, name: str, check, timeout_s: float = OPERATOR_REACTION_S, what: str = "the status checked for"
+    ) -> dict[str, Any]:
+        """The job's status once `check(status)` holds; `what` says what `check` looks for."""
 
-    def wait_condition(self, name: str, kind: str, status: str = "True", timeout: float = TIMEOUT) -> dict[str, Any]:
+        def checked() -> dict[str, Any] | None:
+            status = self.status(name)
+            return check(status) and status
+
+        return wait_until(checked, timeout_s, f"{self.namespace}/{name} to have {what}", details=self._status_now(name))
+
+    def wait_condition(
+        self, name: str, kind: str, status: str = "True", timeout_s: float = OPERATOR_REACTION_S
+    ) -> dict[str, Any]:
         """The job's condition `kind` once it has `status`."""
         found = self.wait_status(
-            name, lambda s: any(c["type"] == kind and c["status"] == status for c in s.get("conditions") or []), timeout
+            name,
+            lambda s: any(c["type"] == kind and c["status"] == status for c in s.get("conditions") or []),
+            timeout_s,
+            f"condition {kind}={status}",
         )
         return next(c for c in found["conditions"] if c["type"] == kind)
+
+    def _status_now(self, name: str) -> Callable[[], str]:
+        """What a failed wait on the job shows: its status at the time."""
+        return lambda: f"the status of {self.namespace}/{name} then: {self.status(name)}"
 
     def children(self, name: str, kind: str) -> list[dict[str, Any]]:
         return self.kube.list(kind, self.namespace, label_selector=f"{naming.LABEL_JOB_NAME}={name}")
@@ -232,22 +268,22 @@ class Team:
                 "phase"
             ) == "Bound"
 
-        bound.__name__ = f"claim {self.namespace}/{claim} is Bound"
-        self.kube.wait_until(bound)
+        wait_until(bound, CONTROLLERS_REACTION_S, f"claim {self.namespace}/{claim} to be Bound")
 
     # ---- the kubelet's moves, for the tests that run without one ----
 
-    def pods(self, job_name: str, timeout: float = TIMEOUT) -> list[dict[str, Any]]:
+    def pods(self, job_name: str, timeout_s: float = OPERATOR_REACTION_S) -> list[dict[str, Any]]:
         """The pods the Job controller created for `job_name`, one per completion index, by index."""
-        job = self.kube.wait_until(lambda: self.kube.get("jobs", self.namespace, job_name), timeout)
+        job = wait_until(
+            lambda: self.kube.get("jobs", self.namespace, job_name), timeout_s, f"Job {self.namespace}/{job_name}"
+        )
         completions = job["spec"]["completions"]
 
         def all_created() -> list[dict[str, Any]] | None:
             pods = [p for p in self.kube.list("pods", self.namespace, f"job-name={job_name}") if _alive(p)]
             return sorted(pods, key=_index) if len({_index(p) for p in pods}) == completions else None
 
-        all_created.__name__ = f"the Job controller created the pods of {job_name}"
-        return self.kube.wait_until(all_created, timeout)
+        return wait_until(all_created, timeout_s, f"the Job controller to create the pods of {job_name}")
 
     def set_pod_phase(
         self,

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-POLL_SECONDS = 0.02
+POLL_INTERVAL_S = 0.02
 
 
 def live_parents() -> dict[int, int]:
@@ -52,13 +52,14 @@ def processes_mentioning(text: str) -> set[int]:
     return found
 
 
-def survivors(pids: Iterable[int], mentioning: str, timeout_seconds: float) -> tuple[set[int], float]:
-    """Wait up to `timeout_seconds` for `pids`, and every process whose command line mentions
-    `mentioning`, to be gone. Returns those still alive then (none: all gone) and the seconds waited."""
+def survivors(pids: Iterable[int], mentioning: str, timeout_s: float) -> tuple[set[int], float]:
+    """Wait up to `timeout_s` for `pids`, and every process whose command line mentions `mentioning`, to be
+    gone. Returns those still alive then (none: all gone) and the seconds waited. A measure, not an
+    assertion (so not waiting.wait_until): the caller kills what is left before it asserts."""
     started = time.monotonic()
     while True:
         left = (set(pids) & set(live_parents())) | processes_mentioning(mentioning)
         waited = time.monotonic() - started
-        if not left or waited >= timeout_seconds:
+        if not left or waited >= timeout_s:
             return left, waited
-        time.sleep(POLL_SECONDS)
+        time.sleep(POLL_INTERVAL_S)

@@ -29,10 +29,11 @@ from scaletrain_operator.api import naming
 
 from .control_plane import ControlPlane
 from .kube import RESOURCES, Kube
+from .timeouts import WEBHOOK_ARMED_S
+from .waiting import wait_until
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-ARM_TIMEOUT = 30.0  # seconds for the API server to start calling a new webhook (its informer picks it up)
-WEBHOOK_TIMEOUT_SECONDS = 5
+WEBHOOK_TIMEOUT_S = 5  # the registration's timeoutSeconds: how long the API server waits for the webhook
 
 
 class StatusWriteFaults:
@@ -142,7 +143,7 @@ class StatusWriteFaults:
                     "failurePolicy": "Fail",
                     "sideEffects": "None",  # so dry-run requests reach it too
                     "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": WEBHOOK_TIMEOUT_SECONDS,
+                    "timeoutSeconds": WEBHOOK_TIMEOUT_S,
                 }
             ],
         }
@@ -155,5 +156,4 @@ class StatusWriteFaults:
             self._kube.request("PATCH", path, {"status": {}}, [("dryRun", "All")], "application/merge-patch+json")
             return self.calls > 0
 
-        called.__name__ = f"the API server calling the webhook {self.name}"
-        self._kube.wait_until(called, timeout=ARM_TIMEOUT, interval=0.2)
+        wait_until(called, WEBHOOK_ARMED_S, f"the API server to call the webhook {self.name}", interval_s=0.2)

@@ -18,10 +18,12 @@ import yaml
 
 from scaletrain_testing.jobs import patched
 from scaletrain_testing.process_tree import descendants
+from scaletrain_testing.timeouts import TRAINER_RUN_S
 from scaletrain_trainer.launch import TORCHRUN
 
-TIMEOUT = 240  # seconds; a hung run fails the test instead of the suite
-
+# pytest.approx tolerances for fp32 runs that should train the same and differ only in the order of their
+# float sums (another world size, strategy or split of the batch).
+FP32_EXACT = {"rel": 1e-5, "abs": 1e-6}
 GPT_OPTIONS = {"vocab_size": 64, "context_length": 16, "layers": 2, "heads": 2, "width": 32}
 
 # Tiny GPT, 200 samples: 13 steps per epoch of 16, the 13th a short window of 8 samples, so 20 steps
@@ -112,9 +114,38 @@ def run_trainer(
     ]
     environment = os.environ | TRAINER_ENV | (env or {})
     result = subprocess.run(
-        command, cwd=directory, env=environment, capture_output=True, text=True, timeout=TIMEOUT, check=False
+        command, cwd=directory, env=environment, capture_output=True, text=True, timeout=TRAINER_RUN_S, check=False
     )
     return Run(result.returncode, result.stdout + result.stderr, directory)
+
+
+class SharedRuns:
+    """Trainer runs that several tests share, each made once: calling it with a name and a run's arguments
+    (as `config_for` and `run_trainer` take them) gives the run made with exactly those, in root/NAME.
+    `base` goes into every run's overrides, under the run's own. A name is a directory: one asked for again
+    with other arguments is an error, not the run made first."""
+
+    def __init__(self, root: Path, base: dict[str, Any] | None = None):
+        self.root = root
+        self.base = base or {}
+        self._runs: dict[tuple[str, str], Run] = {}
+
+    def __call__(
+        self,
+        name: str,
+        overrides: dict[str, Any] | None = None,
+        nproc: int = 2,
+        checkpoints: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> Run:
+        arguments = json.dumps([overrides, nproc, checkpoints, env], sort_keys=True)  # every argument, frozen
+        if (name, arguments) not in self._runs:
+            if any(made == name for made, _ in self._runs):
+                raise ValueError(f"run {name!r} was made with other arguments; give this one a name of its own")
+            directory = self.root / name
+            config = config_for(directory, self.base | (overrides or {}), checkpoints)
+            self._runs[name, arguments] = run_trainer(directory, config, nproc, env)
+        return self._runs[name, arguments]
 
 
 @dataclass

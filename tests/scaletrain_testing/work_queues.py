@@ -11,7 +11,7 @@ import pytest
 
 from scaletrain_operator.controller.workqueue import Outcome, WorkQueue
 
-TIMEOUT = 5.0
+from .timeouts import WORK_QUEUE_REACTION_S
 
 
 class Reconciler:
@@ -32,7 +32,7 @@ class Reconciler:
             self.most_concurrent = max(self.most_concurrent, self.concurrent)
             self._changed.notify_all()
         if key in self.hold:
-            assert self.hold[key].wait(TIMEOUT)
+            assert self.hold[key].wait(WORK_QUEUE_REACTION_S)
         with self._changed:
             self.concurrent -= 1
             outcome = self.outcomes.pop(0) if self.outcomes else Outcome.SETTLED
@@ -40,10 +40,10 @@ class Reconciler:
             raise outcome
         return outcome
 
-    def wait_until(self, condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float = WORK_QUEUE_REACTION_S) -> None:
         """Until `condition` (of the calls so far) holds: looked at again at each call, not polled."""
         with self._changed:
-            assert self._changed.wait_for(condition, timeout), "not within the timeout"
+            assert self._changed.wait_for(condition, timeout_s), "not within the timeout"
 
 
 @pytest.fixture

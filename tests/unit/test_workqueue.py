@@ -10,7 +10,8 @@ import threading
 
 from scaletrain_operator.controller import workqueue
 from scaletrain_operator.controller.workqueue import FairReady, Outcome, WorkQueue, namespace_of
-from scaletrain_testing.work_queues import TIMEOUT, Reconciler
+from scaletrain_testing.timeouts import WORK_QUEUE_REACTION_S
+from scaletrain_testing.work_queues import Reconciler
 
 
 def test_different_keys_run_in_parallel(make_queue):
@@ -37,7 +38,7 @@ def test_a_gone_key_is_forgotten(make_queue):
 def test_a_trigger_without_delay_overtakes_a_delayed_one(make_queue):
     reconciler = Reconciler()
     queue = make_queue(reconciler)
-    queue.add("a", delay=TIMEOUT * 2)
+    queue.add("a", delay=WORK_QUEUE_REACTION_S * 2)
     queue.add("a")
     reconciler.wait_until(lambda: reconciler.calls == ["a"])
 
@@ -60,7 +61,7 @@ def test_stop_ends_the_workers():
     queue.start()
     queue.stop()
     for worker in queue._workers:
-        worker.join(TIMEOUT)
+        worker.join(WORK_QUEUE_REACTION_S)
         assert not worker.is_alive()
 
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-WAIT_SECONDS = 120  # longer than the test waits: rank 0 ends when the gang policy stops the gang
+WAIT_S = 120  # longer than the test waits: rank 0 ends when the gang policy stops the gang
 
 
 @record
@@ -19,7 +19,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     if dist.get_rank() == 1:
         raise ValueError("shard 7 of the training data is corrupt (rank 1 raises this on purpose)")
-    time.sleep(WAIT_SECONDS)
+    time.sleep(WAIT_S)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,9 +11,10 @@ from pathlib import Path
 
 from torch.distributed.checkpoint import FileSystemWriter
 
+from scaletrain_testing.waiting import WaitTimeout, wait_until
 from scaletrain_trainer.training.data import SyntheticSequences
 
-POLL_SECONDS = 0.02
+POLL_INTERVAL_S = 0.02
 
 
 class KilledMidCheckpoint(SyntheticSequences):
@@ -43,9 +45,13 @@ class KilledMidCheckpoint(SyntheticSequences):
         return super().__getitem__(index)
 
     def _kill_once_a_shard_is_written(self) -> None:
-        deadline = time.monotonic() + self.linger_seconds
-        while time.monotonic() < deadline and not list(self.partial.glob("*.distcp")):
-            time.sleep(POLL_SECONDS)
+        with contextlib.suppress(WaitTimeout):  # no shard yet: it dies all the same
+            wait_until(
+                lambda: list(self.partial.glob("*.distcp")),
+                self.linger_seconds,
+                f"a shard in {self.partial}",
+                interval_s=POLL_INTERVAL_S,
+            )
         if os.environ.get("RANK", "0") == "0":
             directory = self.partial.parent
             held = {entry.name: sorted(p.name for p in entry.iterdir()) for entry in directory.iterdir()}
