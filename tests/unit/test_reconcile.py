@@ -386,10 +386,16 @@ def test_suspend_and_resume():
     assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
     assert decision.status["phase"] == "Suspended"
     assert decision.events == (Event("Normal", "Suspended", "spec.suspend is true", G0),)
+    # Resumed: the next gang goes on from the checkpoint the suspension saved. The suspended Job is not
+    # un-suspended: its pods ended Failed (exit 80), which its podFailurePolicy would count once it ran.
     resumed = _job(status=decision.status)
     decision = decide(resumed, _observed(resumed, {0: _child(resumed, 0, suspend=True)}), NOW)
-    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": False})
-    assert decision.status["phase"] == "Pending"
+    assert decision.delete_child_jobs == ("demo-g0",) and [c["metadata"]["name"] for c in decision.create] == [
+        "demo-g1"
+    ]
+    assert decision.create[0]["spec"]["suspend"] is False and decision.patch_child_job is None
+    assert decision.status["phase"] == "Restarting" and decision.status["restarts"] == 0
+    assert "disruptions" not in decision.status or decision.status["disruptions"] == 0
 
 
 def test_a_queued_job_waits_for_kueue_instead_of_unsuspending_itself():

@@ -10,7 +10,8 @@ decision. It reads as a list of steps:
 3. create what is missing: the Service, and the current generation's Job (kept off the nodes in
    status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
    (counted against maxRestarts);
-4. a spec change the running gang cannot take restarts it (not counted against maxRestarts);
+4. a spec change the running gang cannot take restarts it, and so does resuming a suspended job (neither
+   counted against maxRestarts);
 5. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods: succeeded, failed, or
    restart, counted as a restart or as a disruption, maybe blaming a node the next gangs avoid; a Running
    gang whose rank 0 answered, when read, that it made no progress by the time it promised
@@ -64,6 +65,7 @@ RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
 DISRUPTIONS_ANNOTATION = f"{naming.GROUP}/disruptions"
 EXCLUDED_NODES_ANNOTATION = f"{naming.GROUP}/excluded-nodes"  # a JSON list
 SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
+RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
 JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
 HANG = HANG_RESULT  # and of a Running gang whose progress stalled
 SCHEDULABLE = "Schedulable"
@@ -249,6 +251,11 @@ def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
     return bool((child_job.get("spec") or {}).get("suspend"))
 
 
+def resumed(job: ScaleTrainJob, child_job: Mapping[str, Any]) -> bool:
+    """spec.suspend turned false while the gang's Job is suspended; with a queue, Kueue resumes the Job."""
+    return not job.spec.suspend and job.spec.queue_name is None and child_job_suspended(child_job)
+
+
 def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[str, Any] | None) -> bool:
     """Whether someone else deleted the current generation's Job: the status names it, and neither it nor a
     newer generation's Job exists. The status names a Job only once it was created (cluster.apply patches
@@ -365,6 +372,12 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds:
     if _hash_of(current) != _hash_of(desired):
         record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
         return _restart(draft, current, for_gang(job, desired, ledger), SPEC_CHANGE_MESSAGE)
+    if resumed(job, current):
+        # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
+        # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
+        # after a moment, as a disruption. The next gang starts instead, counted as neither.
+        record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
+        return _restart(draft, current, for_gang(job, desired, ledger), RESUME_MESSAGE)
     status.fields["nodes"] = node_counts(observed.pods).model_dump(mode="json", by_alias=True)
     failing = this_gang(job, generation, observed.pods, "Failed")
     verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
@@ -563,8 +576,6 @@ def _keep_running(
     in_place: dict[str, Any] = {}
     if spec.suspend and not suspended:
         in_place["suspend"] = True
-    elif not spec.suspend and suspended and spec.queue_name is None:
-        in_place["suspend"] = False  # with a queue, admission (un-suspending) is Kueue's
     if (current.get("spec") or {}).get("activeDeadlineSeconds") != spec.active_deadline_seconds:
         in_place["activeDeadlineSeconds"] = spec.active_deadline_seconds
     patch = ChildJobPatch(current["metadata"]["name"], in_place) if in_place else None
