@@ -3,6 +3,7 @@ PID 1 has no handler for is dropped by the kernel."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
@@ -46,3 +47,23 @@ def test_a_stop_during_preflight_ends_the_pod_without_starting_torchrun(monkeypa
     monkeypatch.setattr(launch, "preflight", lambda environ: deliver(signal.SIGTERM))
     monkeypatch.setattr(subprocess, "Popen", lambda *args, **kwargs: pytest.fail("torchrun was started"))
     assert launch.main([]) == 128 + signal.SIGTERM
+
+
+def error_file_at(log_dir, attempt: int, rank: int, written_ns: int):
+    path = log_dir / "run_abc" / f"attempt_{attempt}" / str(rank) / "error.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
+    os.utime(path, ns=(written_ns, written_ns))
+    return path
+
+
+def test_the_first_error_is_the_earliest_written_in_the_last_attempt_not_torchruns_tie_break(tmp_path):
+    """torchrun's error timestamps are whole seconds, and a tie went to rank 0, whose error was only that its
+    peer's connection closed."""
+    chosen = tmp_path / "error.json"  # torchrun's copy of rank 0's
+    log_dir = tmp_path / "workers"
+    error_file_at(log_dir, 0, 0, written_ns=1_000)  # an earlier attempt's
+    error_file_at(log_dir, 1, 0, written_ns=5_000_000_500)  # rank 0: "Connection closed by peer"
+    culprit = error_file_at(log_dir, 1, 1, written_ns=5_000_000_000)
+    assert launch.first_error(chosen, log_dir) == culprit
+    assert launch.first_error(chosen, tmp_path / "none") == chosen  # no worker wrote one: torchrun's

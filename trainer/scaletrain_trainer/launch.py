@@ -50,6 +50,7 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 TRAINER_SHUTDOWN_TIMEOUT_SECONDS = 24 * 3600
 # torchrun (torchrun.py) with this Python, without depending on PATH; torchrun's arguments follow.
 TORCHRUN = (sys.executable, "-m", "scaletrain_trainer.torchrun")
+LOG_DIR_ENV = "PET_LOG_DIR"  # torchrun's --log-dir: where each worker writes its own error file
 CUT_MARK = "..."  # where the start of a traceback too long for the termination message was cut off
 
 
@@ -98,20 +99,25 @@ def main(argv: list[str]) -> int:
         return 128 + stop_signals.received  # stopped before training began: nothing to save
     # torchrun runs as a child, not exec'd, so that its exit can be read; the pod's stop signals reach it
     # through this process.
-    with error_file() as root_cause:
-        env = torchrun_env(os.environ) | ({wire.ERROR_FILE_ENV: str(root_cause)} if root_cause is not None else {})
+    with error_files() as root_cause:
+        env = torchrun_env(os.environ)
+        # The workers' error files go where this launcher finds them, unless the pod's env says where.
+        workers = root_cause.parent / "workers" if root_cause is not None and LOG_DIR_ENV not in env else None
+        if root_cause is not None:
+            env |= {wire.ERROR_FILE_ENV: str(root_cause)} | ({LOG_DIR_ENV: str(workers)} if workers else {})
         torchrun = subprocess.Popen([*TORCHRUN, *argv], env=env)
         stop_signals.forward_to(torchrun)
         torchrun_exit = torchrun.wait()
         if torchrun_exit != 0 and root_cause is not None:
-            record_root_cause(root_cause, termination_message_path())
+            record_root_cause(first_error(root_cause, workers) if workers else root_cause, termination_message_path())
     return pod_exit_code(torchrun_exit, termination_message_path())
 
 
 @contextmanager
-def error_file() -> Iterator[Path | None]:
+def error_files() -> Iterator[Path | None]:
     """A path for torchrun's root-cause error, private to this launcher: the pod's own TORCHELASTIC_ERROR_FILE
-    is its termination message, which torchrun would overwrite whole, and unbounded. None where no
+    is its termination message, which torchrun would overwrite whole, and unbounded. Its directory holds the
+    workers' own error files too (torchrun's log directory, unless the pod's env names one). None where no
     temporary directory can be made (a read-only root filesystem): the pod then runs without."""
     try:
         directory = tempfile.TemporaryDirectory(prefix="scaletrain-launch-")
@@ -123,6 +129,21 @@ def error_file() -> Iterator[Path | None]:
         return
     with directory as path:
         yield Path(path) / "error.json"
+
+
+def first_error(chosen: Path, log_dir: Path) -> Path:
+    """The error file of the worker that failed first, in torchrun's last attempt. torchrun copies the one
+    with the earliest timestamp into `chosen`, but its timestamps are whole seconds, and a tie goes to the
+    lowest rank: a peer that failed because the culprit's connection closed ("Connection closed by peer")
+    within the same second was named instead. The files' modification times tell them apart."""
+    attempts: dict[int, list[Path]] = {}
+    for path in log_dir.glob("*/attempt_*/*/error.json"):
+        number = path.parent.parent.name.removeprefix("attempt_")
+        if number.isascii() and number.isdigit():
+            attempts.setdefault(int(number), []).append(path)
+    if not attempts:
+        return chosen
+    return min(attempts[max(attempts)], key=lambda path: path.stat().st_mtime_ns)
 
 
 def record_root_cause(error_file: Path, termination_message: Path) -> None:
