@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from scaletrain_testing.trainer_runs import free_port
+from scaletrain_trainer.contract import wire
 from scaletrain_trainer.reporting.metrics import MetricsReporter
 
 
@@ -97,3 +98,23 @@ def test_a_busy_port_does_not_stop_training(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+def test_every_step_record_field_wire_names_is_served_and_each_gauge_it_names_is_exported(tmp_path):
+    """What the reporter copies from a step record and exports comes from contract/wire.py alone."""
+    port = free_port()
+    reporter = MetricsReporter(str(tmp_path), port, max_steps=100, enabled=True)
+    try:
+        reporter.log(
+            {name: 1 for name in wire.FROM_STEP_RECORD} | {"notAField": 1}, eta_seconds=9.0, next_report_within=30
+        )
+        reporter.log_eval(1, 2.0)
+        progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        reporter.close()
+    assert set(wire.FROM_STEP_RECORD) <= set(progress) and "notAField" not in progress
+    exported = [field for field in wire.PROGRESS_FIELDS if field.gauge is not None and field.name in progress]
+    assert {"step", "maxSteps", "evalLoss", "etaSeconds"} <= {field.name for field in exported}
+    for field in exported:
+        assert f"# TYPE {field.gauge.name} gauge\n{field.gauge.name} {progress[field.name]}\n" in metrics

@@ -14,7 +14,6 @@ from scaletrain_operator.api.crd import build_crd
 from scaletrain_operator.api.progress import parse_progress, status_patch
 from scaletrain_testing.jobs import REPO
 from scaletrain_trainer.contract import exit_codes, wire
-from scaletrain_trainer.reporting.metrics import MetricsReporter, finite_json
 
 SCHEMA_TYPES = {"integer": "integer", "number": "number", "boolean": "boolean", "timestamp": "string"}
 SOURCES = sorted((REPO / "operator").rglob("*.py")) + sorted((REPO / "trainer").rglob("*.py"))
@@ -77,17 +76,6 @@ def test_rounded_fields_are_rounded_for_kubectl_and_the_rest_kept_whole():
     for field in wire.REPORTED:
         if field.kind == "number":
             assert patch[field.name] == (1.235 if field.rounded else 1.23456789), field.name
-
-
-def test_the_reporter_serves_every_step_record_field_and_a_gauge_for_each_field_that_has_one():
-    reporter = MetricsReporter("unused", port=0, max_steps=10, enabled=False)
-    reporter._progress.update({name: 0.25 for name in wire.FROM_STEP_RECORD})  # what log() copies in, when enabled
-    served = finite_json(reporter.progress())
-    assert set(wire.FROM_STEP_RECORD) <= set(served)
-    metrics = reporter.prometheus_text()
-    for field in wire.PROGRESS_FIELDS:
-        if field.gauge is not None and field.name in served:
-            assert f"# TYPE {field.gauge.name} gauge\n" in metrics
 
 
 def string_literals(path) -> list[tuple[int, str]]:
