@@ -4,16 +4,22 @@
 #   docker build --target trainer  -t ghcr.io/scaletrain/trainer:0.1.0 .
 # The trainer base must ship the torch version the package pins (pyproject.toml, extra `train`),
 # so that installing the package reuses it instead of downloading another multi-GB build.
+# Both bases can be overridden (PYTHON_BASE for the wheel and operator stages, TRAINER_BASE for the
+# trainer), e.g. with local stand-ins where no registry can be reached: tests/images/build.sh
+# (`make images`) builds them with debootstrap and passes them with buildah bud --build-arg.
+# The pip steps keep their downloads in a build cache mount (BuildKit; buildah bud honours it too).
 ARG PYTHON_VERSION=3.11
 ARG TORCH_VERSION=2.13.0
 ARG CUDA_VERSION=12.8
 ARG CUDNN_VERSION=9
+# The wheel's and the operator's base: the official slim Python image.
+ARG PYTHON_BASE=python:${PYTHON_VERSION}-slim
 # The trainer's base: a PyTorch CUDA runtime with the pinned torch. A CPU-only image (e.g. for a kind
 # cluster) can start from python:${PYTHON_VERSION}-slim with TORCH_EXTRA_INDEX_URL set to the CPU wheels.
 ARG TRAINER_BASE=pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}-cudnn${CUDNN_VERSION}-runtime
 
 # ---- the scaletrain wheel, built once for both images
-FROM python:${PYTHON_VERSION}-slim AS wheel
+FROM ${PYTHON_BASE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
@@ -21,16 +27,18 @@ COPY trainer/ trainer/
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # The trainer installs the wheel with its `train` extra (the pinned torch) through a requirements file,
 # plus `hf` (model.name: hf, the export command) and `tensorboard` (training.tensorboard).
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip wheel --no-deps --wheel-dir /wheels . \
     && printf '%s[train,hf,tensorboard]\n' /wheels/scaletrain-*.whl > /wheels/trainer-requirements.txt
 
 # ---- operator: slim Python with kopf and the kubernetes client; no torch
-FROM python:${PYTHON_VERSION}-slim AS operator
+FROM ${PYTHON_BASE} AS operator
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir /wheels/scaletrain-*.whl && rm -rf /wheels
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install /wheels/scaletrain-*.whl && rm -rf /wheels
 # A numeric non-root user, so that the chart's runAsNonRoot can be verified by the kubelet.
 USER 65532:65532
 EXPOSE 8080 8081
@@ -45,7 +53,8 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=wheel /wheels /wheels
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN pip install --no-cache-dir ${TORCH_EXTRA_INDEX_URL:+--extra-index-url "${TORCH_EXTRA_INDEX_URL}"} \
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install ${TORCH_EXTRA_INDEX_URL:+--extra-index-url "${TORCH_EXTRA_INDEX_URL}"} \
         --requirement /wheels/trainer-requirements.txt "torch==${TORCH_VERSION}" \
     && rm -rf /wheels \
     && groupadd --gid "${TRAINER_UID}" trainer \
