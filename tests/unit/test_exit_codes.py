@@ -14,5 +14,8 @@ def test_write_errors_are_named_in_one_line_even_inside_a_distributed_checkpoint
     assert write_error_cause(full) == "disk full (ENOSPC) writing /ckpt/step-10.partial/__0_0.distcp"
     wrapped = CheckpointException("write", {1: (OSError(errno.EROFS, "Read-only file system"), None)})
     assert write_error_cause(wrapped) == "read-only file system (EROFS)"
+    refused = PermissionError(errno.EACCES, "Permission denied", "/checkpoints/run")
+    assert write_error_cause(refused).startswith("permission denied: not writable by the container's user;")
+    assert write_error_cause(refused).endswith("(EACCES) writing /checkpoints/run")
     assert write_error_cause(OSError(errno.ENOENT, "No such file")) is None
     assert write_error_cause(RuntimeError("boom")) is None

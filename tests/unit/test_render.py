@@ -11,7 +11,8 @@ import pytest
 from scaletrain_operator.api.merge import merge_under
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.render import generation_free, render_children, render_job
-from scaletrain_testing.jobs import DELETE, EXAMPLES, base_job, load_yaml
+from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO, base_job, load_yaml
+from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import ProblemsError
 
 KUBERNETES_VERSION = "1.33"
@@ -284,7 +285,25 @@ def test_security_defaults_and_opt_out():
         "runAsNonRoot": False,
         "runAsUser": 0,
         "seccompProfile": {"type": "RuntimeDefault"},
+        "fsGroup": wire.TRAINER_GID,
+        "fsGroupChangePolicy": "OnRootMismatch",
     }
+
+
+def test_volumes_are_handed_to_the_trainers_group():
+    """A root-owned volume (mode 0755) must be writable by the trainer image's user 10001: fsGroup is its
+    group unless the job names a group; a chown only where the volume's root is not the group's yet."""
+    default = _pod(_children(base_job()))["spec"]["securityContext"]
+    assert default["fsGroup"] == wire.TRAINER_GID and default["fsGroupChangePolicy"] == "OnRootMismatch"
+    own_group = _pod(_children(base_job(securityContext={"runAsUser": 1000, "runAsGroup": 2000})))["spec"]
+    assert own_group["securityContext"]["fsGroup"] == 2000
+    chosen = _pod(_children(base_job(securityContext={"runAsGroup": 2000, "fsGroup": 3000})))["spec"]
+    assert chosen["securityContext"]["fsGroup"] == 3000
+
+
+def test_the_trainer_group_is_the_images():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert f"ARG TRAINER_UID={wire.TRAINER_GID}\n" in dockerfile
 
 
 def test_kueue_queue_creates_a_suspended_labelled_job():
@@ -448,3 +467,11 @@ def test_the_rank_env_of_other_containers_does_not_make_generations_differ():
     template = {"spec": {"containers": [{"name": "pytorch", "image": "team/train:1"}]}}
     job = parse_job(base_job(rankEnvContainers=["pytorch"], podTemplate=template))
     assert generation_free(render_job(job, 0)) == generation_free(render_job(job, 1))
+
+
+def test_the_trainers_command_is_not_pid_1_unless_the_template_says():
+    """As PID 1 of its namespace a plain `python train.py` ignores SIGTERM: pods share the process
+    namespace, so that pause is PID 1, unless podTemplate decides."""
+    assert _pod(_children(base_job()))["spec"]["shareProcessNamespace"] is True
+    opted_out = base_job(podTemplate={"spec": {"shareProcessNamespace": False}})
+    assert _pod(_children(opted_out))["spec"]["shareProcessNamespace"] is False

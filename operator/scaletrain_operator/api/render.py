@@ -146,6 +146,13 @@ def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
             **_placement(spec),
         },
     }
+    template_spec = (spec.pod_template or {}).get("spec") or {}
+    if "shareProcessNamespace" not in template_spec:
+        # The pause process is then PID 1, not the trainer's command. A process that is PID 1 of its
+        # namespace ignores any signal it has no handler for: a plain `python train.py` would sleep
+        # through the SIGTERM of every deletion, gang restart and eviction until the grace period's
+        # SIGKILL (2 minutes by default). A podTemplate that sets it decides.
+        rendered["spec"]["shareProcessNamespace"] = True
     if spec.pod_template is None:
         return rendered
     return merge_under(spec.pod_template, rendered)
@@ -301,8 +308,16 @@ def _placement(spec: ScaleTrainJobSpec) -> dict[str, Any]:
 
 
 def _pod_security(spec: ScaleTrainJobSpec) -> dict[str, Any]:
+    """The pod's securityContext. A new volume (a checkpoint PVC) is commonly owned by root with mode 0755
+    while the trainer runs as a non-root user: without fsGroup its first checkpoint is refused. So pods
+    get the job's runAsGroup, else the trainer image's group, as fsGroup, which makes the kubelet hand
+    the volumes that support it to that group (group-writable, setgid). OnRootMismatch: only when the
+    volume's root is not theirs yet; a recursive chown of a large checkpoint tree at every gang start
+    would take minutes."""
     security = spec.security_context.model_dump(mode="json", by_alias=True, exclude_none=True)
     security["seccompProfile"] = {"type": "RuntimeDefault"}
+    security.setdefault("fsGroup", security.get("runAsGroup", wire.TRAINER_GID))
+    security["fsGroupChangePolicy"] = "OnRootMismatch"
     return security
 
 

@@ -38,12 +38,15 @@ FINAL: dict[Result, str] = {
     CONFIG_ERROR_RESULT: "invalid training config",
     WRITE_ERROR_RESULT: "cannot write its checkpoints or outputs",
 }
-# What a write error means to the user: out of space (or quota), a read-only mount, a file size limit.
+# What a write error means to the user: out of space (or quota), a read-only mount, a file size limit, a
+# directory the container's user may not write (a volume owned by another user, or a path in the image).
 WRITE_ERRNOS = {
     errno.ENOSPC: "disk full",
     errno.EDQUOT: "disk quota exceeded",
     errno.EROFS: "read-only file system",
     errno.EFBIG: "file too large",
+    errno.EACCES: "permission denied: not writable by the container's user; put it on a volume, which "
+    "spec.securityContext.fsGroup makes writable",
 }
 
 
@@ -102,7 +105,7 @@ def final_failure(exit_code: int | None, termination_message: str) -> Result | N
 
 
 def write_error_cause(error: BaseException) -> str | None:
-    """One line for a write error (ENOSPC, EDQUOT, EROFS, EFBIG), found in `error` or what it wraps
+    """One line for a write error (ENOSPC, EDQUOT, EROFS, EFBIG, EACCES), found in `error` or what it wraps
     (torch.distributed.checkpoint gathers every rank's failure into one exception), else None."""
     seen: set[int] = set()
     pending: list[object] = [error]

@@ -23,6 +23,10 @@ TERMINATION_LOG_ENV = "SCALETRAIN_TERMINATION_LOG"  # where the trainer writes i
 # itself decorated so, copies its first failed worker's file into its own (launch.py reads it from there).
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 
+# The trainer image's user and group (the Dockerfile's TRAINER_UID). Pods get it as their fsGroup unless
+# the job says otherwise, so that a volume the kubelet mounts root-owned (a new disk: mode 0755) is theirs.
+TRAINER_GID = 10001
+
 # The termination message: the trainer's summary, which Kubernetes copies into the pod's status.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes: the kubelet keeps at most this much of one container's message
