@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run-local lint control-plane test test-fast generate render clean
+.PHONY: setup run-local lint control-plane images cluster cluster-down test test-fast test-node generate render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +30,30 @@ lint: setup
 control-plane:
 	tests/controlplane/build.sh
 
-# Every tier: unit, integration and e2e (README, "Development"). Without Go, the control-plane tests
-# skip (outside CI) rather than stopping the other tiers.
+# Both images built from the Dockerfile with buildah (the base images are local stand-ins built with
+# debootstrap), and the pause image; cached by content outside the work tree (tests/images/build.sh).
+images: control-plane
+	tests/images/build.sh
+
+# A real Kubernetes here, without Docker: the control plane plus a node (kubelet on containerd and runc,
+# kube-proxy, CoreDNS) running the built images, with the chart installed. It stays up; its last line is
+# `export KUBECONFIG=...`. `make cluster-down` stops it and removes its state.
+cluster: setup images
+	$(BIN)/python -m scaletrain_testing.local_cluster up
+
+cluster-down: setup
+	$(BIN)/python -m scaletrain_testing.local_cluster down
+
+# Every tier: unit, integration, e2e and node (README, "Development"). Without Go, or without root and the
+# node's packages, those tiers skip (outside CI) rather than stopping the others.
 test: export CONTROL_PLANE_OPTIONAL = 1
-test: lint control-plane
+test: export NODE_OPTIONAL = 1
+test: lint control-plane images
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The node tier alone: the images in containers on a real kubelet (on `make cluster`'s cluster if one is up).
+test-node: setup images
+	$(BIN)/python -m pytest tests/node $(PYTEST_ARGS)
 
 # The fast lane: the unit tier alone (pure, no processes), well under a minute.
 test-fast: setup

@@ -1,4 +1,4 @@
-"""The test tiers: each test is marked with the folder it lives in (unit, integration or e2e), so that
+"""The test tiers: each test is marked with the folder it lives in (unit, integration, e2e or node), so that
 `pytest -m unit` is the fast lane. Shared fixtures: the generated CRD, and the real control plane with
 a namespace per test."""
 
@@ -17,7 +17,7 @@ from scaletrain_testing.control_plane import KUBERNETES_VERSION, ControlPlane, u
 from scaletrain_testing.jobs import REPO, load_yaml
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "integration", "e2e")
+TIERS = ("unit", "integration", "e2e", "node")
 
 # unit_purity fails a unit test that starts a process, sleeps or opens a network socket; the others hold
 # fixtures that tests of both the unit and the integration tier use.

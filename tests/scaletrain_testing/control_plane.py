@@ -14,6 +14,7 @@ import ctypes
 import datetime
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -80,7 +81,7 @@ def cache_dir() -> Path:
 
 
 def binaries_dir() -> Path:
-    """Where tests/controlplane/build.sh puts the four binaries."""
+    """Where tests/controlplane/build.sh puts the control plane's binaries, and the node's (local_cluster.py)."""
     return cache_dir() / "control-plane" / KUBERNETES_VERSION / "bin"
 
 
@@ -112,20 +113,43 @@ class ControlPlane:
 
     `work_dir` holds the PKI, etcd's data, the kubeconfigs and one log per component; by default a
     temporary directory that is removed on exit (a given one is kept, logs included).
+
+    `host` is the address the API server binds and advertises: loopback for the tests' control plane; the
+    node bridge's address for a cluster with real nodes (local_cluster.py), whose pods reach it through
+    the `kubernetes` Service. `detached` components outlive this process (`make cluster`); either way
+    each one's pid is recorded in work_dir/pids, so that `stop_recorded` can stop them from another.
     """
 
-    def __init__(self, work_dir: Path | None = None, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        work_dir: Path | None = None,
+        bin_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        detached: bool = False,
+        extra_controllers: tuple[str, ...] = (),
+    ) -> None:
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="scaletrain-control-plane-"))
         self.bin_dir = bin_dir or binaries_dir()
+        self.host = host
+        self.detached = detached
+        self.controllers = CONTROLLERS + extra_controllers
         self.pki = self.work_dir / "pki"
         self.kubeconfig = self.work_dir / "control_plane.kubeconfig"
-        self.ports = dict(zip(PORTS, _free_ports(len(PORTS)), strict=True))
-        self.server = f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+        self.ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
+        self.server = f"https://{host}:{self.ports['kube-apiserver']}"
         self.startup_seconds: float | None = None
         self.audit = audit.AuditLog(self.work_dir / "audit.log")
         self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._admin_core: kubernetes.client.CoreV1Api | None = None
+
+    @classmethod
+    def clients_for(cls, kubeconfig: Path, work_dir: Path) -> ControlPlane:
+        """The clients (kubectl, the Python client, namespaces) of a cluster started elsewhere (kind), by its
+        admin kubeconfig; nothing is started or stopped."""
+        clients = cls(work_dir)
+        clients.kubeconfig = kubeconfig
+        return clients
 
     def __enter__(self) -> ControlPlane:
         try:
@@ -142,7 +166,7 @@ class ControlPlane:
 
     def start(self) -> None:
         started = time.monotonic()
-        _write_pki(self.pki)
+        _write_pki(self.pki, self.host)
         self._write_kubeconfig(self.kubeconfig, user={"client-certificate": "admin.crt", "client-key": "admin.key"})
         for component in ("kube-controller-manager", "kube-scheduler"):
             certificate = {"client-certificate": f"{component}.crt", "client-key": f"{component}.key"}
@@ -176,6 +200,14 @@ class ControlPlane:
     def api_client(self) -> kubernetes.client.ApiClient:
         """A client authenticated as the admin (group system:masters)."""
         return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def client_kubeconfig(self, path: Path, user: str, group: str | None = None) -> Path:
+        """A kubeconfig with a client certificate for USER (in GROUP) signed by the cluster's CA, as kubeadm
+        writes for the kubelet (system:node:NAME in system:nodes) and kube-proxy (system:kube-proxy)."""
+        base = re.sub(r"[^A-Za-z0-9.-]+", "-", user)
+        _write_leaf(self.pki, base, user, group, self._ca_signer())
+        self._write_kubeconfig(path, user={"client-certificate": f"{base}.crt", "client-key": f"{base}.key"})
+        return path
 
     def kubectl(
         self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60
@@ -228,11 +260,13 @@ class ControlPlane:
     def serving_certificate(self, directory: Path, name: str) -> tuple[Path, Path]:
         """A serving certificate for 127.0.0.1 signed by the cluster's CA, for a server the API server calls
         (an admission webhook, which it trusts through `ca_bundle`): written to DIRECTORY/NAME.crt and .key."""
-        ca_key = serialization.load_pem_private_key((self.pki / "ca.key").read_bytes(), password=None)
-        ca_name = x509.load_pem_x509_certificate(self.ca_bundle).subject
         loopback: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        _write_leaf(directory, name, name, None, (ca_key, ca_name), server_names=loopback)
+        _write_leaf(directory, name, name, None, self._ca_signer(), server_names=loopback)
         return directory / f"{name}.crt", directory / f"{name}.key"
+
+    def _ca_signer(self) -> tuple[Any, x509.Name]:
+        ca_key = serialization.load_pem_private_key((self.pki / "ca.key").read_bytes(), password=None)
+        return ca_key, x509.load_pem_x509_certificate(self.ca_bundle).subject
 
     @property
     def ca_bundle(self) -> bytes:
@@ -268,16 +302,20 @@ class ControlPlane:
         self._launch(
             "kube-apiserver",
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             # The default lease reconciler refuses a loopback advertise address; the `kubernetes`
-            # Service then has no endpoints, which nothing here needs.
-            "--endpoint-reconciler-type=none",
+            # Service then has no endpoints, which only pods in containers need (local_cluster.py).
+            f"--endpoint-reconciler-type={'none' if ipaddress.ip_address(self.host).is_loopback else 'lease'}",
             f"--secure-port={self.ports['kube-apiserver']}",
             f"--cert-dir={self.work_dir / 'kube-apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # For `kubectl logs` and `exec` on a real kubelet: its address as it registered, and who we are.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -318,7 +356,7 @@ class ControlPlane:
             f"--secure-port={self.ports['kube-controller-manager']}",
             f"--cert-dir={self.work_dir / 'kube-controller-manager-certs'}",
             "--leader-elect=false",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(self.controllers)}",
             # Each controller acts as its own ServiceAccount, so the real bootstrap RBAC roles apply.
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={self.pki / 'sa.key'}",
@@ -349,18 +387,9 @@ class ControlPlane:
         )
 
     def _launch(self, component: str, *args: str) -> None:
-        """Start a component in its own session (so stop() can signal its whole process group), with
-        its output in COMPONENT.log; it dies with this process if the test run is killed."""
-        with open(self.work_dir / f"{component}.log", "wb") as log:
-            process = subprocess.Popen(
-                [str(self.bin_dir / component), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        self._processes.append((component, process))
+        self._processes.append(
+            (component, launch(self.work_dir, component, [str(self.bin_dir / component), *args], self.detached))
+        )
 
     def _wait_ready(
         self, component: str, url: str, is_ready: Callable[[str], bool], tls: ssl.SSLContext | None = None
@@ -416,7 +445,75 @@ class ControlPlane:
         path.chmod(0o600)
 
 
-def _free_ports(count: int) -> list[int]:
+def launch(
+    work_dir: Path, name: str, command: list[str], detached: bool, log_dir: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a process in its own session (so that its whole process group can be stopped), its output
+    in NAME.log (in LOG_DIR, else WORK_DIR) and its pid appended to WORK_DIR/pids. Unless `detached`, it
+    dies with this process if the test run is killed."""
+    with open((log_dir or work_dir) / f"{name}.log", "ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=None if detached else _die_with_parent,
+        )
+    with open(work_dir / "pids", "a") as pids:
+        pids.write(f"{name} {process.pid}\n")
+    return process
+
+
+def stop_recorded(work_dir: Path, only: tuple[str, ...] | None = None) -> list[str]:
+    """Stop the process groups recorded in WORK_DIR/pids (those named in `only`, else all), newest first,
+    as ControlPlane.stop does, from any process (`make cluster-down`). Returns the names of those that
+    were still running."""
+    pids = work_dir / "pids"
+    if not pids.exists():
+        return []
+    records = [line.split() for line in pids.read_text().splitlines()]
+    stopped = [name for name, pid in reversed(records) if (only is None or name in only) and _stop_group(int(pid))]
+    pids.write_text("".join(f"{name} {pid}\n" for name, pid in records if only is not None and name not in only))
+    return stopped
+
+
+def _stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    _stop_group(process.pid)
+
+
+def _stop_group(leader: int) -> bool:
+    """SIGTERM a process group, SIGKILL it if anything of it is left after COMPONENT_STOP_S, and wait as
+    long again for it to go. False if it was gone already."""
+    try:
+        os.killpg(leader, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+
+    def gone() -> bool:
+        with contextlib.suppress(ChildProcessError):  # not our child: its parent reaps it
+            os.waitpid(leader, os.WNOHANG)  # a zombie leader would still count as a member of its group
+        return not _group_alive(leader)
+
+    for next_signal in (signal.SIGKILL, None):
+        with contextlib.suppress(WaitTimeout):
+            wait_until(gone, COMPONENT_STOP_S, f"process group {leader} to exit")
+            break
+        if next_signal is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(leader, next_signal)
+    return True
+
+
+def _group_alive(leader: int) -> bool:
+    try:
+        os.killpg(leader, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def free_ports(count: int) -> list[int]:
     """Ports the kernel just handed out and released: free unless something grabs one in between."""
     with contextlib.ExitStack() as stack:
         sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
@@ -441,27 +538,16 @@ def _die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _stop_process_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, timeout in ((signal.SIGTERM, COMPONENT_STOP_S), (signal.SIGKILL, COMPONENT_STOP_S)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=timeout)
-            break
-    with contextlib.suppress(ProcessLookupError):  # anything the component left in its group
-        os.killpg(process.pid, signal.SIGKILL)
-
-
 # ---- the throw-away PKI ----
 
 _CERT_VALIDITY = datetime.timedelta(days=2)
 
 
-def _write_pki(directory: Path) -> None:
-    """What kubeadm would generate, for loopback: a cluster CA; the apiserver's serving cert; client
-    certs for the admin (group system:masters) and for the controller-manager and the scheduler (the
-    users the bootstrap RBAC roles are bound to); a front-proxy CA and client; the service-account
-    token signing key pair."""
+def _write_pki(directory: Path, host: str) -> None:
+    """What kubeadm would generate, for HOST: a cluster CA; the apiserver's serving cert; client certs
+    for the admin (group system:masters), for the controller-manager and the scheduler (the users the
+    bootstrap RBAC roles are bound to) and for the apiserver's calls to kubelets; a front-proxy CA and
+    client; the service-account token signing key pair."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca_name = _write_ca(directory, "ca", "scaletrain-test-ca")
     apiserver_names: list[x509.GeneralName] = [
@@ -474,9 +560,13 @@ def _write_pki(directory: Path) -> None:
             "kubernetes.default.svc.cluster.local",
         )
     ]
-    apiserver_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "::1", "10.0.0.1")]
+    addresses = dict.fromkeys(("127.0.0.1", "::1", "10.0.0.1", host))  # 10.0.0.1: the `kubernetes` Service
+    apiserver_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in addresses]
     _write_leaf(directory, "apiserver", "kube-apiserver", None, (ca_key, ca_name), server_names=apiserver_names)
     _write_leaf(directory, "admin", "admin", "system:masters", (ca_key, ca_name))
+    _write_leaf(
+        directory, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters", (ca_key, ca_name)
+    )
     for component in ("kube-controller-manager", "kube-scheduler"):
         _write_leaf(directory, component, f"system:{component}", None, (ca_key, ca_name))
     front_proxy_ca = _write_ca(directory, "front-proxy-ca", "scaletrain-test-front-proxy-ca")

@@ -41,6 +41,7 @@ from .waiting import wait_until
 if TYPE_CHECKING:
     from .kubelet import Kubelet
 
+FINAL_PHASES = ("Succeeded", "Failed")
 # What `helm install` creates that a test cannot run: the operator's Deployment needs its image.
 NOT_APPLIED = {"Deployment", "Service", "ServiceMonitor"}
 
@@ -198,10 +199,13 @@ class Team:
     def wait_status(
         self, name: str, check, timeout_s: float = OPERATOR_REACTION_S, what: str = "the status checked for"
     ) -> dict[str, Any]:
-        """The job's status once `check(status)` holds; `what` says what `check` looks for."""
+        """The job's status once `check(status)` holds; `what` says what `check` looks for. Fails at once if
+        the job reached a final phase without it."""
 
         def checked() -> dict[str, Any] | None:
             status = self.status(name)
+            if not check(status) and status.get("phase") in FINAL_PHASES:
+                raise AssertionError(f"{self.namespace}/{name} is {status['phase']} without {what}: {status}")
             return check(status) and status
 
         return wait_until(checked, timeout_s, f"{self.namespace}/{name} to have {what}", details=self._status_now(name))

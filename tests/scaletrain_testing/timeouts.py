@@ -53,6 +53,17 @@ POD_RUN_S = 60.0
 # kubelet stand-in stops their processes within their grace period.
 GANG_TEARDOWN_S = 60
 
+# ---- a real node (local_cluster.py) ----
+
+# The kubelet registering its node and reporting it Ready: its start, the runtime's status, the first
+# pod network (CNI) check.
+CLUSTER_NODE_READY_S = 120
+# A deleted pod's containers stopped and its sandbox (network namespace, veth) torn down by the kubelet.
+CLUSTER_POD_TEARDOWN_S = 60
+# A pod of a built image Running: the sandbox, the container's start (a multi-GB image is already
+# unpacked), its readiness probe.
+CLUSTER_POD_READY_S = 180
+
 # ---- the trainer and whole jobs ----
 
 # A paced trainer pod (the launcher over torchrun, 2 workers) logging the steps a test waits for: start-up

@@ -1,0 +1,54 @@
+"""Bring your own script: a third-party gloo all-reduce runs in the trainer image through its own
+`command` (torchrun, the rank env from the operator), and deleting a running job removes every pod and
+every container of it from the node."""
+
+from __future__ import annotations
+
+import yaml
+
+from scaletrain_testing.node_jobs import SCRIPTS_MOUNT, container_id, job, script_job, scripts_config_map
+from scaletrain_testing.operator_harness import Team
+from scaletrain_testing.timeouts import CLUSTER_POD_TEARDOWN_S, TRAINER_RUN_S
+from scaletrain_testing.waiting import wait_until
+
+
+def test_a_third_party_script_runs_through_its_own_command(node_cluster, restricted_namespace):
+    team = Team(node_cluster.kube, restricted_namespace)
+    submitted = script_job(
+        "allreduce", team.namespace, node_cluster.images["TRAINER_IMAGE"], ["torchrun", f"{SCRIPTS_MOUNT}/allreduce.py"]
+    )
+    node_cluster.cluster.kubectl(
+        "apply", "-f", "-", stdin=yaml.safe_dump_all([scripts_config_map(team.namespace, "allreduce.py"), submitted])
+    )
+    team.wait_phase("allreduce", "Succeeded", TRAINER_RUN_S)
+    logs = node_cluster.cluster.kubectl(
+        "--namespace", team.namespace, "logs", "--selector=scaletrain.io/job-name=allreduce", "--prefix"
+    ).stdout
+    assert logs.count("of 2: sum 3") == 2, logs
+
+
+def test_deleting_a_running_job_removes_its_pods_and_containers(node_cluster, restricted_namespace):
+    team = Team(node_cluster.kube, restricted_namespace)
+    sleeper = job(
+        "sleeper",
+        team.namespace,
+        node_cluster.images["TRAINER_IMAGE"],
+        command=["python", "-c", "import time; time.sleep(3600)"],
+    )
+    node_cluster.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(sleeper))
+
+    def both_running() -> list[dict]:
+        pods = team.kube.list("pods", team.namespace, "scaletrain.io/job-name=sleeper")
+        return pods if len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods) else []
+
+    containers = {container_id(pod) for pod in wait_until(both_running, TRAINER_RUN_S, "the sleeper's pods running")}
+    node_cluster.cluster.kubectl("--namespace", team.namespace, "delete", "stj", "sleeper", "--wait=false")
+
+    def all_gone() -> bool:
+        listed = node_cluster.cluster.ctr("--namespace=k8s.io", "tasks", "list", "--quiet").stdout.split()
+        return not team.kube.list("pods", team.namespace, "scaletrain.io/job-name=sleeper") and not containers & set(
+            listed
+        )
+
+    # Well within the grace period (120 s): the plain `python` gets its SIGTERM, not being PID 1.
+    wait_until(all_gone, CLUSTER_POD_TEARDOWN_S, "every pod and container of the deleted job to be gone")

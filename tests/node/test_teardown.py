@@ -1,0 +1,17 @@
+"""`make cluster-down` (LocalCluster.down) leaves nothing of the cluster on the host: no process, mount,
+network namespace, link (the bridge, veths) or iptables rule that was not there before `up`. Runs last:
+it takes the session's cluster down (conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaletrain_testing import host_residue
+
+
+def test_cluster_down_leaves_nothing_behind(node_cluster):
+    if not node_cluster.owned:
+        pytest.skip("not a cluster this session started here (`make cluster`'s, or kind's): not taken down")
+    node_cluster.cluster.down()
+    assert host_residue.snapshot().new_since(node_cluster.before) == {}
+    assert not node_cluster.cluster.state.exists()

@@ -1,0 +1,108 @@
+"""A CPU/gloo job from the built trainer image, applied with kubectl in a namespace that enforces Pod
+Security "restricted": its pods run in containers as the image's user 10001, checkpoint to a volume whose
+root is owned by root with mode 0755, come back from their checkpoint when the runtime kills one's
+process, checkpoint first when one is evicted, and the job ends Succeeded with its progress in status."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from scaletrain_testing.jobs import patched
+from scaletrain_testing.node_jobs import container_id, eviction, job, paced_training_job, plugins_config_map
+from scaletrain_testing.operator_harness import Team
+from scaletrain_testing.timeouts import TRAINER_RUN_S
+from scaletrain_testing.trainer_runs import BASE_CONFIG
+from scaletrain_testing.waiting import wait_until
+
+MAX_STEPS = 120
+CHECKPOINT_EVERY = 10
+TRAINER_UID = 10001  # the Dockerfile's TRAINER_UID
+
+
+def running_pods(team: Team, generation: int) -> list[dict]:
+    """The gang's pods of one generation, by index, once all run their trainer container."""
+    pods = team.kube.list("pods", team.namespace, f"scaletrain.io/generation={generation}")
+
+    def running(pod: dict) -> bool:
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        return pod["status"].get("phase") == "Running" and all("running" in s["state"] for s in statuses)
+
+    pods = [pod for pod in pods if running(pod)]
+    return sorted(pods, key=lambda pod: pod["metadata"]["name"]) if len(pods) == 2 else []
+
+
+def test_a_job_runs_recovers_and_succeeds_in_restricted_containers(node_cluster, restricted_namespace):
+    cluster, team = node_cluster.cluster, Team(node_cluster.kube, restricted_namespace)
+    volume = cluster.provide_claim(team.namespace, "checkpoints")
+    assert cluster.node_run("stat", "--format=%u %a", volume).split() == ["0", "755"]
+    job = paced_training_job(
+        "gloo",
+        team.namespace,
+        node_cluster.images["TRAINER_IMAGE"],
+        "checkpoints",
+        seconds_per_read=0.02,
+        maxSteps=MAX_STEPS,
+        checkpoint={"everySteps": CHECKPOINT_EVERY},
+    )
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([plugins_config_map(team.namespace), job]))
+
+    # Recover, 1: the runtime kills rank 1's process (not the API): the gang restarts from its checkpoint.
+    team.wait_status(
+        "gloo",
+        lambda s: (s.get("progress") or {}).get("checkpointStep", 0) >= CHECKPOINT_EVERY,
+        TRAINER_RUN_S,
+        "a checkpoint",
+    )
+    first = wait_until(lambda: running_pods(team, 0), TRAINER_RUN_S, "the first gang running")
+    cluster.ctr("--namespace=k8s.io", "tasks", "kill", "--signal=SIGKILL", container_id(first[1]))
+    restarted = team.wait_status(
+        "gloo",
+        lambda s: s.get("restarts") == 1 and (s.get("progress") or {}).get("generation") == 1,
+        TRAINER_RUN_S,
+        "a gang restart",
+    )
+    assert restarted["progress"]["resumedFromStep"] >= CHECKPOINT_EVERY
+
+    # Recover, 2: an eviction through the API; the pods checkpoint on the SIGTERM, a disruption.
+    resumed_at = team.wait_status(
+        "gloo",
+        lambda s: (s.get("progress") or {}).get("step", 0) > restarted["progress"]["resumedFromStep"] + 5,
+        TRAINER_RUN_S,
+        "steps after the restart",
+    )
+    second = wait_until(lambda: running_pods(team, 1), TRAINER_RUN_S, "the second gang running")
+    team.kube.request(
+        "POST",
+        f"/api/v1/namespaces/{team.namespace}/pods/{second[0]['metadata']['name']}/eviction",
+        eviction(second[0]),
+    )
+
+    done = team.wait_phase("gloo", "Succeeded", TRAINER_RUN_S)["status"]
+    assert done["restarts"] == 1 and done["disruptions"] == 1
+    assert done["progress"]["step"] == MAX_STEPS
+    # The evicted gang saved where it stopped, after the steps seen before the eviction; the third gang
+    # resumed from there (its rank 0 says so: it may end before the operator's next progress read).
+    last_gang = team.kube.list("pods", team.namespace, "scaletrain.io/generation=2")
+    rank_0 = next(pod for pod in last_gang if pod["metadata"]["name"].startswith("gloo-g2-0-"))
+    log = cluster.kubectl("--namespace", team.namespace, "logs", rank_0["metadata"]["name"]).stdout
+    resumed = re.search(r"resumed from \S+ at step (\d+)", log)
+    assert resumed and int(resumed.group(1)) >= resumed_at["progress"]["step"], log[-2000:]
+
+    # Run: in containers of the image, as its user, on the volume (what the pods wrote is theirs).
+    owners = cluster.node_run("find", volume, "-type", "f", "-printf", "%U\\n").split()
+    assert owners and set(owners) == {str(TRAINER_UID)}
+
+
+def test_a_checkpoint_directory_the_user_cannot_write_fails_the_job_at_once(node_cluster, restricted_namespace):
+    """A checkpoint directory on no volume is in the image's root-owned filesystem: the trainer's user may
+    not create it. That is a final failure said in one line, not a crash loop of gangs with a traceback."""
+    team = Team(node_cluster.kube, restricted_namespace)
+    training = patched(BASE_CONFIG, {"checkpoint": {"dir": "/checkpoints/nowhere", "everySteps": 5}})
+    unwritable = job("unwritable", team.namespace, node_cluster.images["TRAINER_IMAGE"], training=training)
+    node_cluster.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(unwritable))
+    failed = team.wait_phase("unwritable", "Failed", TRAINER_RUN_S)["status"]
+    assert failed["restarts"] == 0, failed["message"]
+    assert "permission denied" in failed["message"] and "/checkpoints" in failed["message"], failed["message"]
+    assert "Traceback" not in failed["message"]
