@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run-local lint control-plane images cluster cluster-down test test-fast test-node generate render clean
+.PHONY: setup run-local lint control-plane images node-packages cluster cluster-down test test-fast test-node generate render clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,14 @@ control-plane:
 images: control-plane
 	tests/images/build.sh
 
+# The Debian packages a real node runs on (containerd, runc, CNI plugins, iptables, conntrack), as root.
+node-packages:
+	tests/node/packages.sh
+
 # A real Kubernetes here, without Docker: the control plane plus a node (kubelet on containerd and runc,
 # kube-proxy, CoreDNS) running the built images, with the chart installed. It stays up; its last line is
 # `export KUBECONFIG=...`. `make cluster-down` stops it and removes its state.
-cluster: setup images
+cluster: setup images node-packages
 	$(BIN)/python -m scaletrain_testing.local_cluster up
 
 cluster-down: setup
@@ -48,11 +52,11 @@ cluster-down: setup
 # node's packages, those tiers skip (outside CI) rather than stopping the others.
 test: export CONTROL_PLANE_OPTIONAL = 1
 test: export NODE_OPTIONAL = 1
-test: lint control-plane images
+test: lint control-plane images node-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The node tier alone: the images in containers on a real kubelet (on `make cluster`'s cluster if one is up).
-test-node: setup images
+test-node: setup images node-packages
 	$(BIN)/python -m pytest tests/node $(PYTEST_ARGS)
 
 # The fast lane: the unit tier alone (pure, no processes), well under a minute.

@@ -18,10 +18,11 @@
 #
 # A second call does nothing: each stand-in and the pause image carry a stamp of their recipe (a label,
 # hashed from the functions below, so comments can change freely), the built images a tag of their
-# inputs, and nothing is rebuilt while those are in buildah's storage. torch is downloaded once, into a
-# wheelhouse beside images.env; the Dockerfile's pip steps use a build cache mount.
-# Cost of the first build on 2 CPUs: about 6 minutes (debootstrap ~1, torch ~3), a 2.6 GB wheelhouse,
-# ~5.5 GB of buildah storage (~11 GB for a while when the torch stand-in is rebuilt).
+# inputs, and nothing is rebuilt while those are in buildah's storage. torch is downloaded once per
+# build of its stand-in, into a wheelhouse beside images.env that is removed once the stand-in is built
+# (the disk is the scarce thing here); the Dockerfile's pip steps use a build cache mount.
+# Cost of the first build on 2 CPUs: about 6 minutes (debootstrap ~1, torch ~3), ~5.5 GB of buildah
+# storage (~11 GB for a while when the torch stand-in is rebuilt, plus the 2.6 GB wheelhouse).
 #
 # Needs root, buildah, debootstrap (tests/node/packages.sh installs them) and gcc with a static libc.
 # Under `make test` (NODE_OPTIONAL=1) outside CI, a machine that cannot build prints one reason line
@@ -47,7 +48,7 @@ IMAGES_DIR="$CACHE_ROOT/images"
 ENV_FILE="$IMAGES_DIR/images.env"
 LOG_DIR="$IMAGES_DIR/logs"
 PAUSE_DIR="$CACHE_ROOT/control-plane/gomodcache/k8s.io/kubernetes@$KUBE_VERSION/build/pause"
-# torch and its CUDA wheels (~3 GB), downloaded once per machine. A wheelhouse rather than pip's cache:
+# torch and its CUDA wheels (~3 GB), downloaded once per stand-in build. A wheelhouse rather than pip's cache:
 # pip's HTTP cache keeps only responses with caching headers, which an egress proxy may strip (this
 # one does), and then every build would download them again.
 WHEELHOUSE="$IMAGES_DIR/wheelhouse"
@@ -67,9 +68,9 @@ cannot_build() {
   exit 1
 }
 
-# The Debian packages (buildah, debootstrap, ...): installed when missing, else one reason line.
+# The Debian packages it uses: installed when missing, else one reason line.
 exec 3>&1
-if ! reason="$(bash tests/node/packages.sh 2>&1 >&3)"; then
+if ! reason="$(NODE_OPTIONAL= bash tests/node/packages.sh buildah debootstrap runc 2>&1 >&3)"; then
   cannot_build "$(tail -n 1 <<<"${reason:-tests/node/packages.sh failed}")"
 fi
 exec 3>&-
@@ -313,6 +314,7 @@ if stamped "$TORCH_STANDIN" "$TORCH_STAMP"; then
 else
   step "stand-in $TORCH_STANDIN (pip install torch)" pytorch-standin build_torch_standin
 fi
+rm -rf "$WHEELHOUSE" # the stand-in has torch now; a rebuild downloads it again
 if have_image "$OPERATOR_IMAGE"; then
   step "$OPERATOR_IMAGE" operator up-to-date
 else
@@ -371,5 +373,5 @@ for image in "$OPERATOR_IMAGE" "$TRAINER_IMAGE" "$PAUSE_IMAGE" "$PYTHON_STANDIN"
   printf '  %-58s %s\n' "$image" "$(buildah images --format '{{.Size}}' "$image" | head -n 1)"
 done
 graph_root="$(buildah info --format '{{.store.GraphRoot}}')"
-echo "images: disk use: buildah storage $(size "$graph_root"), wheelhouse $(size "$WHEELHOUSE")," \
+echo "images: disk use: buildah storage $(size "$graph_root")," \
   "debootstrap cache $(size "$IMAGES_DIR/debootstrap-cache"), build cache mounts $(size /var/tmp/buildah-cache)"

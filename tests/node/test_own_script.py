@@ -1,9 +1,10 @@
 """Bring your own script: a third-party gloo all-reduce runs in the trainer image through its own
-`command` (torchrun, the rank env from the operator), and deleting a running job removes every pod and
-every container of it from the node."""
+`command` (torchrun, or python with the master alias; the rank env from the operator), and deleting a
+running job removes every pod and every container of it from the node."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from scaletrain_testing.node_jobs import SCRIPTS_MOUNT, container_id, job, script_job, scripts_config_map
@@ -12,18 +13,24 @@ from scaletrain_testing.timeouts import CLUSTER_POD_TEARDOWN_S, TRAINER_RUN_S
 from scaletrain_testing.waiting import wait_until
 
 
-def test_a_third_party_script_runs_through_its_own_command(node_cluster, restricted_namespace):
+@pytest.mark.parametrize(
+    "command",
+    [
+        # torchrun meets on PET_MASTER_ADDR, rank 0's pod DNS name (NAME-g0-0.NAME) from CoreDNS.
+        ["torchrun", f"{SCRIPTS_MOUNT}/allreduce.py"],
+        # A plain python meets on the master alias Service written into its arguments.
+        ["python", f"{SCRIPTS_MOUNT}/allreduce.py", "--master", "allreduce-master", "--port", "29500"],
+    ],
+    ids=["torchrun-pod-dns", "python-master-alias"],
+)
+def test_a_third_party_script_runs_through_its_own_command(node_cluster, restricted_namespace, command):
     team = Team(node_cluster.kube, restricted_namespace)
-    submitted = script_job(
-        "allreduce", team.namespace, node_cluster.images["TRAINER_IMAGE"], ["torchrun", f"{SCRIPTS_MOUNT}/allreduce.py"]
-    )
-    node_cluster.cluster.kubectl(
-        "apply", "-f", "-", stdin=yaml.safe_dump_all([scripts_config_map(team.namespace, "allreduce.py"), submitted])
-    )
+    submitted = script_job("allreduce", team.namespace, node_cluster.images["TRAINER_IMAGE"], command)
+    config_map = scripts_config_map(team.namespace, "allreduce.py")
+    node_cluster.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([config_map, submitted]))
     team.wait_phase("allreduce", "Succeeded", TRAINER_RUN_S)
-    logs = node_cluster.cluster.kubectl(
-        "--namespace", team.namespace, "logs", "--selector=scaletrain.io/job-name=allreduce", "--prefix"
-    ).stdout
+    selector = "--selector=scaletrain.io/job-name=allreduce"
+    logs = node_cluster.cluster.kubectl("--namespace", team.namespace, "logs", selector, "--prefix").stdout
     assert logs.count("of 2: sum 3") == 2, logs
 
 

@@ -41,7 +41,13 @@ import yaml
 from .chart import load_chart, render
 from .control_plane import ControlPlane, binaries_dir, cache_dir, free_ports, launch, stop_recorded
 from .operator_harness import install_crds
-from .timeouts import CLUSTER_NODE_READY_S, CLUSTER_POD_TEARDOWN_S, COMPONENT_READY_S, READINESS_REQUEST_S
+from .timeouts import (
+    CLUSTER_NODE_READY_S,
+    CLUSTER_POD_TEARDOWN_S,
+    COMPONENT_READY_S,
+    IMAGE_IMPORT_S,
+    READINESS_REQUEST_S,
+)
 from .waiting import WaitTimeout, wait_until
 
 NODE_NAME = "scaletrain-node"
@@ -252,26 +258,49 @@ class LocalCluster(RealCluster):
             ],
         }
 
-    def _import_images(self, references) -> None:
+    def _import_images(self, references: list[str]) -> None:
         """The built images into containerd's store, which is kept across clusters: those it lacks are
-        imported, and earlier builds of ours are removed (containerd then collects their layers)."""
+        imported, and earlier builds of ours are removed first, with their layers."""
         present = self.ctr("--namespace=k8s.io", "images", "list", "--quiet").stdout.split()
+        outdated = [name for name in present if name.startswith(BUILT_PREFIX) and name not in references]
+        if outdated:  # first: the disk may have room for one trainer image only
+            self.ctr("--namespace=k8s.io", "images", "remove", "--sync", *outdated)
         for reference in references:
             if reference not in present:
                 self._import_image(reference)
-        outdated = [name for name in present if name.startswith(BUILT_PREFIX) and name not in references]
-        if outdated:
-            self.ctr("--namespace=k8s.io", "images", "remove", *outdated)
 
     def _import_image(self, reference: str) -> None:
-        """From buildah's store into containerd's (namespace k8s.io, the CRI's), through an uncompressed
-        docker-archive (buildah 1.28 gzips an oci-archive's layers whatever it is told)."""
-        archive = image_store() / "import.tar"
+        """From buildah's store into containerd's (namespace k8s.io, the CRI's) as an uncompressed
+        docker-archive, streamed through a FIFO: no multi-GB archive on the disk, and no gzip of it on 2
+        CPUs (buildah 1.28 gzips an oci-archive's layers whatever it is told, and cannot write to a pipe)."""
+        fifo = self.state / "import.fifo"
+        os.mkfifo(fifo)
+        push_command = ["buildah", "push", "--quiet", reference, f"docker-archive:{fifo}:{reference}"]
+        load_command = [
+            "ctr",
+            f"--address={self.containerd_socket}",
+            "--namespace=k8s.io",
+            "images",
+            "import",
+            str(fifo),
+        ]
+        push = subprocess.Popen(push_command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        load = subprocess.Popen(load_command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            run_command("buildah", "push", "--quiet", reference, f"docker-archive:{archive}:{reference}", timeout=1200)
-            self.ctr("--namespace=k8s.io", "images", "import", str(archive), timeout=1200)
+            # If buildah fails before it opens the FIFO, ctr would wait on it forever: watch buildah.
+            wait_until(lambda: push.poll() is not None, IMAGE_IMPORT_S, f"buildah to push {reference}")
+            if push.returncode != 0:
+                raise RuntimeError(f"buildah push {reference} failed ({push.returncode}): {push.stderr.read().strip()}")
+            if load.wait(timeout=IMAGE_IMPORT_S) != 0:
+                raise RuntimeError(
+                    f"ctr images import {reference} failed ({load.returncode}): {load.stderr.read().strip()}"
+                )
         finally:
-            archive.unlink(missing_ok=True)
+            for process in (push, load):
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            fifo.unlink()
 
     def _start_kubelet(self) -> None:
         assert self.control_plane is not None
@@ -676,7 +705,12 @@ def main(argv: list[str]) -> int:
     if reason is not None:
         print(f"cluster: {reason}", file=sys.stderr)
         return 1
-    kubeconfig = cluster.up()
+    try:
+        kubeconfig = cluster.up()
+    except (OSError, RuntimeError, AssertionError, subprocess.SubprocessError) as error:  # a wait's too
+        print(f"cluster: could not start: {error}", file=sys.stderr)
+        print(f"cluster: the logs are in {cluster.state / 'logs'}; `make cluster-down` cleans up", file=sys.stderr)
+        return 1
     print(f"cluster: node {NODE_NAME} Ready; images {', '.join(built_images().values())}")
     print(f"export KUBECONFIG={kubeconfig}")
     return 0

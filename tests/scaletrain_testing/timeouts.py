@@ -60,6 +60,9 @@ GANG_TEARDOWN_S = 60
 CLUSTER_NODE_READY_S = 120
 # A deleted pod's containers stopped and its sandbox (network namespace, veth) torn down by the kubelet.
 CLUSTER_POD_TEARDOWN_S = 60
+# A built image into the node's containerd: the 5.6 GB trainer, pushed by buildah and unpacked, takes about
+# 2 minutes on 2 CPUs.
+IMAGE_IMPORT_S = 900
 # A pod of a built image Running: the sandbox, the container's start (a multi-GB image is already
 # unpacked), its readiness probe.
 CLUSTER_POD_READY_S = 180
