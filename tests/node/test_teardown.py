@@ -13,5 +13,8 @@ def test_cluster_down_leaves_nothing_behind(node_cluster):
     if not node_cluster.owned:
         pytest.skip("not a cluster this session started here (`make cluster`'s, or kind's): not taken down")
     node_cluster.cluster.down()
-    assert host_residue.snapshot().new_since(node_cluster.before) == {}
+    after = host_residue.snapshot()
+    assert after.new_since(node_cluster.before) == {}
+    # Whatever a cluster before this one left is ours too: there is no other Kubernetes on this host.
+    assert not [rule for rule in after.iptables_rules if "KUBE-" in rule]
     assert not node_cluster.cluster.state.exists()

@@ -52,13 +52,20 @@ def snapshot() -> Residue:
         mounts=frozenset(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
         network_namespaces=frozenset(p.name for p in Path("/run/netns").glob("*")),
         links=frozenset(re.sub(r"@.*", "", line.split(": ")[1]) for line in _lines("ip", "-o", "link", "show")),
-        iptables_rules=frozenset(
-            f"{tool}: {_COUNTERS.sub('', line)}"
-            for tool in ("iptables-save", "ip6tables-save")
-            for line in _lines(tool)
-            if not line.startswith("#")
-        ),
+        iptables_rules=frozenset(rule for tool in ("iptables-save", "ip6tables-save") for rule in _rules(tool)),
     )
+
+
+def _rules(tool: str) -> list[str]:
+    """The rules and the chains of our own naming, by table: not the tables and built-in chains that
+    merely listing them (nftables) can create."""
+    rules, table = [], ""
+    for line in _lines(tool):
+        if line.startswith("*"):
+            table = line[1:]
+        elif line.startswith("-A ") or (line.startswith(":") and line.split()[1] == "-"):
+            rules.append(f"{tool} {table}: {_COUNTERS.sub('', line).strip()}")
+    return rules
 
 
 def _component_processes() -> list[str]:

@@ -27,6 +27,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -455,7 +456,7 @@ class LocalCluster(RealCluster):
         _unmount_below(image_store())
         _remove_network_namespaces(self._netns_baseline())
         run_command(str(binaries_dir() / "kube-proxy"), "--cleanup", check=False)
-        _remove_kubelet_chains()
+        _remove_kube_chains()
         run_command("ip", "link", "delete", BRIDGE, check=False)
         _remove_cgroups("kubepods")
         shutil.rmtree(self.state)
@@ -670,12 +671,24 @@ def _unmount_below(directory: Path) -> None:
         run_command("umount", "--lazy", point, check=False)
 
 
-def _remove_kubelet_chains() -> None:
-    """The kubelet's KUBE-KUBELET-CANARY chains (its check that nobody flushed the tables), which
-    kube-proxy's cleanup does not know."""
-    for tool in ("iptables", "ip6tables"):
-        for table in ("mangle", "nat", "filter"):
-            run_command(tool, "-t", table, "-X", "KUBE-KUBELET-CANARY", check=False)
+def _remove_kube_chains() -> None:
+    """What kube-proxy's cleanup leaves: the kubelet's own chains (KUBE-FIREWALL, which drops non-local
+    traffic to 127.0.0.0/8, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT): the rules that jump to any KUBE-
+    chain, then the chains themselves, in every table, for IPv4 and IPv6."""
+    for save, tool in (("iptables-save", "iptables"), ("ip6tables-save", "ip6tables")):
+        table = ""
+        chains: list[tuple[str, str]] = []
+        for line in run_command(save, check=False).stdout.splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith(":KUBE-"):
+                chains.append((table, line[1:].split()[0]))
+            elif line.startswith("-A ") and " -j KUBE-" in line and not line.split()[1].startswith("KUBE-"):
+                run_command(tool, "-t", table, "-D", *shlex.split(line)[1:], check=False)
+        for table, chain in chains:
+            run_command(tool, "-t", table, "-F", chain, check=False)
+        for table, chain in chains:
+            run_command(tool, "-t", table, "-X", chain, check=False)
 
 
 def _remove_cgroups(name: str) -> None:
