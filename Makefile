@@ -26,7 +26,8 @@ lint: setup
 	$(BIN)/ruff format --check operator trainer tests examples bench
 
 # The real Kubernetes control plane the tests start (kube-apiserver, etcd, controller-manager, scheduler),
-# built from Go modules into ~/.cache/scaletrain once (~7 min on 2 CPUs); a no-op when up to date.
+# the node's binaries and the Kueue v0.17.0 manager with its manifests, built from Go modules into
+# ~/.cache/scaletrain once (~7 min on 2 CPUs, Kueue ~10 CPU-minutes more); a no-op when up to date.
 control-plane:
 	tests/controlplane/build.sh
 

@@ -19,13 +19,14 @@ from scaletrain_testing.jobs import REPO, load_yaml
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e", "node")
 
-# unit_purity fails a unit test that starts a process, sleeps or opens a network socket; the others hold
-# fixtures that tests of both the unit and the integration tier use.
+# unit_purity fails a unit test that starts a process, sleeps or opens a network socket; process_groups and
+# work_queues hold fixtures that tests of both the unit and the integration tier use; kueue, the `kueue` fixture.
 pytest_plugins = [
     "pytester",
     "scaletrain_testing.unit_purity",
     "scaletrain_testing.process_groups",
     "scaletrain_testing.work_queues",
+    "scaletrain_testing.kueue",
 ]
 
 

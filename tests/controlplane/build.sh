@@ -3,15 +3,20 @@
 # the control plane (kube-apiserver, kube-controller-manager, kube-scheduler) and the node binaries
 # (kubelet, kube-proxy) from k8s.io/kubernetes v1.37.2, etcd 3.7.0 (the version Kubernetes 1.37 is
 # tested with), and the cluster DNS, CoreDNS 1.15.0 with only the plugins it needs (coredns/, a
-# module of its own so that CoreDNS's dependency versions do not move Kubernetes's).
+# module of its own so that CoreDNS's dependency versions do not move Kubernetes's), and the Kueue
+# v0.17.0 manager (kueue/, a module of its own for the same reason: Kueue pins k8s.io/* v0.35).
 # Upstream links the kubelet dynamically, but only for the standard library's cgo resolver and user
 # lookup (net, os/user): no Kubernetes package changes with CGO_ENABLED=0.
 #
-# Output: ${SCALETRAIN_CACHE:-~/.cache/scaletrain}/control-plane/v1.37.2/bin/, outside the work tree.
+# Output: ${SCALETRAIN_CACHE:-~/.cache/scaletrain}/control-plane/v1.37.2/bin/, outside the work tree,
+# and beside it kueue/: Kueue's CRDs and webhook manifests (config/components/{crd,webhook} of the
+# module), which the tests install with its manager (tests/scaletrain_testing/kueue.py).
 # The Go module and build caches live beside it, so the user's own Go caches are left alone.
-# A second call does nothing: the binaries carry a stamp of the inputs (both modules' go.mod and
+# A second call does nothing: the binaries carry a stamp of the inputs (the three modules' go.mod and
 # go.sum, this script, etcd's and CoreDNS's main.go) and are rebuilt only when it no longer matches.
-# Cost of the first build on 2 CPUs: about 10 minutes, ~700 MB of modules, ~4.4 GB of build cache.
+# Cost of the first build on 2 CPUs: about 10 minutes, ~700 MB of modules, ~4.4 GB of build cache; Kueue
+# adds ~0.7 GB of modules, ~1.6 GB of build cache and an 84 MB binary, and took 23 minutes (about 10 CPU
+# minutes) when measured on 2 CPUs shared with a test run (2026-12-02).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -20,7 +25,9 @@ CACHE_ROOT="${SCALETRAIN_CACHE:-$HOME/.cache/scaletrain}/control-plane"
 BIN_DIR="$CACHE_ROOT/$KUBE_VERSION/bin"
 STAMP="$BIN_DIR/.inputs.sha256"
 COREDNS_VERSION=v1.15.0
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd coredns)
+KUEUE_VERSION=v0.17.0
+KUEUE_MANIFESTS="$CACHE_ROOT/$KUBE_VERSION/kueue"
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd coredns kueue)
 declare -A PACKAGE=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
@@ -29,18 +36,20 @@ declare -A PACKAGE=(
   [kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
   [etcd]=./cmd/etcd
   [coredns]=.
+  [kueue]=sigs.k8s.io/kueue/cmd/kueue
 )
 # The module each binary is built in (go -C), when not this directory's.
-declare -A MODULE_DIR=([coredns]=coredns)
+declare -A MODULE_DIR=([coredns]=coredns [kueue]=kueue)
 
 inputs_hash() {
-  cat go.mod go.sum build.sh cmd/etcd/main.go coredns/go.mod coredns/go.sum coredns/main.go |
+  cat go.mod go.sum build.sh cmd/etcd/main.go coredns/go.mod coredns/go.sum coredns/main.go kueue/go.mod kueue/go.sum |
     sha256sum | cut -d' ' -f1
 }
 
 all_built() {
   local name
   for name in "${BINARIES[@]}"; do [[ -x "$BIN_DIR/$name" ]] || return 1; done
+  [[ -d "$KUEUE_MANIFESTS/crd" && -d "$KUEUE_MANIFESTS/webhook" ]] || return 1
   [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(inputs_hash)" ]]
 }
 
@@ -83,6 +92,7 @@ printf 'control-plane: downloading Go modules into %s ... ' "$GOMODCACHE"
 step_start=$(now)
 nice -n 19 go mod download
 nice -n 19 go -C coredns mod download
+nice -n 19 go -C kueue mod download
 echo "$(seconds_since "$step_start")s"
 
 # Version stamping as upstream's hack/lib/version.sh, so `--version` and /version say v1.37.2.
@@ -93,9 +103,15 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
   version_ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
   version_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
 done
+# Kueue's as its Makefile's LD_FLAGS; GitCommit is the module version, as for CoreDNS.
+kueue_build_date="$(go -C kueue list -mod=readonly -m -f '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' sigs.k8s.io/kueue)"
+kueue_ldflags=""
+for var in GitVersion GitCommit; do kueue_ldflags+=" -X sigs.k8s.io/kueue/pkg/version.$var=$KUEUE_VERSION"; done
+kueue_ldflags+=" -X sigs.k8s.io/kueue/pkg/version.BuildDate=$kueue_build_date"
 
 # The flags of upstream's release build for server binaries (hack/lib/golang.sh, non-debug), and
-# for CoreDNS those of its Makefile (tag grpcnotrace; GitCommit is the module version, no checkout).
+# for CoreDNS those of its Makefile (tag grpcnotrace; GitCommit is the module version, no checkout),
+# for Kueue those of its Makefile (no tags).
 index=0
 for name in "${BINARIES[@]}"; do
   index=$((index + 1))
@@ -107,6 +123,10 @@ for name in "${BINARIES[@]}"; do
       tags=grpcnotrace
       ldflags="-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
       ;;
+    kueue)
+      tags=""
+      ldflags="-s -w$kueue_ldflags"
+      ;;
   esac
   printf 'control-plane: [%d/%d] building %-24s ... ' "$index" "${#BINARIES[@]}" "$name"
   step_start=$(now)
@@ -115,6 +135,15 @@ for name in "${BINARIES[@]}"; do
   mv "$BIN_DIR/$name.partial" "$BIN_DIR/$name"
   echo "$(seconds_since "$step_start")s, $(du -h "$BIN_DIR/$name" | cut -f1)"
 done
+
+# Kueue's manifests as its kustomize sources hold them (crd/bases and the conversion patches named in
+# crd/kustomization.yaml; webhook/manifests.yaml and the namespaceSelector patches in its kustomization).
+kueue_module="$(go -C kueue list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+rm -rf "$KUEUE_MANIFESTS"
+mkdir -p "$KUEUE_MANIFESTS"
+cp -R "$kueue_module/config/components/crd" "$kueue_module/config/components/webhook" "$KUEUE_MANIFESTS/"
+chmod -R u+w "$KUEUE_MANIFESTS"
+echo "control-plane: Kueue $KUEUE_VERSION manifests in $KUEUE_MANIFESTS"
 inputs_hash >"$STAMP"
 
 size() { du -sh "$1" | cut -f1; }

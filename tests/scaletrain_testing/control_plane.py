@@ -26,7 +26,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import kubernetes
 import yaml
@@ -63,6 +63,11 @@ PORTS = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 LOG_TAIL_LINES = 40
+# Native gang scheduling (the Workload and PodGroup API, scheduling.k8s.io/v1beta1): off by default in
+# Kubernetes 1.37, as on most clusters. The tests' control plane turns it on in every component, since
+# the operator uses it where the API is served; ControlPlane(workload_api=False) is a cluster without it.
+WORKLOAD_API_GATES = "GenericWorkload=true,WorkloadWithJob=true,TopologyAwareWorkloadScheduling=true"
+WORKLOAD_API_VERSION = "scheduling.k8s.io/v1beta1"
 
 
 class ControlPlaneError(RuntimeError):
@@ -108,7 +113,28 @@ def unavailable_reason() -> str | None:
     return None
 
 
-class ControlPlane:
+class StartedWhileEntered:
+    """A context manager of `start()` and `stop()`: stopped on exit, and after a start that failed part way."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class ControlPlane(StartedWhileEntered):
     """Start the control plane on entry, stop it on exit (reverse order, no process left behind).
 
     `work_dir` holds the PKI, etcd's data, the kubeconfigs and one log per component; by default a
@@ -127,13 +153,18 @@ class ControlPlane:
         host: str = "127.0.0.1",
         detached: bool = False,
         extra_controllers: tuple[str, ...] = (),
+        workload_api: bool = True,
     ) -> None:
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="scaletrain-control-plane-"))
         self.bin_dir = bin_dir or binaries_dir()
         self.host = host
         self.detached = detached
-        self.controllers = CONTROLLERS + extra_controllers
+        # A PodGroup keeps a finalizer while pods of it are active; this controller lifts it afterwards, so
+        # that a gang restart's Job can make its PodGroup, of the same name (gang_placement.py).
+        gangs = ("podgroup-protection-controller",) if workload_api else ()
+        self.controllers = CONTROLLERS + gangs + extra_controllers
+        self.workload_api = workload_api
         self.pki = self.work_dir / "pki"
         self.kubeconfig = self.work_dir / "control_plane.kubeconfig"
         self.ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
@@ -150,17 +181,6 @@ class ControlPlane:
         clients = cls(work_dir)
         clients.kubeconfig = kubeconfig
         return clients
-
-    def __enter__(self) -> ControlPlane:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # ---- lifecycle ----
 
@@ -338,7 +358,15 @@ class ControlPlane:
             f"--audit-policy-file={self._write_audit_policy()}",
             f"--audit-log-path={self.audit.path}",
             "--audit-log-mode=blocking",
+            *self._workload_api_flags(runtime_config=True),
         )
+
+    def _workload_api_flags(self, runtime_config: bool = False) -> list[str]:
+        """The feature gates of the Workload API, and (for the API server) its beta version served."""
+        if not self.workload_api:
+            return []
+        served = [f"--runtime-config={WORKLOAD_API_VERSION}=true"] if runtime_config else []
+        return [f"--feature-gates={WORKLOAD_API_GATES}", *served]
 
     def _write_audit_policy(self) -> Path:
         path = self.work_dir / "audit-policy.yaml"
@@ -361,6 +389,7 @@ class ControlPlane:
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={self.pki / 'sa.key'}",
             f"--root-ca-file={self.pki / 'ca.crt'}",
+            *self._workload_api_flags(),
         )
 
     def _start_scheduler(self) -> None:
@@ -384,6 +413,7 @@ class ControlPlane:
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
             f"--secure-port={self.ports['kube-scheduler']}",
+            *self._workload_api_flags(),
         )
 
     def _launch(self, component: str, *args: str) -> None:

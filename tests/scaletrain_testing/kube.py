@@ -54,6 +54,8 @@ RESOURCES = {
     "persistentvolumeclaims": Resource("v1", "persistentvolumeclaims"),
     "persistentvolumes": Resource("v1", "persistentvolumes", namespaced=False),
     "priorityclasses": Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False),
+    "workloads": Resource("scheduling.k8s.io/v1beta1", "workloads"),
+    "podgroups": Resource("scheduling.k8s.io/v1beta1", "podgroups"),
     "kopfpeerings": Resource("kopf.dev/v1", "kopfpeerings"),
     "clusterkopfpeerings": Resource("kopf.dev/v1", "clusterkopfpeerings", namespaced=False),
 }

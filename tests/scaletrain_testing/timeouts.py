@@ -26,6 +26,20 @@ CONTROLLERS_REACTION_S = 30.0
 POLICY_PROPAGATION_S = 10
 # The API server calling a webhook just registered: its informer picks the registration up.
 WEBHOOK_ARMED_S = 30.0
+# Kueue's manager from its start to ready (kueue.py): its informers synced and its webhook server listening.
+KUEUE_READY_S = 60.0
+# Kueue reacting to a change (a job to queue, quota freed): its Workload made, admitted or left pending, the job
+# unsuspended; within a second or two.
+KUEUE_REACTION_S = 30.0
+# A deleted job's quota back in its ClusterQueue: the garbage collector deletes the job's Workload (Kueue relies on
+# its owner reference), within seconds; but it learns of a newly installed CRD's kind only at its discovery resync,
+# every 30 s, so in the first 30 s of a fresh control plane with Kueue it can take that long.
+KUEUE_QUOTA_RELEASE_S = 60.0
+
+# The next gang's pods after a gang restart with gang placement: the Job controller makes the new Job's
+# PodGroup (named like the last one) once the last gang's is gone, retrying meanwhile with its backoff, which
+# doubles from 1 s up to 60 s.
+GANG_HANDOVER_S = CONTROLLERS_REACTION_S + 60.0
 
 # ---- the operator ----
 
