@@ -75,5 +75,13 @@ def test_operator_scale_benchmark_runs(tmp_path, control_plane):
     spec.loader.exec_module(operator_scale)
     operator_scale.main(["--jobs", "5", "--results-dir", str(tmp_path)], control_plane=control_plane)
     report = json.loads((tmp_path / "operator_scale.json").read_text())
-    assert report["jobs"] == 5 and report["apiRequestsPerJob"] >= 3  # at least 2 creates and a status patch
-    assert report["secondsUntilChildrenExist"]["p95"] > 0 and report["operatorRssBytes"]["after"] > 0
+    creation, restart = report["creation"], report["restart"]
+    assert report["jobs"] == 5 and creation["apiRequestsPerJob"] >= 3  # at least 2 creates and a status patch
+    assert creation["readsPerJob"] == 0  # the cache serves creating jobs
+    assert creation["seconds"]["p95"] > 0 and creation["operatorRssBytes"] > 0
+    # A restart is confirmed by a fresh read first; it deletes the gang's Job and creates the next one.
+    assert (
+        restart["apiRequestsByKind"]["delete jobs.batch"] == 5
+        and restart["apiRequestsByKind"]["create jobs.batch"] == 5
+    )
+    assert restart["seconds"]["p95"] > 0 and restart["reconcilesPerJob"] >= 1

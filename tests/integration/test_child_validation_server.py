@@ -16,7 +16,7 @@ from scaletrain_testing.jobs import base_job, patched
 from scaletrain_testing.kube import RESOURCES, Kube
 from scaletrain_testing.malformed import REFUSED_AT_JOB_CREATION
 
-KINDS = {"Job": "jobs", "Service": "services"}
+KINDS = {"Job": "jobs", "Service": "services", "Workload": "workloads"}
 
 
 @pytest.fixture

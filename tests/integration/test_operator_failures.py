@@ -31,15 +31,16 @@ def reasons(team: Team, name: str) -> list[str]:
 
 
 def test_a_pod_the_scheduler_cannot_place_shows_as_schedulable_false_with_its_message(team, control_plane, tmp_path):
-    """One node with room for one pod of two: the other stays Pending, PodScheduled False (Unschedulable).
-    The job says so with the scheduler's message and one Warning Event, counts 1 of 2 nodes active, and
-    says Schedulable again once the gang fits (here: resized to one node)."""
+    """One node with room for one pod of two, and no gang placement (with it, neither pod would be bound:
+    test_gang_placement.py): the other stays Pending, PodScheduled False (Unschedulable). The job says so
+    with the scheduler's message and one Warning Event, counts 1 of 2 nodes active, and says Schedulable
+    again once the gang fits (here: resized to one node)."""
     taint = {"key": "scaletrain.io/test", "value": team.namespace, "effect": "NoSchedule"}  # for this job's pods only
     node = FakeNode(f"one-slot-{secrets.token_hex(3)}", taints=[taint], cpu="1")
     with Kubelet(control_plane.api_client(), [node], tmp_path / "kubelet", namespaces=[team.namespace]):
         started = time.monotonic()
         team.submit("crowded", command=["sleep", "600"], resources={"requests": {"cpu": "1"}},
-                    tolerations=[taint | {"operator": "Equal"}])  # fmt: skip
+                    tolerations=[taint | {"operator": "Equal"}], scheduling={"gang": "none"})  # fmt: skip
         unschedulable = team.wait_condition("crowded", "Schedulable", "False")
         print(f"Schedulable=False {time.monotonic() - started:.1f} s after the job was created")
         assert unschedulable["reason"] == "Unschedulable"

@@ -22,6 +22,8 @@ QUIET = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port",
 
 
 def run_every_kind_of_change(team: Team) -> None:
+    # Queued where no Kueue admits it: housekeeping asks Kueue's Workloads why, each pass (here: no Kueue).
+    team.submit("queued", queueName="nowhere")
     team.submit("lifecycle", maxRestarts=1, ttlSecondsAfterFinished=0)
     policy = wait_until(
         lambda: team.kube.get("networkpolicies", team.namespace, "lifecycle"),
@@ -40,6 +42,17 @@ def run_every_kind_of_change(team: Team) -> None:
     team.wait_phase("paused", "Running")
     team.patch_stj("paused", {"spec": {"suspend": True}})  # patch the Job
     team.wait_phase("paused", "Suspended")
+
+    # A gang of another size: the job's Workload is made again (list workloads, delete, create).
+    team.submit("resized")
+    first = wait_until(lambda: team.children("resized", "workloads"), OPERATOR_REACTION_S, "resized's Workload")
+    team.patch_stj("resized", {"spec": {"nodes": 1}})
+
+    def replaced() -> list[dict]:
+        return [w for w in team.children("resized", "workloads") if w["metadata"]["uid"] != first[0]["metadata"]["uid"]]
+
+    (workload,) = wait_until(replaced, OPERATOR_REACTION_S, "resized's Workload for a gang of 1")
+    assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"] == 1
 
     # A quota the Job controller cannot create pods under: its FailedCreate Events are read (list events).
     no_pods = {"hard": {"pods": "0"}}

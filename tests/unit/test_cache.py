@@ -217,6 +217,7 @@ class RecordingCluster:
     def __init__(self, stj, children):
         self.cache, self.server = Cache(), (stj, children)
         self.reads: list[str] = []
+        self.listed_not_older_than: list[str] = []
         self.applied: list[Decision] = []
 
     def read_scaletrainjob(self, namespace, name):
@@ -224,8 +225,9 @@ class RecordingCluster:
         self.cache.scaletrainjobs.put(self.server[0])
         return self.cache.scaletrainjobs.get(namespace, name)
 
-    def read_children(self, namespace, name, generation_hint=None):
+    def read_children(self, namespace, name, generation_hint=None, *, not_older_than):
         self.reads.append("list children")
+        self.listed_not_older_than.append(not_older_than)
         for store, listed in zip((self.cache.services, self.cache.jobs, self.cache.pods), self.server[1], strict=True):
             store.replace_owned((namespace, name), listed, list_version=LIST_VERSION)
         return self.cache.observed(namespace, name, generation_hint)
@@ -298,6 +300,17 @@ def test_an_untrusted_job_is_read_fresh_once_then_trusted():
     assert all(decision.create == () for decision in cluster.applied)  # the children were there all along
     _reconcile(cluster, NAMESPACE, "demo")
     assert cluster.reads == ["get stj", "list children"]
+
+
+def test_a_fresh_read_lists_the_children_as_of_no_earlier_than_the_job_it_read():
+    """Every child the job's status can know of was written before the status: a list at least as new as the
+    job has it (and the API server serves such a list from its watch cache, cluster.read_children)."""
+    cached = _stored(10, **RUNNING)
+    cluster = RecordingCluster(_stored(12, **RUNNING), _children_of(cached))
+    cluster.cache.scaletrainjobs.put(cached)
+    cluster.cache.distrust((NAMESPACE, "demo"))
+    _reconcile(cluster, NAMESPACE, "demo")
+    assert cluster.listed_not_older_than == ["12"]
 
 
 def test_a_finished_job_needs_no_fresh_read_even_untrusted():

@@ -27,7 +27,7 @@ from scaletrain_testing.kubeflow_jobs import (
 )
 from scaletrain_trainer.contract.documents import load_documents
 
-KUBERNETES_VERSION = "1.33"
+KUBERNETES_VERSION = "1.37"  # the first with the Workload API (scheduling.k8s.io/v1beta1)
 # Values of the wrong shape for any field: the conversion must name the field or carry on, never crash.
 WRONG_SHAPES = ([], {}, "x", 7, None)
 

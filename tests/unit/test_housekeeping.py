@@ -1,12 +1,16 @@
-"""Housekeeping's choice of the endpoint it reads progress from (controller/housekeeping.py): rank 0 of
-the newest gang, found only among the pods that gang's own Job owns."""
+"""Housekeeping (controller/housekeeping.py): its choice of the endpoint it reads progress from, rank 0 of
+the newest gang, found only among the pods that gang's own Job owns; and why a gang lacks pods, from one
+list of the Job controller's FailedCreate Events per namespace and pass, however many jobs lack pods."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from scaletrain_operator.api import naming
 from scaletrain_operator.controller.cache import Cache
+from scaletrain_operator.controller.cluster import Cluster
+from scaletrain_operator.controller.decision import Decision
 from scaletrain_operator.controller.housekeeping import Housekeeping
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_testing.jobs import base_job
@@ -80,3 +84,65 @@ def test_an_ipv6_pod_ip_is_bracketed_in_the_progress_url_and_a_non_ascii_index_i
     assert housekeeping.rank_0_of(stj) is None
     cache.pods.put(_pod("demo-g0-0-a", 0, 0, "fd00::1", owner_uid="job-uid-0", version=21))
     assert housekeeping.rank_0_of(stj).url == "http://[fd00::1]:9555/progress"
+
+
+class FailedCreates:
+    """A cluster for a housekeeping pass: the cache, a namespace's FailedCreate messages by Job (each list
+    counted), and the status patches and Events the pass writes."""
+
+    def __init__(self, messages: dict[str, str]):
+        self.cache, self.messages = Cache(), messages
+        self.lists: list[str] = []
+        self.patched: dict[str, dict[str, Any]] = {}
+        self.events: list[str] = []
+
+    def pod_creation_failures(self, namespace: str) -> dict[str, str]:
+        self.lists.append(namespace)
+        return self.messages
+
+    def patch_status(self, where, status: dict[str, Any]) -> None:
+        self.patched[where.name] = status
+
+    def post_event(self, where, event) -> None:
+        self.events.append(where.name)
+
+    def apply(self, where, decision: Decision) -> None:
+        assert decision.changes_nothing  # no TTL passes here
+
+
+def _pending_without_pods(cluster: FailedCreates, name: str) -> None:
+    metadata = {"name": name, "namespace": NAMESPACE, "uid": f"{name}-uid", "resourceVersion": "1"}
+    status = {"phase": "Pending", "currentJob": f"{name}-g0"}
+    cluster.cache.scaletrainjobs.put(base_job() | {"metadata": metadata, "status": status})
+    labels = {naming.LABEL_JOB_NAME: name, naming.LABEL_GENERATION: "0"}
+    metadata = {"name": f"{name}-g0", "namespace": NAMESPACE, "uid": f"{name}-job", "resourceVersion": "2",
+                "labels": labels, "creationTimestamp": "2026-12-01T00:00:00Z"}  # fmt: skip
+    cluster.cache.jobs.put({"metadata": metadata, "spec": {}})
+
+
+def test_one_list_of_failed_creates_per_namespace_and_pass_tells_each_job_why_it_lacks_pods():
+    cluster = FailedCreates({"refused-g0": "pods are forbidden: violates PodSecurity", "other-g0": "quota exceeded"})
+    for name in ("refused", "waiting", "also-waiting"):
+        _pending_without_pods(cluster, name)
+    Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None).run_pass()
+    assert cluster.lists == [NAMESPACE]
+    assert set(cluster.patched) == {"refused"} and cluster.events == ["refused"]
+    (failed,) = cluster.patched["refused"]["conditions"]
+    assert failed["type"] == "PodCreationFailed" and failed["message"] == "pods are forbidden: violates PodSecurity"
+
+
+def test_the_newest_failed_create_of_each_job_is_its_reason():
+    def event(job: str, at: str, message: str | None) -> dict[str, Any]:
+        return {"involvedObject": {"kind": "Job", "name": job}, "lastTimestamp": at, "message": message}
+
+    listed = [
+        event("a-g0", "2026-12-01T00:00:02Z", "newer"),
+        event("a-g0", "2026-12-01T00:00:01Z", "older"),
+        event("b-g0", "2026-12-01T00:00:01Z", None),
+    ]
+    cluster = Cluster(api=None)
+    queries = []
+    cluster._request = lambda method, path, query: queries.append(query) or {"items": listed}
+    assert cluster.pod_creation_failures(NAMESPACE) == {"a-g0": "newer"}
+    # From the API server's watch cache (any version): a consistent list may read every Event from etcd.
+    assert queries == [[("fieldSelector", "involvedObject.kind=Job,reason=FailedCreate"), ("resourceVersion", "0")]]

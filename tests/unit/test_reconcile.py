@@ -407,12 +407,16 @@ def test_a_queued_job_waits_for_kueue_instead_of_unsuspending_itself():
 
 def test_pods_killed_by_a_suspension_are_not_crashes():
     """Kueue preempting (or the user suspending) a gang: the Job controller terminates its pods, which
-    may show Failed with exit code 143 before they go. No restart, no failure: the job waits."""
+    may show Failed with exit code 143 before they go. Not a crash: Kueue's preemption is a disruption,
+    and the next generation queues again; the user's suspension waits."""
     queued = _job(status=_running(), queueName="team-a")
     preempted = _child(queued, 0, suspend=True)
     decision = decide(queued, _observed(queued, {0: preempted}, [_pod(0, "Failed", 143), _pod(1, "Running")]), NOW)
-    assert decision.create == () and decision.delete_child_jobs == () and decision.patch_child_job is None
-    assert decision.status["phase"] == "Pending" and decision.status.get("restarts", 0) == 0
+    assert decision.delete_child_jobs == ("demo-g0",)
+    assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    assert decision.create[0]["spec"]["suspend"] is True  # queued: Kueue admits it
+    assert decision.status["restarts"] == 0 and decision.status["disruptions"] == 1
+    assert decision.status["phase"] == "Restarting" and "Kueue preempted the gang" in decision.status["message"]
 
     suspended = _job(status=_running(), suspend=True)  # the user's suspend, not yet applied to the Job
     decision = decide(suspended, _observed(suspended, {0: _child(suspended, 0)}, [_pod(0, "Failed", 143)]), NOW)

@@ -15,7 +15,7 @@ from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO, base_job, load_yaml
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import ProblemsError
 
-KUBERNETES_VERSION = "1.33"
+KUBERNETES_VERSION = "1.37"  # the first with the Workload API (scheduling.k8s.io/v1beta1)
 
 POD_TEMPLATE = {
     "metadata": {"labels": {"team": "vision"}, "annotations": {"prometheus.io/scrape": "true"}},
@@ -94,7 +94,7 @@ def _env(children):
 @pytest.mark.parametrize("name", SPECS)
 def test_every_child_validates_against_kubernetes_schemas(name):
     children = _children(SPECS[name])
-    assert [c["kind"] for c in children] == ["Service", "Service", "Job"]
+    assert [c["kind"] for c in children] == ["Workload", "Service", "Service", "Job"]
     for child in children:
         kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
 
@@ -106,7 +106,7 @@ def test_examples_render_to_valid_children(path):
 
 
 def test_the_master_alias_is_rank_0_of_any_generation_while_it_is_ready():
-    alias = _children(base_job(), generation=4)[1]
+    alias = _children(base_job(), generation=4)[2]  # after the Workload and the Service
     assert alias["metadata"]["name"] == "demo-master" and alias["spec"]["clusterIP"] == "None"
     assert alias["spec"]["selector"] == {
         "scaletrain.io/job-name": "demo",
@@ -117,7 +117,7 @@ def test_the_master_alias_is_rank_0_of_any_generation_while_it_is_ready():
 
 
 def test_headless_service_publishes_not_ready_pods():
-    service = _children(base_job())[0]
+    service = _children(base_job())[1]  # after the Workload
     assert service["metadata"]["name"] == "demo"
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
@@ -259,7 +259,8 @@ def test_labels_and_owner_references():
         ]
     assert children[-1]["metadata"]["labels"]["scaletrain.io/generation"] == "3"
     assert _pod(children)["metadata"]["labels"]["scaletrain.io/generation"] == "3"
-    assert "scaletrain.io/generation" not in children[0]["metadata"]["labels"]  # the Service outlives generations
+    outliving = children[:-1]  # the Workload and the Services outlive gangs
+    assert all("scaletrain.io/generation" not in child["metadata"]["labels"] for child in outliving)
 
 
 def test_owner_reference_needs_a_uid():

@@ -152,7 +152,7 @@ def test_examples_validate_and_render(path):
     rendered = run_cli("render", str(path), "-n", "elsewhere")
     assert rendered.returncode == 0, rendered.stderr
     children = list(yaml.safe_load_all(rendered.stdout))
-    assert [c["kind"] for c in children] == ["Service", "Service", "Job"]
+    assert [c["kind"] for c in children] == ["Workload", "Service", "Service", "Job"]
     assert {c["metadata"]["namespace"] for c in children} == {"elsewhere"}
     assert "ownerReferences omitted" in rendered.stderr
 

@@ -297,7 +297,8 @@ def meaning(cause: PodOutcome | None, job_failure: str | None, rules: Sequence[F
         for rule in rules:
             if rule_matches(rule, cause):
                 return Meaning(rule.action, rule.name, rule.exclude_node, rule=True)
-    if cause is None and job_failure == naming.DISRUPTED_JOB:  # the disrupted pod is gone already
+    # The disrupted pod is gone already; or Kueue took the gang's quota back (it suspended the Job).
+    if cause is None and job_failure in (naming.DISRUPTED_JOB, naming.QUEUE_PREEMPTED):
         return Meaning(BUILT_IN_MEANINGS[DISRUPTION], DISRUPTION)
     if cause is None:
         return Meaning("RestartGang", job_failure, job_failure == HANG_RESULT)
@@ -320,6 +321,10 @@ def rule_matches(rule: FailurePolicyRule, pod: PodOutcome) -> bool:
         if pod.exit_code is None or listed != (rule.on_exit_codes.operator == "In"):
             return False
     return all((match.type, match.status) in pod.conditions for match in rule.on_pod_conditions)
+
+
+# A gang that ended with no pod to blame, in words, where "the gang's Job failed (REASON)" would mislead.
+GANG_ENDINGS = {naming.QUEUE_PREEMPTED: "Kueue preempted the gang (it suspended the gang's Job to free its quota)"}
 
 
 def judge(
@@ -354,7 +359,8 @@ def judge(
         cause = None if suspended else root_cause(pods)
         if cause is None and job_failure is None:
             return Verdict(Action.KEEP_RUNNING)
-    what = cause.describe() if cause is not None else f"the gang's Job failed ({job_failure})"
+    ended = GANG_ENDINGS.get(job_failure or "", f"the gang's Job failed ({job_failure})")
+    what = cause.describe() if cause is not None else ended
     found = finding(cause)
     meant = meaning(cause, job_failure, limits.rules)
     by_rule = f" (failurePolicy rule {meant.name})" if meant.rule else ""

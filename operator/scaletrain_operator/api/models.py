@@ -307,6 +307,55 @@ class FailurePolicy(SpecModel):
             yield Problem(("rules",), f"each rule's name must be unique: {name} is used twice or more")
 
 
+class Scheduling(SpecModel):
+    """How the scheduler places the gang: all of its pods at once, or each on its own (docs/operator.md,
+    Shared clusters)."""
+
+    gang: Literal["auto", "workload", "none"] = Field(
+        "auto",
+        description="auto: gang placement through a scheduling.k8s.io Workload where the cluster serves that API "
+        "(Kubernetes 1.36+, feature gates GenericWorkload and WorkloadWithJob), else none; workload: the same, and "
+        "the job fails where the API is not served; none: the scheduler places each pod on its own, so part of a "
+        "gang may hold its nodes while the rest waits.",
+    )
+
+
+class Topology(SpecModel):
+    """All pods of the gang in one domain of a node label (a rack, a block, an NVLink domain)."""
+
+    required: str | None = Field(
+        None,
+        max_length=317,
+        description="A node label, e.g. cloud.provider.com/topology-block: the gang waits until it fits whole "
+        "in one domain of it (Kueue's Topology Aware Scheduling with queueName; else the Workload's topology "
+        "constraint).",
+    )
+    preferred: str | None = Field(
+        None,
+        max_length=317,
+        description="A node label: one domain of it if the gang fits there, else the fewest domains (Kueue's "
+        "Topology Aware Scheduling; needs queueName).",
+    )
+
+    model_config = with_cel_rules(
+        cel_rule("has(self.required) != has(self.preferred)", "give required or preferred, one of them", ".required")
+    )
+
+    def problems(self) -> Iterator[Problem]:
+        if (self.required is None) == (self.preferred is None):
+            yield Problem(("required",), "give required or preferred, one of them: a node label such as a rack's")
+        for key in ("required", "preferred"):
+            label = getattr(self, key)
+            if label is not None and (problem := kube_rules.qualified_name(label)):
+                yield Problem((key,), problem)
+
+
+class Placement(SpecModel):
+    """Where the gang's pods go together."""
+
+    topology: Topology | None = Field(None, description="All pods of the gang in one domain of a node label.")
+
+
 class ScaleTrainJobSpec(SpecModel):
     """What to train and how: the trainer image, the gang's size and placement, training and lifecycle."""
 
@@ -448,7 +497,15 @@ class ScaleTrainJobSpec(SpecModel):
         description="true stops the gang (its pods are deleted, phase Suspended) without failing the job; "
         "false runs it again from the last checkpoint (with queueName, once Kueue admits it).",
     )
-    queue_name: str | None = Field(None, min_length=1, max_length=63, description="Kueue LocalQueue.")
+    queue_name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        description="Kueue LocalQueue that admits every gang generation's Job (the job's label "
+        "kueue.x-k8s.io/queue-name does the same); Kueue decides when the gang starts, and may preempt it.",
+    )
+    scheduling: Scheduling = Field(default_factory=Scheduling, description="Gang placement.")
+    placement: Placement = Field(default_factory=Placement, description="Topology placement of the gang.")
     active_deadline_seconds: int | None = Field(
         None,
         ge=1,
@@ -547,6 +604,7 @@ class ScaleTrainJobSpec(SpecModel):
         yield from self._training_problems()
         for problem in self.failure_policy.problems():
             yield Problem(("failurePolicy",) + problem.path, problem.message)
+        yield from self._placement_problems()
         if self.backend == "nccl" and self.gpus_per_node == 0:
             yield Problem(("backend",), "nccl needs GPUs: set gpusPerNode > 0, or use backend gloo (or auto) on CPU")
         if self.procs_per_node is not None and 0 < self.gpus_per_node < self.procs_per_node:
@@ -647,6 +705,11 @@ class ScaleTrainJobSpec(SpecModel):
                 message = "set gpusPerNode instead of giving a container GPUs in podTemplate"
                 yield Problem((*where, "resources", section, self.gpu_resource), message)
 
+    def _placement_problems(self) -> Iterator[Problem]:
+        if self.placement.topology is not None:
+            for problem in self.placement.topology.problems():
+                yield Problem(("placement", "topology") + problem.path, problem.message)
+
     def _kubernetes_problems(self) -> Iterator[Problem]:
         """Kubernetes' rules for what the pods get, which the API server would apply to the Job."""
         sections = {"requests": self.resources.requests, "limits": self.resources.limits}
@@ -734,6 +797,7 @@ ConditionType = Literal[
     "PodCreationFailed",
     "Schedulable",
     "ProgressUnreachable",
+    "Queued",
 ]
 Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
@@ -747,7 +811,7 @@ class Condition(SpecModel):
         "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota), Schedulable (False while "
         "the scheduler cannot place a pod of the gang, with its message; True again once it could), "
         "ProgressUnreachable (True while the operator cannot read rank 0's progress endpoint, with why; never a "
-        "restart by itself)."
+        "restart by itself), Queued (True while Kueue holds the gang's Job back, with Kueue's reason)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition: True, False or Unknown.")
     observed_generation: int | None = Field(
@@ -909,11 +973,30 @@ class ScaleTrainJob(SpecModel):
     def name(self) -> str:
         return self.metadata.name
 
+    @property
+    def queue(self) -> str | None:
+        """The Kueue LocalQueue of its gangs: spec.queueName, else the job's kueue.x-k8s.io/queue-name label."""
+        return self.spec.queue_name or self.metadata.labels.get(naming.KUEUE_QUEUE_LABEL) or None
+
     def problems(self) -> Iterator[Problem]:
-        """Its labels and annotations, as the API server checks them (the CRD's schema cannot)."""
+        """Its labels and annotations, as the API server checks them (the CRD's schema cannot), and a
+        topology that nothing would honour."""
         metadata = {"labels": self.metadata.labels, "annotations": self.metadata.annotations}
         yield from kube_rules.metadata_problems(metadata, ("metadata",))
         yield from kube_schema.namespace_problems(self.metadata.namespace, ("metadata", "namespace"))
+        yield from self._topology_problems()
+
+    def _topology_problems(self) -> Iterator[Problem]:
+        """A topology needs Kueue (a queue) or, for a required one, gang placement (the Workload API)."""
+        topology, where = self.spec.placement.topology, ("spec", "placement", "topology")
+        if topology is None or self.queue is not None:
+            return
+        if topology.preferred is not None:
+            message = "a preferred topology needs Kueue's Topology Aware Scheduling: set queueName, or use required"
+            yield Problem((*where, "preferred"), message)
+        if topology.required is not None and self.spec.scheduling.gang == "none":
+            message = "a required topology needs queueName (Kueue) or gang placement: set scheduling.gang to auto"
+            yield Problem((*where, "required"), message)
 
 
 def parse_job(document: Any) -> ScaleTrainJob:

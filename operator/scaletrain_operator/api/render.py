@@ -14,7 +14,7 @@ from typing import Any
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 
-from . import naming
+from . import gang_placement, naming
 from .merge import merge_under
 from .models import ScaleTrainJob, ScaleTrainJobSpec
 
@@ -26,9 +26,21 @@ DEFAULT_TORCHRUN_ARGS = ["--module", "scaletrain_trainer"]
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{naming.COMPLETION_INDEX_ANNOTATION}']"
 
 
-def render_children(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> list[dict[str, Any]]:
-    """The Services and the generation's Job, in creation order."""
-    return [render_service(job, namespace), render_master_alias(job, namespace), render_job(job, generation, namespace)]
+def render_children(
+    job: ScaleTrainJob, generation: int = 0, namespace: str | None = None, workload_api: bool = True
+) -> list[dict[str, Any]]:
+    """The Workload (with gang placement), the Services and the generation's Job, in creation order: the
+    Workload first, since the Job controller looks for it when it first sees the Job. `workload_api`:
+    whether the cluster serves the Workload API (spec.scheduling.gang auto uses it then)."""
+    gang = gang_placement.uses_workload(job.spec, workload_api)
+    workload = [render_workload(job, namespace)] if gang else []
+    services = [render_service(job, namespace), render_master_alias(job, namespace)]
+    return [*workload, *services, render_job(job, generation, namespace, gang=gang)]
+
+
+def render_workload(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
+    """The job's one Workload, which every gang generation's Job delegates its PodGroup to."""
+    return gang_placement.render_workload(job, _metadata(job, job.name, namespace, job_labels(job)))
 
 
 def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
@@ -85,11 +97,14 @@ def render_network_policy(job: ScaleTrainJob, operator_namespace: str, namespace
     }
 
 
-def render_job(job: ScaleTrainJob, generation: int = 0, namespace: str | None = None) -> dict[str, Any]:
-    spec = job.spec
+def render_job(
+    job: ScaleTrainJob, generation: int = 0, namespace: str | None = None, gang: bool = False
+) -> dict[str, Any]:
+    """The generation's Indexed Job; with `gang`, its pods are placed as one gang (gang_placement.py)."""
+    spec, queue = job.spec, job.queue
     labels = generation_labels(job, generation)
-    if spec.queue_name:
-        labels[naming.KUEUE_QUEUE_LABEL] = spec.queue_name
+    if queue:
+        labels[naming.KUEUE_QUEUE_LABEL] = queue
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": spec.nodes,
@@ -98,17 +113,18 @@ def render_job(job: ScaleTrainJob, generation: int = 0, namespace: str | None = 
         "backoffLimit": 0,
         "podFailurePolicy": DISRUPTION_FAILS_THE_JOB,
         # Kueue admits a queued Job by un-suspending it.
-        "suspend": spec.suspend or spec.queue_name is not None,
+        "suspend": spec.suspend or queue is not None,
         "template": render_pod_template(job, generation),
     }
     if spec.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    return {
+    rendered = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": _metadata(job, naming.child_job_name(job.name, generation), namespace, labels),
         "spec": job_spec,
     }
+    return gang_placement.delegated(rendered) if gang else rendered
 
 
 # A disrupted pod (evicted, preempted, its node lost; or the trainer's exit 80 after a SIGTERM) fails the
@@ -132,7 +148,10 @@ def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
         "metadata": {
             "labels": generation_labels(job, generation),
             # `kubectl logs` and `kubectl exec` pick this container even when podTemplate adds sidecars first.
-            "annotations": {"kubectl.kubernetes.io/default-container": naming.TRAINER_CONTAINER},
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": naming.TRAINER_CONTAINER,
+                **_kueue_topology(job),
+            },
         },
         "spec": {
             "subdomain": naming.service_name(job.name),
@@ -156,6 +175,16 @@ def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
     if spec.pod_template is None:
         return rendered
     return merge_under(spec.pod_template, rendered)
+
+
+def _kueue_topology(job: ScaleTrainJob) -> dict[str, str]:
+    """placement.topology as Kueue's Topology Aware Scheduling reads it from a queued Job's pod template."""
+    topology = job.spec.placement.topology
+    if topology is None or job.queue is None:
+        return {}
+    if topology.required is not None:
+        return {naming.KUEUE_REQUIRED_TOPOLOGY: topology.required}
+    return {naming.KUEUE_PREFERRED_TOPOLOGY: topology.preferred} if topology.preferred is not None else {}
 
 
 def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:

@@ -8,14 +8,20 @@ resourceVersion it was decided from as a precondition: a decision made from a st
 (Conflict) instead of overwriting a newer status, e.g. its restart count.
 
 Requests are plain JSON over the client's connection pool: the cache keeps the API server's JSON as
-is, and the generated model classes would only parse every answer into objects and back.
+is, and the generated model classes would only parse every answer into objects and back. The requests
+of one decision (or one fresh read) that need not wait for each other go out together (`at_once`), on
+a few helper threads the Cluster shares among all reconciles: on a busy API server each request takes a
+while, and a new job's six writes in a row took seconds.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -23,7 +29,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from ..api import naming
+from ..api import gang_placement, naming
 from ..api.status_schema import fit_status
 from . import metrics
 from .cache import Cache, owned_by, version_of
@@ -55,6 +61,9 @@ JOBS = Resource("/apis/batch/v1", "jobs")
 PODS = Resource("/api/v1", "pods")
 EVENTS = Resource("/api/v1", "events")
 NETWORK_POLICIES = Resource("/apis/networking.k8s.io/v1", "networkpolicies")
+WORKLOADS = Resource(f"/apis/{gang_placement.WORKLOAD_API_VERSION}", gang_placement.WORKLOAD_PLURAL)
+KUEUE_WORKLOADS = Resource("/apis/kueue.x-k8s.io/v1beta2", "workloads")  # Kueue's own, one per queued Job
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on each of Kueue's Workloads: the Job it queues
 KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "kopfpeerings")
 CLUSTER_KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "clusterkopfpeerings")
 
@@ -136,21 +145,49 @@ class ObjectRef:
         return cls(metadata["namespace"], metadata["name"], metadata.get("uid"), metadata.get("resourceVersion"))
 
 
-def connect() -> client.ApiClient:
-    """A client for the API server, with the credentials kopf would use: in-cluster, else kubeconfig."""
+def settle(call: Callable[[], Any]) -> tuple[Any, Exception | None]:
+    """What `call()` answered, or how it failed."""
+    try:
+        return call(), None
+    except Exception as error:
+        return None, error
+
+
+def connect(connections: int) -> client.ApiClient:
+    """A client for the API server, with the credentials kopf would use: in-cluster, else kubeconfig. Its
+    pool keeps `connections` open, one for each thread that calls the API at once: urllib3 closes a
+    connection it has no room for after one request, so each request beyond the pool (by default 5 per
+    CPU) would pay a new TLS handshake, on both sides."""
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration)
 
 
 class Cluster:
-    def __init__(self, api: client.ApiClient, timeout_seconds: float = 30.0, cache: Cache | None = None):
+    def __init__(
+        self, api: client.ApiClient, timeout_seconds: float = 30.0, cache: Cache | None = None, helpers: int = 4
+    ):
         self.api = api
         self.timeout = timeout_seconds  # every call has one: a stuck API server must not hang the operator
         self.cache = cache or Cache()
+        self._helpers = ThreadPoolExecutor(helpers, thread_name_prefix="api")  # threads start when first needed
+
+    def at_once(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Make requests that need not wait for each other together: the first in this thread, the others on
+        the helper threads. Once all are done, their answers in order; or the first failure in their order
+        (the others are logged)."""
+        others = [self._helpers.submit(call) for call in calls[1:]]
+        settled = [settle(call) for call in [*calls[:1], *(other.result for other in others)]]
+        failures = [error for _, error in settled if error is not None]
+        for error in failures[1:]:
+            log.warning("a request made together with one that failed also failed: %s", describe(error))
+        if failures:
+            raise failures[0]
+        return [answer for answer, _ in settled]
 
     def _request(
         self,
@@ -186,32 +223,64 @@ class Cluster:
         store.put(stj)
         return store.get(namespace, name)
 
-    def read_children(self, namespace: str, name: str, generation_hint: int | None = None) -> Observed:
-        """A ScaleTrainJob's Service, Jobs and pods as listed now: the cache's copy of them is replaced by
-        the lists (keeping only what was written after them), then read."""
-        selector = [("labelSelector", f"{naming.LABEL_JOB_NAME}={name}")]
+    def read_children(
+        self, namespace: str, name: str, generation_hint: int | None = None, *, not_older_than: str
+    ) -> Observed:
+        """A ScaleTrainJob's Service, Jobs and pods as listed now, at least as new as the resourceVersion
+        `not_older_than` (the job's, as just read): each child the job's status can know of is there. The
+        three lists are made at once; the cache's copy of the children is replaced by them (keeping only
+        what was written after them), then read.
+
+        Such a list is served from the API server's watch cache. A list without a resourceVersion must be
+        up to the moment, and when the server's cache lags (a busy server) it is read from etcd instead,
+        which returns every pod of the namespace to be filtered by label: at 1000 jobs, restarting the gangs
+        at once made such lists take 30 s and fail. When the cache lags more than a few seconds behind the
+        job's version, the server refuses (504) and the reconcile is tried again after a backoff."""
+        query = [
+            ("labelSelector", f"{naming.LABEL_JOB_NAME}={name}"),
+            ("resourceVersion", not_older_than),
+            ("resourceVersionMatch", "NotOlderThan"),
+        ]
         cache = self.cache
-        for resource, store in ((SERVICES, cache.services), (JOBS, cache.jobs), (PODS, cache.pods)):
-            listed = self._request("GET", resource.path(namespace), query=selector)
+        stores = ((SERVICES, cache.services), (JOBS, cache.jobs), (PODS, cache.pods))
+        lists = self.at_once(
+            [functools.partial(self._request, "GET", kind.path(namespace), query=query) for kind, _ in stores]
+        )
+        for (_, store), listed in zip(stores, lists, strict=True):
             store.replace_owned((namespace, name), listed["items"], version_of(listed))
         return cache.observed(namespace, name, generation_hint)
 
     # ---- writes ----
 
     def apply(self, stj: ObjectRef, decision: Decision) -> None:
-        for obj in decision.create:
-            self.create_child(stj.namespace, obj)
-        for name in decision.delete_child_jobs:
-            self.delete_child_job(stj.namespace, name)
+        """Carry out `decision` in rounds, each round's requests at once (`at_once`), a failure ending the
+        rounds after its own: what a gang's Job needs to exist first (its Services, its Workload, a
+        NetworkPolicy); the Jobs; the deletions of ended gangs' Jobs and the change to the running one; the
+        status, which names the Jobs made, and the Events."""
+        namespace, create = stj.namespace, functools.partial(self.create_child, stj.namespace)
+        self.at_once([functools.partial(create, obj) for obj in decision.create if obj["kind"] != "Job"])
+        self.at_once([functools.partial(create, obj) for obj in decision.create if obj["kind"] == "Job"])
+        changes = [functools.partial(self.delete_child_job, namespace, name) for name in decision.delete_child_jobs]
         if decision.patch_child_job is not None:
-            self.patch_child_job(stj.namespace, decision.patch_child_job)
-        for event in decision.events:
-            self.post_event(stj, event)
+            changes.append(functools.partial(self.patch_child_job, namespace, decision.patch_child_job))
+        self.at_once(changes)
+        said = [functools.partial(self.post_event, stj, event) for event in decision.events]
         if decision.status is not None:
-            self.patch_status(stj, decision.status)
+            said.append(functools.partial(self.patch_status, stj, decision.status))
+        self.at_once(said)
         if decision.delete_stj:
             log.info("deleting %s/%s: ttlSecondsAfterFinished passed", stj.namespace, stj.name)
             self.delete_stj(stj)
+
+    def serves_workloads(self) -> bool:
+        """Whether the API server serves the Workload API (discovery, which every user may read)."""
+        try:
+            served = self._request("GET", WORKLOADS.prefix)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return False
+        return any(resource.get("name") == WORKLOADS.plural for resource in served.get("resources") or ())
 
     def create_child(self, namespace: str, obj: dict[str, Any]) -> None:
         """Create a rendered child. AlreadyExists is success when the object there is this ScaleTrainJob's
@@ -221,6 +290,7 @@ class Cluster:
             "Service": (SERVICES, self.cache.services),
             "Job": (JOBS, self.cache.jobs),
             "NetworkPolicy": (NETWORK_POLICIES, None),  # made, never read back: not cached
+            "Workload": (WORKLOADS, None),  # the same
         }[kind]
         try:
             created = self._request("POST", resource.path(namespace), obj)
@@ -235,12 +305,34 @@ class Cluster:
                 raise
             query = [("fieldSelector", f"metadata.name={name}")]
             there = self._request("GET", resource.path(namespace), query=query)["items"]
-            if not there or owned_by(there[0], owner_uid(obj)):
+            if not there:
+                return
+            if owned_by(there[0], owner_uid(obj)):
+                if kind == "Workload" and not gang_placement.same_gang(there[0], obj):
+                    self._replace_workload(namespace, there[0], obj)
                 return
             if (going := leftover_reason(there[0], obj)) is not None:
                 raise Leftover(f"{going}; waiting for its name to be free") from None
             message = f"{kind} {name} already exists and does not belong to this ScaleTrainJob; it is left alone"
             raise ChildRejected("NameConflict", message) from None
+
+    def _replace_workload(self, namespace: str, there: dict[str, Any], obj: dict[str, Any]) -> None:
+        """A Workload's spec cannot change (but for its gang's minCount): the one of an earlier spec goes,
+        and the new one is made. (Its delete precondition is its uid: a Workload made meanwhile stays.)"""
+        name = obj["metadata"]["name"]
+        preconditions = {"preconditions": {"uid": there["metadata"]["uid"]}, **BACKGROUND}
+        try:
+            self._request("DELETE", WORKLOADS.path(namespace, name), preconditions)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+        try:
+            self._request("POST", WORKLOADS.path(namespace), obj)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            raise Leftover(f"Workload {name} of the job's earlier gang is being deleted") from None
+        log.info("replaced Workload %s/%s: the job's gang changed", namespace, name)
 
     def delete_child_job(self, namespace: str, name: str) -> None:
         """The gang's pods go with the Job (background propagation)."""
@@ -301,13 +393,35 @@ class Cluster:
         if (held := self.cache.scaletrainjobs.get(stj.namespace, stj.name)) is not None:
             self.cache.scaletrainjobs.delete(held)
 
-    def pod_creation_failure(self, namespace: str, child_job: str) -> str | None:
-        """The message of the newest FailedCreate Event the Job controller posted on `child_job` (why it
-        cannot create the gang's pods: an admission refusal, a quota), or None."""
-        selector = f"involvedObject.kind=Job,involvedObject.name={child_job},reason=FailedCreate"
-        events = self._request("GET", EVENTS.path(namespace), query=[("fieldSelector", selector)])["items"]
-        newest = max(events, key=lambda event: event.get("lastTimestamp") or event.get("eventTime") or "", default=None)
-        return newest.get("message") if newest else None
+    def pod_creation_failures(self, namespace: str) -> dict[str, str]:
+        """Why the Job controller cannot create pods of Jobs in `namespace` (an admission refusal, a quota):
+        the message of the newest FailedCreate Event it posted on each such Job, by the Job's name. One
+        list for the namespace, however many of its Jobs lack pods."""
+        # From the API server's watch cache, however recent (resourceVersion 0): a consistent list may read
+        # every Event of the namespace from etcd, and a reason a moment old is as good.
+        query = [("fieldSelector", "involvedObject.kind=Job,reason=FailedCreate"), ("resourceVersion", "0")]
+        events = self._request("GET", EVENTS.path(namespace), query=query)["items"]
+        oldest_first = sorted(events, key=lambda event: event.get("lastTimestamp") or event.get("eventTime") or "")
+        return {event["involvedObject"]["name"]: event["message"] for event in oldest_first if event.get("message")}
+
+    def queue_waits(self, namespace: str) -> dict[str, str]:
+        """Why Kueue has not admitted Jobs in `namespace` yet: the message of the QuotaReserved=False condition
+        of Kueue's Workload of each (e.g. "couldn't assign flavors to pod set main: insufficient quota ..."),
+        by the Job's uid. One list for the namespace; none where Kueue is not installed or may not be read."""
+        try:
+            workloads = self._request("GET", KUEUE_WORKLOADS.path(namespace))["items"]
+        except ApiException as error:
+            if error.status in (403, 404):
+                return {}
+            raise
+        waits = {}
+        for workload in workloads:
+            job_uid = (workload["metadata"].get("labels") or {}).get(KUEUE_JOB_UID_LABEL)
+            conditions = (workload.get("status") or {}).get("conditions") or ()
+            reserved = next((c for c in conditions if c.get("type") == "QuotaReserved"), None)
+            if job_uid and reserved and reserved.get("status") == "False" and reserved.get("message"):
+                waits[job_uid] = reserved["message"]
+        return waits
 
     def peering_status(self, name: str, namespaces: list[str]) -> dict[str, Any] | None:
         """The peers recorded in kopf's peering object `name`: the ClusterKopfPeering of a cluster-wide

@@ -7,7 +7,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 # Why the controller fails a job outside the gang policy (api/gang_policy.GangFailureReason has the rest)
-ControllerFailureReason = Literal["InvalidSpec", "ChildRejected", "NameConflict", "ReconcileError"]
+ControllerFailureReason = Literal[
+    "InvalidSpec", "ChildRejected", "NameConflict", "ReconcileError", "GangSchedulingUnavailable"
+]
 EventReason = (
     Literal[
         "Created",
@@ -21,6 +23,7 @@ EventReason = (
         "PodCreationFailed",
         "Unschedulable",
         "JobDeleted",
+        "Preempted",
         "Hang",
         "CheckpointSetAside",
     ]

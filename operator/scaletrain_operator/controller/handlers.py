@@ -15,10 +15,16 @@ is read at import time.
 No finalizers: children are garbage-collected through their ownerReferences, so deleting a
 ScaleTrainJob never waits for the operator. kopf's own bookkeeping goes to annotations, because
 the CRD's structural schema would prune a `status.kopf` field.
+
+Every watch event passes through kopf's event loop, one thread for all of them, so what kopf does per
+event bounds how many jobs the operator keeps up with (docs/benchmarks.md, at 1000 jobs): the handlers
+are coroutines that return at once (a synchronous one costs a hand-off to kopf's thread pool per
+event), and kopf keeps no copy of the objects to diff (`NoDiffBase`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -36,7 +42,7 @@ from . import metrics
 from .cache import Cache, Key, Store
 from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
 from .decision import Decision, Event
-from .housekeeping import Housekeeping
+from .housekeeping import HOUSEKEEPING_CONNECTIONS, Housekeeping
 from .reconcile import Observed, decide, decide_failed, decide_invalid, stop_what_runs
 from .settings import DEFAULTS, OperatorConfig
 from .status import FINISHED, phase_of
@@ -47,8 +53,11 @@ log = logging.getLogger(__name__)
 MANAGED = {naming.LABEL_MANAGED_BY: naming.MANAGER}
 MANAGED_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGER}"
 CHILDREN = (("", "v1", "services"), ("batch", "v1", "jobs"), ("", "v1", "pods"))
-RECONCILE_WORKERS = 4  # reconciles run in parallel (of different jobs); each is a few API writes at most
-CHILD_FOLD_SECONDS = 0.5  # a burst of a job's child events within this becomes one reconcile (workqueue.py)
+# Reconciles run in parallel (of different jobs). Each is a few rounds of API requests, mostly spent waiting
+# for the API server: with 4, a burst of 1000 new jobs queued for minutes (docs/benchmarks.md).
+RECONCILE_WORKERS = 64
+API_HELPERS = RECONCILE_WORKERS  # threads making a reconcile's requests that go out together (Cluster.at_once)
+CHILD_FOLD_SECONDS = 1.0  # a burst of a job's child events within this becomes one reconcile (workqueue.py)
 RETRY_EVENT_AFTER = 3  # failed reconciles in a row before a Warning Event says so
 LEFTOVER_RECHECK_SECONDS = 2.0  # how soon a job waiting for a child's name looks again (no event will come)
 
@@ -57,7 +66,7 @@ LEFTOVER_RECHECK_SECONDS = 2.0  # how soon a job waiting for a child's name look
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config: OperatorConfig = memo.config
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=naming.GROUP)
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.enabled = False  # the operator posts its own, meaningful Events
     # The namespaces are exact names and the chart installs the CRD before the operator starts, so
     # kopf need not list namespaces or watch CRDs: a namespaced install needs no ClusterRole (rbac.py).
@@ -66,8 +75,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.networking.request_timeout = config.request_timeout_seconds
     for resource in CHILDREN:  # filtered by the API server: only the operator's own children arrive (and are cached)
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
-    if "cluster" not in memo:
-        memo.cluster = Cluster(connect(), timeout_seconds=config.request_timeout_seconds)
+    if "cluster" not in memo:  # a connection for each thread that calls the API: workers, helpers, housekeeping
+        api = connect(RECONCILE_WORKERS + API_HELPERS + HOUSEKEEPING_CONNECTIONS)
+        memo.cluster = Cluster(api, timeout_seconds=config.request_timeout_seconds, helpers=API_HELPERS)
+    memo.config = config = dataclasses.replace(config, workload_api=memo.cluster.serves_workloads())
+    log.info("gang placement through the Workload API: %s", "served" if config.workload_api else "not served")
     queue = WorkQueue(
         functools.partial(reconcile, memo),
         RECONCILE_WORKERS,
@@ -88,30 +100,48 @@ def stop(memo: kopf.Memo, **_: Any) -> None:
     memo.queue.stop()
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """Where kopf keeps an object's last handled state, to tell on.create/on.update handlers what changed:
+    nowhere. The operator's handlers are all event handlers (level-based), which need no diff, yet kopf
+    builds the state to diff (a deep copy of the whole object) on every watch event: at 1000 jobs, a
+    quarter of its event loop's time. kopf diffs nothing against nothing instead."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 @kopf.on.event(naming.GROUP, naming.VERSION, naming.PLURAL)
-def on_scaletrainjob(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def on_scaletrainjob(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     take_in(memo, memo.cluster.cache.scaletrainjobs, event)
 
 
 @kopf.on.event("", "v1", "services", labels=MANAGED)
-def on_service(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def on_service(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     take_in(memo, memo.cluster.cache.services, event)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-def on_child_job(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def on_child_job(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     take_in(memo, memo.cluster.cache.jobs, event)
 
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
-def on_pod(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def on_pod(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     take_in(memo, memo.cluster.cache.pods, event)
 
 
 def take_in(memo: kopf.Memo, store: Store, event: dict[str, Any]) -> None:
     """Keep the cache current, and queue a reconcile of the ScaleTrainJob the object belongs to (a child's
     after a fold window). An event that brings no news (the echo of the operator's own write, a relisted
-    object it holds) reconciles only a job that has not settled (workqueue.py)."""
+    object it holds) reconciles only a job that has not settled (workqueue.py). Called on kopf's event
+    loop: it takes only locks that are held for a moment (the cache's, the queue's), and never calls the
+    API."""
     obj, kind, cache = event["object"], event["type"], memo.cluster.cache
     news = store.delete(obj) if kind == "DELETED" else store.put(obj)
     job = store.owner_of(obj)
@@ -169,11 +199,14 @@ def _reconcile(cluster: Cluster, namespace: str, name: str, settings: OperatorCo
         decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, settings)
         if not needs_fresh_look(raw, decision):
             return carry_out(cluster, raw, decision)
-    # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads).
+    # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads) as of no
+    # earlier than the job's version.
     raw = cluster.read_scaletrainjob(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
         return Reconciled(absent)
-    decision = decide_from(raw, functools.partial(cluster.read_children, namespace, name), now, settings)
+    version = raw["metadata"]["resourceVersion"]
+    observe = functools.partial(cluster.read_children, namespace, name, not_older_than=version)
+    decision = decide_from(raw, observe, now, settings)
     cache.trust(job)
     return carry_out(cluster, raw, decision)
 

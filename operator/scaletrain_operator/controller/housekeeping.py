@@ -39,9 +39,11 @@ log = logging.getLogger(__name__)
 Answer = dict[str, Any] | Unreadable  # rank 0's progress, or why it could not be read
 
 STATUS_WRITERS = 8  # status patches at once, after the pass's reads
+HOUSEKEEPING_CONNECTIONS = STATUS_WRITERS + 1  # API calls at once: the status writers, or the pass itself
 UNREACHABLE_AFTER_READS = 2  # failed reads in a row before ProgressUnreachable: one may meet a restarting server
 PROGRESS_UNREACHABLE = "ProgressUnreachable"
 POD_CREATION_FAILED = "PodCreationFailed"
+QUEUED = "Queued"  # Kueue holds the gang's Job back, and why
 POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; after that, a missing one has a reason
 
 
@@ -73,11 +75,14 @@ class Housekeeping:
         jobs = self.cluster.cache.scaletrainjobs.all()
         metrics.report_jobs(jobs)
         running = [raw for raw in jobs if phase_of(raw) == "Running"]
+        failures = functools.cache(self.cluster.pod_creation_failures)  # one list per namespace and pass, if any
+        waits = functools.cache(lambda namespace: self.cluster.queue_waits(namespace))  # the same, for queued jobs
         for raw in jobs:
             if phase_of(raw) != "Running":
                 isolated("ttl", raw, self.expire)
             if phase_of(raw) in ("Pending", "Running"):
-                isolated("pods", raw, self.report_pod_creation)
+                isolated("pods", raw, functools.partial(self.report_pod_creation, failures=failures))
+                isolated("queue", raw, functools.partial(self.report_queue_wait, waits=waits))
         running_keys = {(raw["metadata"]["namespace"], raw["metadata"]["name"]) for raw in running}
         self._unread = {key: failures for key, failures in self._unread.items() if key in running_keys}
         read = self.read_rank_0s(running)
@@ -109,10 +114,11 @@ class Housekeeping:
         except Conflict as stale:
             log.info("TTL not applied: %s", stale)
 
-    def report_pod_creation(self, raw: dict[str, Any]) -> None:
+    def report_pod_creation(self, raw: dict[str, Any], failures: Callable[[str], dict[str, str]]) -> None:
         """While the gang's Job lacks pods, why: the Job controller's newest FailedCreate Event (Pod
         Security admission, a quota) becomes the condition PodCreationFailed and a Warning Event, which
-        nothing else would show on the job; once the pods are there the condition turns False."""
+        nothing else would show on the job; once the pods are there the condition turns False. The Events
+        come from `failures(namespace)`: the messages by Job name (Cluster.pod_creation_failures)."""
         metadata, status = raw["metadata"], raw.get("status") or {}
         namespace, current_job = metadata["namespace"], status.get("currentJob")
         child = self.cluster.cache.jobs.get(namespace, current_job) if current_job else None
@@ -125,7 +131,7 @@ class Housekeeping:
         elif datetime.now(timezone.utc) - parse_timestamp(child["metadata"]["creationTimestamp"]) < POD_CREATION_GRACE:
             return  # the Job controller is still at it
         else:
-            message = self.cluster.pod_creation_failure(namespace, current_job)
+            message = failures(namespace).get(current_job)
         said = held["message"] if held is not None and held["status"] == "True" else None  # what the job shows
         if said == (bounded(message) if message is not None else None):
             return
@@ -145,6 +151,26 @@ class Housekeeping:
         self.reconcile_soon((where.namespace, where.name))
         if message is not None:
             self.cluster.post_event(where, Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}"))
+
+    def report_queue_wait(self, raw: dict[str, Any], waits: Callable[[str], dict[str, str]]) -> None:
+        """While Kueue holds a queued gang's Job back, why, in Kueue's words (its Workload's QuotaReserved
+        message: a quota, or a topology no domain of which holds the gang), as the condition Queued, which
+        the job's status message repeats (reconcile.waiting_for_queue). Queued turns False once Kueue
+        admitted the Job."""
+        metadata, status, spec = raw["metadata"], raw.get("status") or {}, raw.get("spec") or {}
+        queue = spec.get("queueName") or (metadata.get("labels") or {}).get(naming.KUEUE_QUEUE_LABEL)
+        current_job, namespace = status.get("currentJob"), metadata["namespace"]
+        child = self.cluster.cache.jobs.get(namespace, current_job) if queue and current_job else None
+        if child is None or spec.get("suspend"):
+            return
+        held = next((c for c in status.get("conditions") or [] if c["type"] == QUEUED), None)
+        if not (child.get("spec") or {}).get("suspend"):
+            if held is not None and held["status"] == "True":
+                self.set_condition(raw, QUEUED, False, "Admitted", f"Kueue admitted Job {current_job}")
+            return
+        reason = waits(namespace).get(child["metadata"]["uid"])
+        if reason is not None and (held is None or held["message"] != bounded(reason)):
+            self.set_condition(raw, QUEUED, True, "WaitingForAdmission", reason, rewrite=True)
 
     def read_rank_0s(self, running: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Rank0, Answer]]:
         """Each Running job's rank 0 read at once: a pass costs about one read's deadline, however many
@@ -216,12 +242,15 @@ class Housekeeping:
         self.reconcile_soon(key)
         self.announce(where, rank_0.job, before, answer)
 
-    def set_condition(self, raw: dict[str, Any], kind: str, status: bool, reason: str, message: str) -> None:
+    def set_condition(
+        self, raw: dict[str, Any], kind: str, status: bool, reason: str, message: str, rewrite: bool = False
+    ) -> None:
         """The condition `kind` turned to `status`, written (and the job queued) only when it turns: a
-        message that differs from pass to pass (the read failed otherwise) is no news worth a write."""
+        message that differs from pass to pass (the read failed otherwise) is no news worth a write. With
+        `rewrite`, the caller found news in the message: it is written as it is."""
         conditions = (raw.get("status") or {}).get("conditions") or []
         held = next((c for c in conditions if c["type"] == kind), None)
-        if held is not None and held["status"] == ("True" if status else "False"):
+        if not rewrite and held is not None and held["status"] == ("True" if status else "False"):
             return
         update = condition(kind, status, reason, message, datetime.now(timezone.utc), raw["metadata"].get("generation"))
         where = ObjectRef.of(raw)

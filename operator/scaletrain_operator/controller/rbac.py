@@ -59,6 +59,20 @@ OPERATOR = (
     ),
     Permission("", "pods", ("list", "watch"), "rank exits and phases, watched into the cache (read only)"),
     Permission(
+        "kueue.x-k8s.io",
+        "workloads",
+        ("list",),
+        "why Kueue has not admitted a queued gang yet (its Workloads' QuotaReserved condition), into the condition"
+        " Queued; none where Kueue is not installed",
+    ),
+    Permission(
+        "scheduling.k8s.io",
+        "workloads",
+        ("create", "list", "delete"),
+        "each job's Workload, for gang placement (api/gang_placement.py); listed when its create finds one, and"
+        " replaced when the job's gang changed",
+    ),
+    Permission(
         "",
         "events",
         ("create", "list"),

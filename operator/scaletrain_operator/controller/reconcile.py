@@ -7,11 +7,12 @@ decision. It reads as a list of steps:
 1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for a gang still running or
    waiting for a node: its Job is suspended (with a queue: deleted), which ends those pods;
 2. find the current gang generation, and render the one Job this call may create;
-3. create what is missing: the Service, and the current generation's Job (kept off the nodes in
-   status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
-   (counted against maxRestarts);
+3. create what is missing: the job's Workload (gang placement, api/gang_placement.py, with the job's first
+   gang), the Services, and the current generation's Job (kept off the nodes in status.excludedNodes); a
+   current Job that someone else deleted ends its gang like a failure (counted against maxRestarts);
 4. a spec change the running gang cannot take restarts it, and so does resuming a suspended job (neither
-   counted against maxRestarts);
+   counted against maxRestarts); a gang whose Job Kueue suspended after admitting it was preempted, which
+   ends it as a disruption;
 5. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods: succeeded, failed, or
    restart, counted as a restart or as a disruption, maybe blaming a node the next gangs avoid; a Running
    gang whose rank 0 answered, when read, that it made no progress by the time it promised
@@ -36,7 +37,7 @@ from typing import Any
 from scaletrain_trainer.contract.exit_codes import HANG_RESULT
 from scaletrain_trainer.contract.validation import Problem
 
-from ..api import naming
+from ..api import gang_placement, naming
 from ..api.gang_policy import (
     Action,
     GangLimits,
@@ -51,7 +52,14 @@ from ..api.gang_policy import (
 from ..api.models import GangRecord, NodeCounts, ScaleTrainJob
 from ..api.node_exclusion import avoid_nodes, with_node_excluded
 from ..api.progress import final_progress, status_patch
-from ..api.render import generation_free, render_job, render_master_alias, render_network_policy, render_service
+from ..api.render import (
+    generation_free,
+    render_job,
+    render_master_alias,
+    render_network_policy,
+    render_service,
+    render_workload,
+)
 from ..api.timestamps import parse_timestamp, timestamp
 from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event
 from .settings import DEFAULTS, OperatorConfig
@@ -88,6 +96,12 @@ def spec_hash(rendered_job: Mapping[str, Any]) -> str:
     shape["spec"].pop("suspend", None)
     shape["spec"].pop("activeDeadlineSeconds", None)
     shape["metadata"].pop("ownerReferences", None)
+    # Whether the cluster serves the Workload API (found at the operator's start) is no change of the job's:
+    # an operator that starts on an upgraded cluster must not restart every running gang for it.
+    annotations = shape["metadata"].pop("annotations", {})
+    annotations.pop(gang_placement.GROUP_TEMPLATE_ANNOTATION, None)
+    if annotations:
+        shape["metadata"]["annotations"] = annotations
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -221,20 +235,29 @@ def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
     return pending and pod["metadata"].get("deletionTimestamp") is None and _pod_scheduled(pod).get("status") != "True"
 
 
+# The scheduler's reasons for a pod it tried and could not place. With gang placement, kube-scheduler 1.37
+# reports a gang for which no node is feasible at all as SchedulerError (its DynamicResources plugin's
+# PodGroupPostFilter fails), not Unschedulable: it is no less unplaced.
+NOT_PLACED = (UNSCHEDULABLE, "SchedulerError")
+GANG_WORDS = "pod group is unschedulable"  # the scheduler's message for a pod held back by the rest of its gang
+
+
 def unplaced(pods: Sequence[Mapping[str, Any]], now: datetime) -> Unplaced | None:
-    """The pod the scheduler has been unable to place for longest (PodScheduled False, reason Unschedulable),
-    or None. (A pod it has not looked at yet has no PodScheduled condition: it is not unplaced.)"""
+    """The pod the scheduler has been unable to place (PodScheduled False, reason NOT_PLACED) that says most
+    of why, and of those the one that waited longest; or None. Most: Unschedulable in words of its own, then
+    a pod held back only by its gang, then a scheduler error. (A pod it has not looked at yet has no
+    PodScheduled condition: it is not unplaced.)"""
     found = []
     for pod in filter(_waits_for_a_node, pods):
         scheduled = _pod_scheduled(pod)
-        if scheduled.get("status") == "False" and scheduled.get("reason") == UNSCHEDULABLE:
-            since = scheduled.get("lastTransitionTime")
-            found.append(
-                Unplaced(
-                    pod["metadata"]["name"], scheduled.get("message", ""), parse_timestamp(since) if since else now
-                )
-            )
-    return min(found, key=lambda waiting: (waiting.since, waiting.pod), default=None)
+        if scheduled.get("status") == "False" and scheduled.get("reason") in NOT_PLACED:
+            since, message = scheduled.get("lastTransitionTime"), scheduled.get("message", "")
+            told = 0 if scheduled["reason"] == UNSCHEDULABLE and not message.startswith(GANG_WORDS) else 1
+            told += 2 * (scheduled["reason"] != UNSCHEDULABLE)
+            waiting = Unplaced(pod["metadata"]["name"], message, parse_timestamp(since) if since else now)
+            found.append((told, waiting))
+    best = min(found, key=lambda each: (each[0], each[1].since, each[1].pod), default=None)
+    return best[1] if best is not None else None
 
 
 def all_placed(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
@@ -253,7 +276,16 @@ def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
 
 def resumed(job: ScaleTrainJob, child_job: Mapping[str, Any]) -> bool:
     """spec.suspend turned false while the gang's Job is suspended; with a queue, Kueue resumes the Job."""
-    return not job.spec.suspend and job.spec.queue_name is None and child_job_suspended(child_job)
+    return not job.spec.suspend and job.queue is None and child_job_suspended(child_job)
+
+
+def preempted_by_queue(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether Kueue took back the quota of a gang it had admitted: it suspended the gang's Job (which ends
+    the pods: the trainer checkpoints on their SIGTERM), and the Job has pods, which only an admitted Job
+    has. That is a disruption: the next generation's Job queues again and resumes from the checkpoint.
+    (Kueue would admit this Job again, but its podFailurePolicy would then fail it for the pods the
+    suspension stopped: resumed() says why.)"""
+    return job.queue is not None and not job.spec.suspend and child_job_suspended(child_job) and bool(pods)
 
 
 def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[str, Any] | None) -> bool:
@@ -337,26 +369,34 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
     """What to do next for `job`, given its children; see the module docstring. With
     `settings.network_policy_from` (the operator's namespace), whatever starts a gang first makes sure of
     the job's NetworkPolicy (creating it again is a no-op)."""
-    decision = _decide(job, observed, now, settings.progress_timeout_seconds)
+    decision = _decide(job, observed, now, settings)
     if settings.network_policy_from and decision.create:
         policy = render_network_policy(job, settings.network_policy_from)
         return replace(decision, create=(policy, *decision.create))
     return decision
 
 
-def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds: float) -> Decision:
+def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig) -> Decision:
     status = StatusBuilder(job, now)
     if status.finished:
-        return stop_what_runs(observed, queued=job.spec.queue_name is not None)
+        return stop_what_runs(observed, queued=job.queue is not None)
+    if (unavailable := gang_placement.unavailable(job.spec, settings.workload_api)) is not None:
+        stored = job.status.model_dump(mode="json", by_alias=True, exclude_none=True) if job.status else {}
+        return decide_failed("GangSchedulingUnavailable", unavailable, stored, job.metadata.generation, now)
     generation = current_generation(job, observed)
     current = observed.jobs.get(generation)
     deleted = current_job_deleted(job, generation, current)
+    gang = gang_placement.uses_workload(job.spec, settings.workload_api)
     # The one render of this call: the Job it would create. That is the current generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
-    desired = with_spec_hash(render_job(job, generation if current is None and not deleted else generation + 1))
+    next_generation = generation if current is None and not deleted else generation + 1
+    desired = with_spec_hash(render_job(job, next_generation, gang=gang))
     draft = _Draft(status, gang=naming.child_job_name(job.name, generation))
-    draft.create += [service for service in (render_service(job), render_master_alias(job))
-                     if service["metadata"]["name"] not in observed.services]  # fmt: skip
+    missing_services = [service for service in (render_service(job), render_master_alias(job))
+                        if service["metadata"]["name"] not in observed.services]  # fmt: skip
+    if gang and missing_services:  # the job's first gang: its Workload goes first, before any Job of it
+        draft.create.append(render_workload(job))
+    draft.create += missing_services
     draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
 
     ledger = ledger_of(job, current)
@@ -371,6 +411,8 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds:
     status.fields["currentJob"] = current["metadata"]["name"]
     if _hash_of(current) != _hash_of(desired):
         record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
+        if gang:  # the gang's size or priority may have changed: the Workload is made to match (cluster.py)
+            draft.create.append(render_workload(job))
         return _restart(draft, current, for_gang(job, desired, ledger), SPEC_CHANGE_MESSAGE)
     if resumed(job, current):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
@@ -378,6 +420,10 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds:
         # after a moment, as a disruption. The next gang starts instead, counted as neither.
         record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
         return _restart(draft, current, for_gang(job, desired, ledger), RESUME_MESSAGE)
+    if preempted_by_queue(job, current, observed.pods):
+        preempted = this_gang(job, generation, observed.pods, "Failed")
+        message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
+        return _gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, preempted)
     status.fields["nodes"] = node_counts(observed.pods).model_dump(mode="json", by_alias=True)
     failing = this_gang(job, generation, observed.pods, "Failed")
     verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
@@ -389,7 +435,7 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, read_seconds:
         return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
         return _restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
-    if (due := broken_promise(job, generation, read_seconds)) is not None:
+    if (due := broken_promise(job, generation, settings.progress_timeout_seconds)) is not None:
         return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
     return _keep_running(job, draft, current, observed.pods)
 
@@ -521,7 +567,17 @@ def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> D
         draft.events.append(Event("Normal", "Created", f"created Job {name}"))
     if job.spec.suspend:
         return draft.done(status.phase("Suspended", "spec.suspend is true"))
+    if job.queue is not None:  # its Job is created suspended
+        return draft.done(_waiting(status, waiting_for_queue(job)))
     return draft.done(_waiting(status, waiting_for([], job.spec.nodes)))
+
+
+def waiting_for_queue(job: ScaleTrainJob) -> str:
+    """Which queue the gang waits in, and why Kueue holds it back where housekeeping found out (Queued)."""
+    waiting = f"waiting for Kueue to admit it from queue {job.queue}"
+    conditions = job.status.conditions if job.status else []
+    queued = next((c for c in conditions if c.type == "Queued" and c.status == "True"), None)
+    return f"{waiting}: {queued.message}" if queued is not None else waiting
 
 
 def _restart_after_failure(
@@ -582,7 +638,7 @@ def _keep_running(
     if spec.suspend:
         return draft.done(status.phase("Suspended", "spec.suspend is true"), patch)
     if suspended:
-        return draft.done(status.phase("Pending", f"waiting for Kueue to admit it from queue {spec.queue_name}"), patch)
+        return draft.done(status.phase("Pending", waiting_for_queue(job)), patch)
     waiting = _report_placement(draft, pods, spec.nodes)
     if waiting is not None and spec.schedule_timeout_seconds is not None:
         waited = (status.now - waiting.since).total_seconds()
@@ -658,10 +714,11 @@ def why_pending(pod: Mapping[str, Any]) -> str:
     if _being_deleted(pod):
         return "being deleted"
     scheduled = _pod_scheduled(pod)
+    if gates := [gate.get("name") for gate in (pod.get("spec") or {}).get("schedulingGates") or ()]:
+        # Whoever added a gate (Kueue's topology assignment, a quota controller) lets the pod be placed.
+        return f"held back from scheduling by the gate{'s' * (len(gates) > 1)} {', '.join(map(str, gates))}"
     if scheduled.get("status") == "False":
-        reason = (
-            "the scheduler cannot place it" if scheduled.get("reason") == UNSCHEDULABLE else scheduled.get("reason")
-        )
+        reason = "the scheduler cannot place it" if scheduled.get("reason") in NOT_PLACED else scheduled.get("reason")
         return f"{reason}: {scheduled.get('message', '')}".rstrip(": ")
     node = (pod.get("spec") or {}).get("nodeName")
     if scheduled.get("status") != "True" or not node:

@@ -29,12 +29,17 @@ class OperatorConfig:
     # The operator's namespace, to give each job a NetworkPolicy (render.render_network_policy) whose pods
     # only its own pods and the operator's reach; "" makes none.
     network_policy_from: str = ""
+    # Whether the API server serves the Workload API (gang placement, api/gang_placement.py): found by
+    # discovery when the operator starts (handlers.configure), so the environment does not set it.
+    workload_api: bool = field(default=False, metadata={"discovered": True})
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> OperatorConfig:
         environ = os.environ if environ is None else environ
         values = {}
         for spec in fields(cls):
+            if spec.metadata.get("discovered"):
+                continue
             raw = environ.get(ENV_PREFIX + spec.name.upper())
             if raw is not None:
                 values[spec.name] = _PARSERS.get(spec.name, type(spec.default))(raw)

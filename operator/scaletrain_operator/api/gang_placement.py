@@ -1,0 +1,88 @@
+"""Gang placement: the scheduler places all of a gang's pods at once, or none of them.
+
+Without it, half a gang can hold its nodes while the other half waits for room, and two half-placed
+gangs can wait for each other forever. Kubernetes 1.36+ places gangs natively (the Workload API,
+scheduling.k8s.io/v1beta1: feature gates GenericWorkload and WorkloadWithJob, off by default in 1.37):
+
+- each ScaleTrainJob has one `Workload`, owned by it, whose pod group template asks for a gang of
+  `nodes` pods (and, with placement.topology.required, one domain of that node label);
+- each gang generation's Job names that template in the annotation GROUP_TEMPLATE_ANNOTATION: the Job
+  controller then makes the Job's runtime PodGroup from it and puts the Job's pods in that group (it
+  manages Workloads itself only for a Job without a controller owner; ours has one, the ScaleTrainJob);
+- kube-scheduler's GangScheduling plugin binds no pod of a group until all of them fit.
+
+A gang restart reuses the Workload: the next generation's Job gets a PodGroup of its own from the same
+template. `spec.scheduling.gang` chooses: auto uses the Workload API where the API server serves it
+(discovery, at the operator's start), workload requires it, none leaves each pod to the scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import naming
+from .models import ScaleTrainJob, ScaleTrainJobSpec
+
+WORKLOAD_GROUP = "scheduling.k8s.io"
+WORKLOAD_VERSION = "v1beta1"
+WORKLOAD_API_VERSION = f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}"
+WORKLOAD_PLURAL = "workloads"
+GROUP_TEMPLATE_ANNOTATION = f"{WORKLOAD_GROUP}/group-template-name"
+GANG_TEMPLATE = "gang"  # the Workload's one pod group template: every pod of a generation's Job
+GANG_UNAVAILABLE = (
+    f"spec.scheduling.gang is workload, but the API server does not serve {WORKLOAD_API_VERSION} Workloads "
+    "(feature gates GenericWorkload and WorkloadWithJob); set it to auto to run without gang placement here"
+)
+
+
+def uses_workload(spec: ScaleTrainJobSpec, workload_api: bool) -> bool:
+    """Whether the job's gangs are placed through a Workload, given whether the cluster serves the API."""
+    return spec.scheduling.gang == "workload" or (spec.scheduling.gang == "auto" and workload_api)
+
+
+def unavailable(spec: ScaleTrainJobSpec, workload_api: bool) -> str | None:
+    """Why the job cannot run on this cluster as it asks (gang: workload without the API), else None."""
+    return GANG_UNAVAILABLE if spec.scheduling.gang == "workload" and not workload_api else None
+
+
+def render_workload(job: ScaleTrainJob, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The job's Workload (`metadata` as its other children have it): one gang of `nodes` pods, with the
+    job's priority, and all in one domain of placement.topology.required's label."""
+    spec = job.spec
+    template: dict[str, Any] = {
+        "name": GANG_TEMPLATE,
+        "schedulingPolicy": {"gang": {"minCount": spec.nodes}},
+    }
+    topology = spec.placement.topology
+    if topology is not None and topology.required is not None:
+        template["schedulingConstraints"] = {"topology": [{"key": topology.required}]}
+    if spec.priority_class_name:
+        template["priorityClassName"] = spec.priority_class_name
+    return {
+        "apiVersion": WORKLOAD_API_VERSION,
+        "kind": "Workload",
+        "metadata": metadata,
+        "spec": {
+            "controllerRef": {"apiGroup": naming.GROUP, "kind": naming.KIND, "name": job.name},
+            "podGroupTemplates": [template],
+        },
+    }
+
+
+def delegated(rendered_job: dict[str, Any]) -> dict[str, Any]:
+    """A rendered Job whose pods the Job controller puts in a PodGroup of the job's Workload."""
+    rendered_job["metadata"].setdefault("annotations", {})[GROUP_TEMPLATE_ANNOTATION] = GANG_TEMPLATE
+    return rendered_job
+
+
+def same_gang(there: dict[str, Any], rendered: dict[str, Any]) -> bool:
+    """Whether the Workload `there` asks for what `rendered` does: each field the renderer sets is the
+    same (the API server adds defaults of its own to the rest)."""
+    templates = {template.get("name"): template for template in there.get("spec", {}).get("podGroupTemplates") or ()}
+    for wanted in rendered["spec"]["podGroupTemplates"]:
+        found = templates.get(wanted["name"], {})
+        if any(found.get(key) != value for key, value in wanted.items()):
+            return False
+        if "schedulingConstraints" not in wanted and found.get("schedulingConstraints"):
+            return False
+    return len(templates) == len(rendered["spec"]["podGroupTemplates"])

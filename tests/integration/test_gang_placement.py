@@ -1,0 +1,158 @@
+"""Gang placement by the real kube-scheduler, through the Workload API (api/gang_placement.py).
+
+The tests' control plane turns the API's feature gates on; a second control plane without them is a
+cluster as most are today. Fake nodes (the kubelet stand-in) each fit exactly one pod of a gang, are
+tainted so that no other test's pod lands on them, and run a stand-in command: placement is the point.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from scaletrain_testing.control_plane import ControlPlane, unavailable_reason
+from scaletrain_testing.jobs import DELETE
+from scaletrain_testing.kube import Kube
+from scaletrain_testing.kubelet import FakeNode, Kubelet
+from scaletrain_testing.operator_harness import QUIET, Team, install_watching, operator_process
+from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, OPERATOR_REACTION_S
+from scaletrain_testing.waiting import wait_until
+
+BLOCK = "example.com/block"
+TAINT = "example.com/gang-test"
+HOLD_S = 5.0  # how long a gang that does not fit is watched for a pod bound anyway
+
+
+def node(name: str, pool: str, block: str = "a") -> FakeNode:
+    """A node with room for one pod of a gang (each asks for 1 cpu), only for this test's pods."""
+    taint = {"key": TAINT, "value": pool, "effect": "NoSchedule"}
+    return FakeNode(name, {TAINT: pool, BLOCK: block}, [taint], cpu="1500m", memory="4Gi")
+
+
+def gang_job(team: Team, name: str, nodes: int, **spec) -> dict:
+    """A gang of `nodes` pods of 1 cpu each on this test's nodes, running a stand-in command."""
+    toleration = {"key": TAINT, "operator": "Equal", "value": team.namespace, "effect": "NoSchedule"}
+    pool = {"nodeSelector": {TAINT: team.namespace}, "tolerations": [toleration]}
+    return team.submit(
+        name,
+        nodes=nodes,
+        command=["sleep", "600"],
+        training=DELETE,
+        resources={"requests": {"cpu": "1", "memory": "256Mi"}},
+        shmSize="64Mi",
+        **pool,
+        **spec,
+    )
+
+
+def bound(team: Team, job_name: str) -> list[str]:
+    """The nodes the pods of a gang's Job were bound to."""
+    pods = team.kube.list("pods", team.namespace, f"job-name={job_name}")
+    return [pod["spec"]["nodeName"] for pod in pods if pod["spec"].get("nodeName")]
+
+
+def looked_at_by_the_scheduler(team: Team, job_name: str, pods: int) -> list[dict]:
+    """The gang's pods once the scheduler has tried each (placed it, or said why not)."""
+    listed = team.kube.list("pods", team.namespace, f"job-name={job_name}")
+    tried = [p for p in listed if any(c["type"] == "PodScheduled" for c in p["status"].get("conditions") or ())]
+    return tried if len(tried) == pods else []
+
+
+def never_bound(team: Team, job_name: str) -> None:
+    deadline = time.monotonic() + HOLD_S
+    while time.monotonic() < deadline:
+        assert bound(team, job_name) == [], "a pod of a gang that does not fit was bound"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def team(control_plane, namespace, tmp_path) -> Iterator[Team]:
+    install = install_watching(control_plane, namespace, tmp_path)
+    with operator_process(install, *QUIET):
+        yield Team(Kube(control_plane.api_client()), namespace)
+
+
+def test_a_gang_that_does_not_fit_binds_no_pod_and_starts_whole_once_it_fits(control_plane, team, tmp_path):
+    api = control_plane.api_client()
+    with Kubelet(api, [node(f"{team.namespace}-1", team.namespace)], tmp_path / "k1", namespaces=[team.namespace]):
+        gang_job(team, "whole", nodes=2)
+        looked = wait_until(lambda: looked_at_by_the_scheduler(team, "whole-g0", 2), CONTROLLERS_REACTION_S,
+                            "the scheduler to try both pods of whole")  # fmt: skip
+        assert all(pod["spec"]["schedulingGroup"]["podGroupName"] for pod in looked)  # the Job's PodGroup
+        (workload,) = team.children("whole", "workloads")
+        assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"] == 2
+        never_bound(team, "whole-g0")
+        schedulable = team.wait_condition("whole", "Schedulable", status="False")
+        assert "whole-g0" in schedulable["message"]
+
+        # Without gang placement, the first pod takes the one node and holds it while the second waits.
+        gang_job(team, "halves", nodes=2, scheduling={"gang": "none"})
+        wait_until(lambda: looked_at_by_the_scheduler(team, "halves-g0", 2), CONTROLLERS_REACTION_S,
+                   "the scheduler to try both pods of halves")  # fmt: skip
+        assert len(bound(team, "halves-g0")) == 1
+        team.kube.delete("stj", team.namespace, "halves")
+        gone = lambda: team.kube.list("pods", team.namespace, "job-name=halves-g0") == []  # noqa: E731
+        wait_until(gone, CONTROLLERS_REACTION_S, "the pods of halves to go")
+
+        # Room for the whole gang: both pods are bound together, and the gang runs.
+        with Kubelet(api, [node(f"{team.namespace}-2", team.namespace)], tmp_path / "k2", namespaces=[team.namespace]):
+            team.wait_phase("whole", "Running", timeout_s=OPERATOR_REACTION_S + CONTROLLERS_REACTION_S)
+            assert sorted(bound(team, "whole-g0")) == [f"{team.namespace}-1", f"{team.namespace}-2"]
+
+
+def test_a_required_topology_keeps_the_gang_in_one_block_or_waits(control_plane, team, tmp_path):
+    pool = team.namespace
+    nodes = [node(f"{pool}-a1", pool, "a"), node(f"{pool}-b1", pool, "b"), node(f"{pool}-b2", pool, "b")]
+    topology = {"topology": {"required": BLOCK}}
+    with Kubelet(control_plane.api_client(), nodes, tmp_path / "kubelet", namespaces=[pool]):
+        gang_job(team, "pair", nodes=2, placement=topology)
+        team.wait_phase("pair", "Running", timeout_s=OPERATOR_REACTION_S + CONTROLLERS_REACTION_S)
+        assert sorted(bound(team, "pair-g0")) == [f"{pool}-b1", f"{pool}-b2"]  # block a holds one pod only
+        team.kube.delete("stj", team.namespace, "pair")
+
+        # Three pods fit the three nodes, but no one block: the gang waits, and the job says why.
+        wait_until(lambda: not bound(team, "pair-g0"), CONTROLLERS_REACTION_S, "pair's pods to go")
+        gang_job(team, "trio", nodes=3, placement=topology)
+        wait_until(lambda: looked_at_by_the_scheduler(team, "trio-g0", 3), CONTROLLERS_REACTION_S,
+                   "the scheduler to try the pods of trio")  # fmt: skip
+        never_bound(team, "trio-g0")
+        schedulable = team.wait_condition("trio", "Schedulable", status="False")
+        assert "trio-g0" in schedulable["message"]
+
+
+# ---- a cluster without the Workload API ----
+
+
+@pytest.fixture(scope="module")
+def without_workload_api(tmp_path_factory) -> Iterator[ControlPlane]:
+    if (reason := unavailable_reason()) is not None:
+        pytest.skip(reason)
+    with ControlPlane(tmp_path_factory.mktemp("no-workload-api"), workload_api=False) as started:
+        yield started
+
+
+def test_without_the_workload_api_auto_places_pods_as_before_and_workload_fails_saying_so(
+    without_workload_api, tmp_path
+):
+    cluster = without_workload_api
+    namespace = cluster.create_namespace(f"no-gangs-{secrets.token_hex(3)}")
+    install = install_watching(cluster, namespace, tmp_path)
+    team = Team(Kube(cluster.api_client()), namespace)
+    with (
+        Kubelet(cluster.api_client(), [node(f"{namespace}-1", namespace), node(f"{namespace}-2", namespace)],
+                tmp_path / "kubelet", namespaces=[namespace]),
+        operator_process(install, *QUIET) as operator,
+    ):  # fmt: skip
+        gang_job(team, "plain", nodes=2)
+        team.wait_phase("plain", "Running", timeout_s=OPERATOR_REACTION_S + CONTROLLERS_REACTION_S)
+        (child_job,) = team.children("plain", "jobs")
+        assert "scheduling.k8s.io/group-template-name" not in (child_job["metadata"].get("annotations") or {})
+        assert "Workload API: not served" in operator.log_path.read_text()
+
+        gang_job(team, "insists", nodes=2, scheduling={"gang": "workload"})
+        failed = team.wait_condition("insists", "Failed")
+        assert failed["reason"] == "GangSchedulingUnavailable" and "set it to auto" in failed["message"]
+        assert team.children("insists", "jobs") == []

@@ -1,0 +1,200 @@
+"""Gang placement (api/gang_placement.py): the Workload, the Jobs that delegate to it, and the operator's
+decisions with and without the Workload API; topology placement for Kueue."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from scaletrain_operator.api import gang_placement
+from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.naming import KUEUE_PREFERRED_TOPOLOGY, KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
+from scaletrain_operator.api.render import render_children, render_job, render_master_alias, render_service
+from scaletrain_operator.controller.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, unplaced, with_spec_hash
+from scaletrain_operator.controller.settings import OperatorConfig
+from scaletrain_testing.jobs import base_job, patched
+from scaletrain_trainer.contract.validation import ProblemsError
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+WITH_API, WITHOUT_API = OperatorConfig(workload_api=True), OperatorConfig(workload_api=False)
+TEMPLATE = gang_placement.GROUP_TEMPLATE_ANNOTATION
+
+
+def _job(status=None, metadata=None, **spec):
+    document = patched(base_job(**spec), {"metadata": {"generation": 1, **(metadata or {})}})
+    if status:
+        document["status"] = status
+    return parse_job(document)
+
+
+def _kinds(children):
+    return [(child["kind"], child["metadata"]["name"]) for child in children]
+
+
+def _template(workload):
+    (template,) = workload["spec"]["podGroupTemplates"]
+    return template
+
+
+def test_the_workload_asks_for_a_gang_of_every_node_with_the_jobs_priority_and_topology():
+    job = _job(nodes=4, priorityClassName="high", placement={"topology": {"required": "example.com/block"}})
+    workload, *_, child_job = render_children(job)
+    assert workload["kind"] == "Workload" and workload["metadata"]["name"] == "demo"
+    assert workload["metadata"]["ownerReferences"][0]["kind"] == "ScaleTrainJob"
+    assert workload["spec"]["controllerRef"] == {"apiGroup": "scaletrain.io", "kind": "ScaleTrainJob", "name": "demo"}
+    assert _template(workload) == {
+        "name": "gang",
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "schedulingConstraints": {"topology": [{"key": "example.com/block"}]},
+        "priorityClassName": "high",
+    }
+    assert child_job["metadata"]["annotations"][TEMPLATE] == "gang"
+    assert child_job["spec"]["template"]["spec"]["priorityClassName"] == "high"
+
+
+@pytest.mark.parametrize(("gang", "served", "placed"), [
+    ("auto", True, True), ("auto", False, False), ("workload", True, True), ("none", True, False),
+])  # fmt: skip
+def test_gang_auto_follows_the_cluster_and_none_renders_no_workload(gang, served, placed):
+    children = render_children(_job(scheduling={"gang": gang}), workload_api=served)
+    assert ("Workload", "demo") in _kinds(children) if placed else "Workload" not in [c["kind"] for c in children]
+    assert (TEMPLATE in children[-1]["metadata"].get("annotations", {})) == placed
+
+
+def test_whether_the_cluster_serves_the_api_is_no_spec_change():
+    job = _job()
+    hashes = {with_spec_hash(render_job(job, 0, gang=gang))["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+              for gang in (True, False)}  # fmt: skip
+    assert len(hashes) == 1
+
+
+def test_a_new_jobs_workload_is_created_before_its_services_and_first_gang():
+    decision = decide(_job(), Observed(services={}, jobs={}, pods=[]), NOW, WITH_API)
+    assert _kinds(decision.create) == [
+        ("Workload", "demo"), ("Service", "demo"), ("Service", "demo-master"), ("Job", "demo-g0")
+    ]  # fmt: skip
+    assert decision.create[-1]["metadata"]["annotations"][TEMPLATE] == "gang"
+
+
+def _running_observed(job, pods):
+    services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
+    current = with_spec_hash(render_job(job, 0, gang=True))
+    current["status"] = {}
+    return Observed(services=services, jobs={0: current}, pods=pods)
+
+
+def _pod(index, phase, exit_code=None):
+    metadata = {"name": f"demo-g0-{index}-x", "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}}
+    pod = {"metadata": metadata, "status": {"phase": phase}}
+    if exit_code is not None:
+        pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": {"exitCode": exit_code}}}]
+    return pod
+
+
+RUNNING = {"phase": "Running", "currentJob": "demo-g0", "restarts": 0, "disruptions": 0}
+
+
+def test_a_gang_restart_reuses_the_workload():
+    job = _job(status=RUNNING)
+    decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
+    assert _kinds(decision.create) == [("Job", "demo-g1")] and decision.delete_child_jobs == ("demo-g0",)
+    assert decision.create[0]["metadata"]["annotations"][TEMPLATE] == "gang"
+
+
+def test_a_spec_change_remakes_the_workload_for_the_new_gang():
+    running = _job(status=RUNNING)
+    resized = _job(status=RUNNING, nodes=4, training={"globalBatchSize": 32})
+    observed = _running_observed(running, [_pod(0, "Running"), _pod(1, "Running")])
+    decision = decide(resized, observed, NOW, WITH_API)
+    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
+    assert _template(decision.create[0])["schedulingPolicy"]["gang"]["minCount"] == 4
+
+
+def test_gang_workload_on_a_cluster_without_the_api_fails_the_job_saying_what_to_change():
+    decision = decide(_job(scheduling={"gang": "workload"}), Observed({}, {}, []), NOW, WITHOUT_API)
+    assert decision.create == () and decision.status["phase"] == "Failed"
+    (condition,) = decision.status["conditions"]
+    assert condition["reason"] == "GangSchedulingUnavailable" and "set it to auto" in condition["message"]
+
+
+def test_same_gang_ignores_what_the_api_server_adds_and_sees_what_changed():
+    rendered = render_children(_job(nodes=2))[0]
+    served = patched(rendered, {})
+    served["spec"]["podGroupTemplates"][0]["disruptionMode"] = {"all": {}}  # a default of the server's
+    assert gang_placement.same_gang(served, rendered)
+    assert not gang_placement.same_gang(served, render_children(_job(nodes=4))[0])
+    constrained = render_children(_job(placement={"topology": {"required": "example.com/rack"}}))[0]
+    assert not gang_placement.same_gang(constrained, rendered)
+
+
+def test_a_topology_becomes_kueues_pod_template_annotation_for_a_queued_job():
+    required = render_job(_job(queueName="team", placement={"topology": {"required": "example.com/block"}}))
+    assert required["spec"]["template"]["metadata"]["annotations"][KUEUE_REQUIRED_TOPOLOGY] == "example.com/block"
+    preferred = render_job(_job(queueName="team", placement={"topology": {"preferred": "example.com/rack"}}))
+    assert preferred["spec"]["template"]["metadata"]["annotations"][KUEUE_PREFERRED_TOPOLOGY] == "example.com/rack"
+    unqueued = render_job(_job(placement={"topology": {"required": "example.com/block"}}))
+    assert KUEUE_REQUIRED_TOPOLOGY not in unqueued["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_the_queue_label_on_the_job_queues_every_gang_like_queue_name():
+    job = _job(metadata={"labels": {KUEUE_QUEUE_LABEL: "team"}})
+    child_job = render_job(job, 2)
+    assert child_job["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team" and child_job["spec"]["suspend"] is True
+
+
+@pytest.mark.parametrize(("spec", "path", "words"), [
+    ({"placement": {"topology": {}}}, "spec.placement.topology.required", "give required or preferred"),
+    ({"placement": {"topology": {"required": "a", "preferred": "b"}}}, "spec.placement.topology.required",
+     "give required or preferred"),
+    ({"placement": {"topology": {"required": "-bad-"}}}, "spec.placement.topology.required", "qualified name"),
+    ({"placement": {"topology": {"preferred": "example.com/rack"}}}, "spec.placement.topology.preferred",
+     "set queueName"),
+    ({"scheduling": {"gang": "none"}, "placement": {"topology": {"required": "example.com/rack"}}},
+     "spec.placement.topology.required", "scheduling.gang to auto"),
+])  # fmt: skip
+def test_a_topology_nothing_would_honour_is_refused_naming_the_field_and_the_fix(spec, path, words):
+    with pytest.raises(ProblemsError) as refused:
+        _job(**spec)
+    assert any(path in str(problem) and words in str(problem) for problem in refused.value.problems), refused.value
+
+
+def test_a_pending_job_says_which_scheduling_gate_holds_its_pods():
+    job = _job(status={**RUNNING, "phase": "Pending"})
+    gated = _pod(1, "Pending")
+    gated["spec"] = {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]}
+    gated["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
+    decision = decide(job, _running_observed(job, [_pod(0, "Pending"), gated]), NOW, WITH_API)
+    held = "pod demo-g0-1-x (held back from scheduling by the gate kueue.x-k8s.io/topology)"
+    assert held in decision.status["message"]
+
+
+def _not_placed(index, reason, message, since):
+    pod = _pod(index, "Pending")
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+                                    "lastTransitionTime": since}]  # fmt: skip
+    return pod
+
+
+def test_a_gang_that_does_not_fit_is_told_in_the_words_of_the_pod_that_says_why():
+    group = "pod group is unschedulable, 0/1 placements are available"
+    held = _not_placed(0, "Unschedulable", group, "2026-12-02T11:00:00Z")
+    own = _not_placed(1, "Unschedulable", "0/2 nodes are available: 2 Insufficient cpu.", "2026-12-02T11:30:00Z")
+    assert unplaced([held, own], NOW).message == "0/2 nodes are available: 2 Insufficient cpu."
+    # kube-scheduler 1.37 reports a gang no node is feasible for as a SchedulerError: unplaced all the same.
+    error = _not_placed(0, "SchedulerError", 'error in "DynamicResources" PodGroupPostFilter', "2026-12-02T11:00:00Z")
+    assert unplaced([error], NOW).pod == "demo-g0-0-x"
+
+
+def test_a_queued_job_says_why_kueue_holds_it_back_once_housekeeping_found_out():
+    why = "couldn't assign flavors to pod set main: insufficient unused quota for cpu"
+    queued = {"type": "Queued", "status": "True", "reason": "WaitingForAdmission", "message": why,
+              "lastTransitionTime": "2026-12-02T11:00:00Z"}  # fmt: skip
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0", "conditions": [queued]}, queueName="team")
+    child = with_spec_hash(render_job(job, 0, gang=True))
+    services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
+    decision = decide(job, Observed(services=services, jobs={0: child}, pods=[]), NOW, WITH_API)
+    assert decision.status["message"] == (
+        "waiting for Kueue to admit it from queue team: couldn't assign flavors to pod set main: insufficient "
+        "unused quota for cpu"
+    )
