@@ -264,7 +264,8 @@ def root_cause(pods: Sequence[PodOutcome]) -> PodOutcome | None:
     """The failed pod that finished first (then the lowest index); pods being stopped do not count. Pods
     that only followed another are passed over for it: when every failed pod stopped after a checkpoint
     for a peer's eviction (exit 80 with no DisruptionTarget of its own), the disrupted pod, even one still
-    terminating; when every failed pod waited on its peers, a pod still running is the one they waited on."""
+    terminating; when every failed pod waited on its peers, a pod still running (even one being stopped) is
+    the one they waited on."""
     failed = [pod for pod in pods if pod.failed]
     if not failed:
         return None
@@ -273,6 +274,8 @@ def root_cause(pods: Sequence[PodOutcome]) -> PodOutcome | None:
         [pod for pod in failed if not pod.waited_on_peers and not (disrupted and pod.preempted and not pod.disrupted)]
         or disrupted
         or [pod for pod in pods if pod.phase == "Running" and not pod.stopping]
+        # The Job controller may be stopping the pod they waited on already: the failed Job ends its pods.
+        or [pod for pod in pods if pod.phase == "Running"]
         or failed
     )
     return min(culprits, key=lambda pod: (pod.finished_at is None, pod.finished_at or datetime.min, pod.index))
