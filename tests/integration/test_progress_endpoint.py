@@ -40,6 +40,8 @@ def test_progress_endpoint_serves_json_and_prometheus(tmp_path):
             "tflopsPerDevice": 0.5,
             "mfu": 0.25,
             "etaSeconds": 9.0,
+            "resumedFromStep": 0,
+            "checkpointStep": 0,
             "updatedAt": None,
             "staleAfter": None,
         }
@@ -118,3 +120,24 @@ def test_every_step_record_field_wire_names_is_served_and_each_gauge_it_names_is
     assert {"step", "maxSteps", "evalLoss", "etaSeconds"} <= {field.name for field in exported}
     for field in exported:
         assert f"# TYPE {field.gauge.name} gauge\n{field.gauge.name} {progress[field.name]}\n" in metrics
+
+
+def test_the_first_answer_already_says_where_the_run_resumed_from(tmp_path):
+    """The operator may read the endpoint as soon as it listens: before the first step is logged, the answer
+    says the step the run resumed from and the checkpoints set aside, as every later one does (a node-tier
+    run once read an answer without resumedFromStep)."""
+    port = free_port()
+    reporter = MetricsReporter(
+        str(tmp_path), port, max_steps=100, enabled=True, resumed_from_step=20, set_aside=["step-30.corrupt"]
+    )
+    try:
+        progress = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=10))
+    finally:
+        reporter.close()
+    assert progress == {
+        "step": 20,
+        "maxSteps": 100,
+        "resumedFromStep": 20,
+        "checkpointStep": 20,
+        "checkpointsSetAside": ["step-30.corrupt"],
+    }

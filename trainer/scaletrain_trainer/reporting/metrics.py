@@ -9,7 +9,7 @@ import math
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from http import HTTPStatus
 from pathlib import Path
@@ -36,10 +36,31 @@ class MetricsReporter:
     """Appends one JSON object per logged step (and evaluation), hands it to the trackers (tracking.py), and
     keeps the progress endpoint current (rank 0 only)."""
 
-    def __init__(self, output_dir: str, port: int, max_steps: int, enabled: bool, trackers: tuple[Tracker, ...] = ()):
+    def __init__(
+        self,
+        output_dir: str,
+        port: int,
+        max_steps: int,
+        enabled: bool,
+        trackers: tuple[Tracker, ...] = (),
+        resumed_from_step: int = 0,
+        set_aside: Sequence[str] = (),
+    ):
+        """`resumed_from_step`: the step of the checkpoint this run resumed from (0: a fresh start), and
+        `set_aside`: the damaged checkpoints the restore moved aside. Both are in the progress before the
+        endpoint serves it: the operator tells a crash loop by them, from the first answer on."""
         self.enabled, self.trackers = enabled, trackers
         self._lock = threading.Lock()
-        self._progress: dict[str, Any] = {"step": 0, "maxSteps": max_steps}
+        self._progress: dict[str, Any] = {
+            "step": resumed_from_step,
+            "maxSteps": max_steps,
+            "resumedFromStep": resumed_from_step,
+            "checkpointStep": resumed_from_step,
+        }
+        if set_aside:
+            # Served with the progress, so the operator can post an Event naming them (the trainer has no
+            # API access).
+            self._progress["checkpointsSetAside"] = list(set_aside)
         self._server: ProgressServer | None = None
         if not enabled:
             return
@@ -78,19 +99,11 @@ class MetricsReporter:
         for tracker in self.trackers:
             tracker.log(record["step"], scalars_of(record))
 
-    def report_checkpoint(self, step: int, resumed: bool = False) -> None:
-        """The step of the newest checkpoint (0: none), and with `resumed` the one this run resumed from:
-        the operator tells a gang that saved nothing newer than it started from (a crash loop) by them."""
+    def report_checkpoint(self, step: int) -> None:
+        """The step of the newest checkpoint: the operator tells a gang that saved nothing newer than it
+        started from (a crash loop) by it."""
         with self._lock:
             self._progress["checkpointStep"] = step
-            if resumed:
-                self._progress["resumedFromStep"] = step
-
-    def report_set_aside(self, checkpoints: list[str]) -> None:
-        """Damaged checkpoints moved aside while resuming: served with the progress, so the operator can
-        post an Event naming them (the trainer has no API access)."""
-        with self._lock:
-            self._progress["checkpointsSetAside"] = list(checkpoints)
 
     def promise_report_within(self, seconds: float, now: datetime | None = None) -> None:
         """Move the promise of the next report (a checkpoint save about to take a while). Rounded up to

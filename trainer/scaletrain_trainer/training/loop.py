@@ -149,13 +149,15 @@ def start_reporter(run: Run) -> MetricsReporter:
     told the step the run starts from and the checkpoints the restore set aside."""
     config, is_main = run.config, run.runtime.is_main
     trackers = start_trackers(config) if is_main else ()
-    reporter = MetricsReporter(
-        config.output_dir, config.metrics_port, config.max_steps, enabled=is_main, trackers=trackers
+    return MetricsReporter(
+        config.output_dir,
+        config.metrics_port,
+        config.max_steps,
+        enabled=is_main,
+        trackers=trackers,
+        resumed_from_step=run.state.step,  # 0: a fresh start
+        set_aside=run.checkpoints.set_aside,
     )
-    reporter.report_checkpoint(run.state.step, resumed=True)  # step 0: a fresh start
-    if run.checkpoints.set_aside:
-        reporter.report_set_aside(run.checkpoints.set_aside)
-    return reporter
 
 
 class StepLoop:
