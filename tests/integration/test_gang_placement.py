@@ -33,18 +33,20 @@ def node(name: str, pool: str, block: str = "a") -> FakeNode:
 
 
 def gang_job(team: Team, name: str, nodes: int, **spec) -> dict:
-    """A gang of `nodes` pods of 1 cpu each on this test's nodes, running a stand-in command."""
+    """A gang of `nodes` pods of 1 cpu each on this test's nodes, running a stand-in command (or `spec`'s)."""
     toleration = {"key": TAINT, "operator": "Equal", "value": team.namespace, "effect": "NoSchedule"}
     pool = {"nodeSelector": {TAINT: team.namespace}, "tolerations": [toleration]}
     return team.submit(
         name,
         nodes=nodes,
-        command=["sleep", "600"],
-        training=DELETE,
-        resources={"requests": {"cpu": "1", "memory": "256Mi"}},
-        shmSize="64Mi",
-        **pool,
-        **spec,
+        **{
+            "command": ["sleep", "600"],
+            "training": DELETE,
+            "resources": {"requests": {"cpu": "1", "memory": "256Mi"}},
+            "shmSize": "64Mi",
+            **pool,
+            **spec,
+        },
     )
 
 
@@ -121,6 +123,34 @@ def test_a_required_topology_keeps_the_gang_in_one_block_or_waits(control_plane,
         never_bound(team, "trio-g0")
         schedulable = team.wait_condition("trio", "Schedulable", status="False")
         assert "trio-g0" in schedulable["message"]
+
+
+# The last gang's pods checkpoint on their SIGTERM for up to this long (the grace period): for longer than
+# the Job controller and the scheduler take to start the next gang, by far.
+STOPPING_S = 120
+# A gang whose rank 1 fails at once in generation 0, each pod otherwise running on through its SIGTERM.
+FAILS_FIRST_THEN_LINGERS = (
+    'trap "" TERM; if [ "$SCALETRAIN_GENERATION" = 0 ] && [ "$JOB_COMPLETION_INDEX" = 1 ]; then exit 3; fi; sleep 600'
+)
+
+
+def test_the_next_gang_is_placed_while_the_last_gangs_pods_still_stop(control_plane, team, tmp_path):
+    """The last gang's PodGroup stays until its last pod is gone; the next gang gets one of its own at once
+    (failed before: the PodGroup's name was taken, and the Job controller retried with its backoff)."""
+    pool = team.namespace
+    nodes = [node(f"{pool}-{index}", pool) for index in range(4)]  # room for both gangs at once
+    with Kubelet(control_plane.api_client(), nodes, tmp_path / "kubelet", namespaces=[pool]):
+        gang_job(team, "relay", nodes=2, command=["sh", "-c", FAILS_FIRST_THEN_LINGERS],
+                 terminationGracePeriodSeconds=STOPPING_S)  # fmt: skip
+        team.wait_status("relay", lambda s: s.get("restarts") == 1, OPERATOR_REACTION_S, "a gang restart")
+        team.wait_phase("relay", "Running", timeout_s=OPERATOR_REACTION_S + CONTROLLERS_REACTION_S)
+        stopping = team.kube.list("pods", pool, "job-name=relay-g0")
+        assert any(pod["metadata"].get("deletionTimestamp") for pod in stopping), "the last gang's rank 0 is gone"
+        groups = {group["metadata"]["name"] for group in team.kube.list("podgroups", pool)}
+        assert len(groups) == 2, groups  # each gang's own
+        for pod in stopping:  # rather than wait out the grace period
+            team.kube.request("DELETE", f"/api/v1/namespaces/{pool}/pods/{pod['metadata']['name']}",
+                              {"gracePeriodSeconds": 0})  # fmt: skip
 
 
 # ---- a cluster without the Workload API ----

@@ -36,10 +36,6 @@ KUEUE_REACTION_S = 30.0
 # every 30 s, so in the first 30 s of a fresh control plane with Kueue it can take that long.
 KUEUE_QUOTA_RELEASE_S = 60.0
 
-# The next gang's pods after a gang restart with gang placement: the Job controller makes the new Job's
-# PodGroup (named like the last one) once the last gang's is gone, retrying meanwhile with its backoff, which
-# doubles from 1 s up to 60 s.
-GANG_HANDOVER_S = CONTROLLERS_REACTION_S + 60.0
 
 # ---- the operator ----
 

@@ -33,8 +33,11 @@ def _kinds(children):
 
 
 def _template(workload):
-    (template,) = workload["spec"]["podGroupTemplates"]
-    return template
+    """The gang the Workload asks for, the same in each of its templates (but for their names)."""
+    even, odd = workload["spec"]["podGroupTemplates"]
+    assert (even["name"], odd["name"]) == ("gang-even", "gang-odd")
+    assert {k: v for k, v in even.items() if k != "name"} == {k: v for k, v in odd.items() if k != "name"}
+    return even
 
 
 def test_the_workload_asks_for_a_gang_of_every_node_with_the_jobs_priority_and_topology():
@@ -44,12 +47,12 @@ def test_the_workload_asks_for_a_gang_of_every_node_with_the_jobs_priority_and_t
     assert workload["metadata"]["ownerReferences"][0]["kind"] == "ScaleTrainJob"
     assert workload["spec"]["controllerRef"] == {"apiGroup": "scaletrain.io", "kind": "ScaleTrainJob", "name": "demo"}
     assert _template(workload) == {
-        "name": "gang",
+        "name": "gang-even",
         "schedulingPolicy": {"gang": {"minCount": 4}},
         "schedulingConstraints": {"topology": [{"key": "example.com/block"}]},
         "priorityClassName": "high",
     }
-    assert child_job["metadata"]["annotations"][TEMPLATE] == "gang"
+    assert child_job["metadata"]["annotations"][TEMPLATE] == "gang-even"
     assert child_job["spec"]["template"]["spec"]["priorityClassName"] == "high"
 
 
@@ -74,7 +77,7 @@ def test_a_new_jobs_workload_is_created_before_its_services_and_first_gang():
     assert _kinds(decision.create) == [
         ("Workload", "demo"), ("Service", "demo"), ("Service", "demo-master"), ("Job", "demo-g0")
     ]  # fmt: skip
-    assert decision.create[-1]["metadata"]["annotations"][TEMPLATE] == "gang"
+    assert decision.create[-1]["metadata"]["annotations"][TEMPLATE] == "gang-even"
 
 
 def _running_observed(job, pods):
@@ -95,11 +98,16 @@ def _pod(index, phase, exit_code=None):
 RUNNING = {"phase": "Running", "currentJob": "demo-g0", "restarts": 0, "disruptions": 0}
 
 
-def test_a_gang_restart_reuses_the_workload():
+def test_a_gang_restart_reuses_the_workload_by_its_other_template():
+    """The Job controller names a delegated PodGroup after the Workload and template alone, and the last
+    gang's stays while its pods stop: the next gang takes the other template, for a PodGroup of its own."""
     job = _job(status=RUNNING)
     decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
     assert _kinds(decision.create) == [("Job", "demo-g1")] and decision.delete_child_jobs == ("demo-g0",)
-    assert decision.create[0]["metadata"]["annotations"][TEMPLATE] == "gang"
+    assert decision.create[0]["metadata"]["annotations"][TEMPLATE] == "gang-odd"
+    assert [render_job(job, g, gang=True)["metadata"]["annotations"][TEMPLATE] for g in (2, 3)] == [
+        "gang-even", "gang-odd"
+    ]  # fmt: skip
 
 
 def test_a_spec_change_remakes_the_workload_for_the_new_gang():

@@ -6,14 +6,20 @@ scheduling.k8s.io/v1beta1: feature gates GenericWorkload and WorkloadWithJob, of
 
 - each ScaleTrainJob has one `Workload`, owned by it, whose pod group template asks for a gang of
   `nodes` pods (and, with placement.topology.required, one domain of that node label);
-- each gang generation's Job names that template in the annotation GROUP_TEMPLATE_ANNOTATION: the Job
-  controller then makes the Job's runtime PodGroup from it and puts the Job's pods in that group (it
+- each gang generation's Job names a template of it in the annotation GROUP_TEMPLATE_ANNOTATION: the
+  Job controller then makes the Job's runtime PodGroup from it and puts the Job's pods in that group (it
   manages Workloads itself only for a Job without a controller owner; ours has one, the ScaleTrainJob);
 - kube-scheduler's GangScheduling plugin binds no pod of a group until all of them fit.
 
-A gang restart reuses the Workload: the next generation's Job gets a PodGroup of its own from the same
-template. `spec.scheduling.gang` chooses: auto uses the Workload API where the API server serves it
-(discovery, at the operator's start), workload requires it, none leaves each pod to the scheduler.
+A gang restart reuses the Workload. Its two templates, alike but for their names, take turns by
+generation, because the Job controller names a delegated PodGroup after the Workload and the template
+alone (computePodGroupName in pkg/controller/job, Kubernetes 1.37), and the last gang's PodGroup stays
+until its last pod is gone (PodGroup protection): with one template the next gang's Job could make no
+PodGroup while the last gang's pods still checkpoint on their SIGTERM, and the Job controller retried
+with a backoff that doubles up to 60 s.
+
+`spec.scheduling.gang` chooses: auto uses the Workload API where the API server serves it (discovery, at
+the operator's start), workload requires it, none leaves each pod to the scheduler.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ WORKLOAD_VERSION = "v1beta1"
 WORKLOAD_API_VERSION = f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}"
 WORKLOAD_PLURAL = "workloads"
 GROUP_TEMPLATE_ANNOTATION = f"{WORKLOAD_GROUP}/group-template-name"
-GANG_TEMPLATE = "gang"  # the Workload's one pod group template: every pod of a generation's Job
+# The Workload's pod group templates: the gang of an even generation's Job, and of an odd one's.
+GANG_TEMPLATES = ("gang-even", "gang-odd")
 GANG_UNAVAILABLE = (
     f"spec.scheduling.gang is workload, but the API server does not serve {WORKLOAD_API_VERSION} Workloads "
     "(feature gates GenericWorkload and WorkloadWithJob); set it to auto to run without gang placement here"
@@ -46,32 +53,35 @@ def unavailable(spec: ScaleTrainJobSpec, workload_api: bool) -> str | None:
 
 
 def render_workload(job: ScaleTrainJob, metadata: dict[str, Any]) -> dict[str, Any]:
-    """The job's Workload (`metadata` as its other children have it): one gang of `nodes` pods, with the
-    job's priority, and all in one domain of placement.topology.required's label."""
+    """The job's Workload (`metadata` as its other children have it): a gang of `nodes` pods, with the
+    job's priority, and all in one domain of placement.topology.required's label; once per template."""
     spec = job.spec
-    template: dict[str, Any] = {
-        "name": GANG_TEMPLATE,
-        "schedulingPolicy": {"gang": {"minCount": spec.nodes}},
-    }
+    gang: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": spec.nodes}}}
     topology = spec.placement.topology
     if topology is not None and topology.required is not None:
-        template["schedulingConstraints"] = {"topology": [{"key": topology.required}]}
+        gang["schedulingConstraints"] = {"topology": [{"key": topology.required}]}
     if spec.priority_class_name:
-        template["priorityClassName"] = spec.priority_class_name
+        gang["priorityClassName"] = spec.priority_class_name
     return {
         "apiVersion": WORKLOAD_API_VERSION,
         "kind": "Workload",
         "metadata": metadata,
         "spec": {
             "controllerRef": {"apiGroup": naming.GROUP, "kind": naming.KIND, "name": job.name},
-            "podGroupTemplates": [template],
+            "podGroupTemplates": [{"name": name, **gang} for name in GANG_TEMPLATES],
         },
     }
 
 
-def delegated(rendered_job: dict[str, Any]) -> dict[str, Any]:
+def template_of(generation: int) -> str:
+    """The Workload's template that gang `generation` is placed by: not the last gang's."""
+    return GANG_TEMPLATES[generation % len(GANG_TEMPLATES)]
+
+
+def delegated(rendered_job: dict[str, Any], generation: int) -> dict[str, Any]:
     """A rendered Job whose pods the Job controller puts in a PodGroup of the job's Workload."""
-    rendered_job["metadata"].setdefault("annotations", {})[GROUP_TEMPLATE_ANNOTATION] = GANG_TEMPLATE
+    annotations = rendered_job["metadata"].setdefault("annotations", {})
+    annotations[GROUP_TEMPLATE_ANNOTATION] = template_of(generation)
     return rendered_job
 
 
