@@ -11,6 +11,7 @@ from scaletrain_operator.api import gang_placement
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import KUEUE_PREFERRED_TOPOLOGY, KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from scaletrain_operator.api.render import render_children, render_job, render_master_alias, render_service
+from scaletrain_operator.controller.handlers import decide_from
 from scaletrain_operator.controller.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, unplaced, with_spec_hash
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_testing.jobs import base_job, patched
@@ -80,9 +81,9 @@ def test_a_new_jobs_workload_is_created_before_its_services_and_first_gang():
     assert decision.create[-1]["metadata"]["annotations"][TEMPLATE] == "gang-even"
 
 
-def _running_observed(job, pods):
+def _running_observed(job, pods, gang=True):
     services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
-    current = with_spec_hash(render_job(job, 0, gang=True))
+    current = with_spec_hash(render_job(job, 0, gang=gang))
     current["status"] = {}
     return Observed(services=services, jobs={0: current}, pods=pods)
 
@@ -119,6 +120,46 @@ def test_a_spec_change_remakes_the_workload_for_the_new_gang():
     assert _template(decision.create[0])["schedulingPolicy"]["gang"]["minCount"] == 4
 
 
+@pytest.mark.parametrize("before", ["first gang, its Workload's create failed", "last gang placed without it"])
+def test_a_gang_whose_workload_may_be_missing_has_it_made_first(before):
+    """A job's Workload is not read back: before a first gang (its create may have failed while the
+    Services' went through), and before the first gang placed by it after one that was not (the cluster
+    began to serve the API), it is made again; creating it again is a no-op (cluster.py)."""
+    if before.startswith("first"):
+        job = _job()
+        services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
+        observed = Observed(services=services, jobs={}, pods=[])
+        started = ("Job", "demo-g0")
+    else:
+        job = _job(status=RUNNING)
+        observed = _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)], gang=False)
+        started = ("Job", "demo-g1")
+    decision = decide(job, observed, NOW, WITH_API)
+    assert _kinds(decision.create) == [("Workload", "demo"), started]
+    assert TEMPLATE in decision.create[-1]["metadata"]["annotations"]
+
+
+def test_a_topology_only_the_workload_keeps_is_part_of_the_spec_and_its_change_remakes_the_workload():
+    running = _job(status=RUNNING)
+    moved = _job(status=RUNNING, placement={"topology": {"required": "example.com/rack"}})
+    decision = decide(moved, _running_observed(running, [_pod(0, "Running"), _pod(1, "Running")]), NOW, WITH_API)
+    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
+    assert decision.delete_child_jobs == ("demo-g0",) and decision.status["phase"] == "Restarting"
+    assert _template(decision.create[0])["schedulingConstraints"] == {"topology": [{"key": "example.com/rack"}]}
+
+
+def test_a_required_topology_without_a_queue_on_a_cluster_without_the_api_fails_saying_what_to_change():
+    """Nothing would keep the gang in one domain: it is not started as if no topology were asked for."""
+    job = _job(placement={"topology": {"required": "example.com/block"}})
+    decision = decide(job, Observed({}, {}, []), NOW, WITHOUT_API)
+    assert decision.create == () and decision.status["phase"] == "Failed"
+    (condition,) = decision.status["conditions"]
+    assert condition["reason"] == "GangSchedulingUnavailable"
+    assert "spec.placement.topology.required" in condition["message"] and "set queueName" in condition["message"]
+    queued = _job(queueName="team", placement={"topology": {"required": "example.com/block"}})
+    assert _kinds(decide(queued, Observed({}, {}, []), NOW, WITHOUT_API).create)[-1] == ("Job", "demo-g0")
+
+
 def test_gang_workload_on_a_cluster_without_the_api_fails_the_job_saying_what_to_change():
     decision = decide(_job(scheduling={"gang": "workload"}), Observed({}, {}, []), NOW, WITHOUT_API)
     assert decision.create == () and decision.status["phase"] == "Failed"
@@ -149,6 +190,20 @@ def test_the_queue_label_on_the_job_queues_every_gang_like_queue_name():
     job = _job(metadata={"labels": {KUEUE_QUEUE_LABEL: "team"}})
     child_job = render_job(job, 2)
     assert child_job["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team" and child_job["spec"]["suspend"] is True
+
+
+def test_a_job_queued_by_the_label_that_failed_as_invalid_stops_its_gang_by_deleting_its_job():
+    """Kueue owns a queued Job's suspend flag (it would start a suspended Job it admitted again), so the gang
+    of a job that failed goes with its Job, whether queueName or the label named the queue."""
+    sidecar = {"name": "log-shipper", "image": "busybox", "env": "LOG_LEVEL=debug"}  # env must be a list
+    queued = {"metadata": {"generation": 1, "labels": {KUEUE_QUEUE_LABEL: "team"}}}
+    stored = patched(base_job(podTemplate={"spec": {"containers": [sidecar]}}), queued)
+    first = decide_from(stored, lambda generation: pytest.fail("an invalid new spec has no children to read"), NOW)
+    assert first.status["phase"] == "Failed"
+    failed = patched(stored, {"status": {**first.status, "currentJob": "demo-g0"}})
+    admitted = {"metadata": {"name": "demo-g0"}, "spec": {"suspend": False}, "status": {}}
+    decision = decide_from(failed, lambda generation: Observed({}, {0: admitted}, [_pod(0, "Running")]), NOW)
+    assert decision.delete_child_jobs == ("demo-g0",) and decision.patch_child_job is None
 
 
 @pytest.mark.parametrize(("spec", "path", "words"), [
@@ -192,6 +247,15 @@ def test_a_gang_that_does_not_fit_is_told_in_the_words_of_the_pod_that_says_why(
     # kube-scheduler 1.37 reports a gang no node is feasible for as a SchedulerError: unplaced all the same.
     error = _not_placed(0, "SchedulerError", 'error in "DynamicResources" PodGroupPostFilter', "2026-12-02T11:00:00Z")
     assert unplaced([error], NOW).pod == "demo-g0-0-x"
+
+
+def test_schedule_timeout_counts_from_the_first_pod_of_the_gang_that_could_not_be_placed():
+    """The pod that says most of why may be the newer one; the gang has waited since the older."""
+    held = _not_placed(0, "Unschedulable", "pod group is unschedulable", "2026-12-02T11:00:00Z")
+    own = _not_placed(1, "Unschedulable", "0/2 nodes are available: 2 Insufficient cpu.", "2026-12-02T11:55:00Z")
+    job = _job(status={**RUNNING, "phase": "Pending"}, scheduleTimeoutSeconds=600)
+    decision = decide(job, _running_observed(job, [held, own]), NOW, WITH_API)
+    assert decision.status["phase"] == "Failed" and "Insufficient cpu" in decision.status["message"]
 
 
 def test_a_queued_job_says_why_kueue_holds_it_back_once_housekeeping_found_out():

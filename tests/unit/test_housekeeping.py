@@ -146,3 +146,21 @@ def test_the_newest_failed_create_of_each_job_is_its_reason():
     assert cluster.pod_creation_failures(NAMESPACE) == {"a-g0": "newer"}
     # From the API server's watch cache (any version): a consistent list may read every Event from etcd.
     assert queries == [[("fieldSelector", "involvedObject.kind=Job,reason=FailedCreate"), ("resourceVersion", "0")]]
+
+
+def test_a_new_reason_to_wait_for_admission_keeps_when_the_job_began_to_wait():
+    """metav1 conditions: lastTransitionTime changes with the status, not with the message."""
+    cache, patches = Cache(), []
+    waiting = {"type": "Queued", "status": "True", "reason": "WaitingForAdmission", "message": "insufficient quota",
+               "lastTransitionTime": "2026-12-02T11:00:00Z"}  # fmt: skip
+    stj = _stj(current_job="demo-g0")
+    stj["spec"]["queueName"] = "team"
+    stj["status"] = {"phase": "Pending", "currentJob": "demo-g0", "conditions": [waiting]}
+    cache.scaletrainjobs.put(stj)
+    cache.jobs.put(_job(0) | {"spec": {"suspend": True}})
+    cluster = SimpleNamespace(cache=cache, patch_status=lambda where, status: patches.append(status))
+    housekeeping = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None)
+    housekeeping.report_queue_wait(stj, lambda namespace: {"job-uid-0": "no domain of the topology holds the gang"})
+    ((queued,),) = [status["conditions"] for status in patches]
+    assert queued["message"] == "no domain of the topology holds the gang"
+    assert queued["lastTransitionTime"] == "2026-12-02T11:00:00Z"

@@ -34,11 +34,17 @@ WORKLOAD_VERSION = "v1beta1"
 WORKLOAD_API_VERSION = f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}"
 WORKLOAD_PLURAL = "workloads"
 GROUP_TEMPLATE_ANNOTATION = f"{WORKLOAD_GROUP}/group-template-name"
+GANG_TOPOLOGY_ANNOTATION = f"{naming.GROUP}/gang-topology"  # on a Job: the topology of its gang's Workload
 # The Workload's pod group templates: the gang of an even generation's Job, and of an odd one's.
 GANG_TEMPLATES = ("gang-even", "gang-odd")
 GANG_UNAVAILABLE = (
     f"spec.scheduling.gang is workload, but the API server does not serve {WORKLOAD_API_VERSION} Workloads "
     "(feature gates GenericWorkload and WorkloadWithJob); set it to auto to run without gang placement here"
+)
+TOPOLOGY_UNAVAILABLE = (
+    "spec.placement.topology.required needs gang placement or a queue, and the API server does not serve "
+    f"{WORKLOAD_API_VERSION} Workloads (feature gates GenericWorkload and WorkloadWithJob): set queueName to "
+    "a Kueue queue with Topology Aware Scheduling, or remove the topology"
 )
 
 
@@ -47,9 +53,21 @@ def uses_workload(spec: ScaleTrainJobSpec, workload_api: bool) -> bool:
     return spec.scheduling.gang == "workload" or (spec.scheduling.gang == "auto" and workload_api)
 
 
-def unavailable(spec: ScaleTrainJobSpec, workload_api: bool) -> str | None:
-    """Why the job cannot run on this cluster as it asks (gang: workload without the API), else None."""
-    return GANG_UNAVAILABLE if spec.scheduling.gang == "workload" and not workload_api else None
+def unavailable(job: ScaleTrainJob, workload_api: bool) -> str | None:
+    """Why the job cannot run on this cluster as it asks, else None: gang: workload, or a required topology
+    that only a Workload would keep (no queue), where the cluster serves no Workloads."""
+    if job.spec.scheduling.gang == "workload" and not workload_api:
+        return GANG_UNAVAILABLE
+    if workload_topology(job) is not None and not uses_workload(job.spec, workload_api):
+        return TOPOLOGY_UNAVAILABLE
+    return None
+
+
+def workload_topology(job: ScaleTrainJob) -> str | None:
+    """The node label all of the gang must share a value of that the Workload alone keeps: a required
+    topology without a queue (with one, Kueue's Topology Aware Scheduling keeps it)."""
+    topology = job.spec.placement.topology
+    return topology.required if topology is not None and job.queue is None else None
 
 
 def render_workload(job: ScaleTrainJob, metadata: dict[str, Any]) -> dict[str, Any]:
@@ -78,11 +96,20 @@ def template_of(generation: int) -> str:
     return GANG_TEMPLATES[generation % len(GANG_TEMPLATES)]
 
 
-def delegated(rendered_job: dict[str, Any], generation: int) -> dict[str, Any]:
-    """A rendered Job whose pods the Job controller puts in a PodGroup of the job's Workload."""
+def delegated(rendered_job: dict[str, Any], job: ScaleTrainJob, generation: int) -> dict[str, Any]:
+    """A rendered Job whose pods the Job controller puts in a PodGroup of the job's Workload. A topology the
+    Workload alone keeps is said on the Job too: a change of it is then a change of the Job's spec (its
+    hash, controller/reconcile.py), and the next gang is placed by the new one."""
     annotations = rendered_job["metadata"].setdefault("annotations", {})
     annotations[GROUP_TEMPLATE_ANNOTATION] = template_of(generation)
+    if (topology := workload_topology(job)) is not None:
+        annotations[GANG_TOPOLOGY_ANNOTATION] = topology
     return rendered_job
+
+
+def placed_by_workload(child_job: dict[str, Any]) -> bool:
+    """Whether a child Job's gang was placed through the job's Workload (which then existed)."""
+    return GROUP_TEMPLATE_ANNOTATION in ((child_job.get("metadata") or {}).get("annotations") or {})
 
 
 def same_gang(there: dict[str, Any], rendered: dict[str, Any]) -> bool:

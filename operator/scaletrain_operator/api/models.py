@@ -976,7 +976,7 @@ class ScaleTrainJob(SpecModel):
     @property
     def queue(self) -> str | None:
         """The Kueue LocalQueue of its gangs: spec.queueName, else the job's kueue.x-k8s.io/queue-name label."""
-        return self.spec.queue_name or self.metadata.labels.get(naming.KUEUE_QUEUE_LABEL) or None
+        return naming.queue_of(self.spec.queue_name, self.metadata.labels)
 
     def problems(self) -> Iterator[Problem]:
         """Its labels and annotations, as the API server checks them (the CRD's schema cannot), and a

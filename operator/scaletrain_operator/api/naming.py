@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from scaletrain_trainer.contract import wire
 
 GROUP = "scaletrain.io"
@@ -82,6 +85,13 @@ def master_alias(job_name: str) -> str:
     """The Service whose DNS name is the current gang's rank-0 pod, whatever its generation: for a
     rendezvous endpoint written into a script or its args (`NAME-master:29500`)."""
     return f"{job_name}-master"
+
+
+def queue_of(queue_name: Any, labels: Mapping[str, Any] | None) -> str | None:
+    """The Kueue LocalQueue of a job's gangs: spec.queueName, else the job's KUEUE_QUEUE_LABEL; None: not
+    queued. (Read from a stored object too, whose spec may not even parse.)"""
+    queue = queue_name or (labels or {}).get(KUEUE_QUEUE_LABEL)
+    return queue if isinstance(queue, str) and queue else None
 
 
 def whole_number(text: str | None) -> int | None:

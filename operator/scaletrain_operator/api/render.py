@@ -124,7 +124,7 @@ def render_job(
         "metadata": _metadata(job, naming.child_job_name(job.name, generation), namespace, labels),
         "spec": job_spec,
     }
-    return gang_placement.delegated(rendered, generation) if gang else rendered
+    return gang_placement.delegated(rendered, job, generation) if gang else rendered
 
 
 # A disrupted pod (evicted, preempted, its node lost; or the trainer's exit 80 after a SIGTERM) fails the

@@ -236,7 +236,8 @@ def decide_from(
     except ProblemsError as error:
         failing = decide_invalid(error.problems, stored_status, generation, now)
         if failing.changes_nothing and hint is not None:  # failed already: stop what still runs of its gang
-            return stop_what_runs(observe(hint), queued=bool((raw.get("spec") or {}).get("queueName")))
+            queue = naming.queue_of((raw.get("spec") or {}).get("queueName"), raw["metadata"].get("labels"))
+            return stop_what_runs(observe(hint), queued=queue is not None)
         return failing
     observed = observe(hint)
     try:

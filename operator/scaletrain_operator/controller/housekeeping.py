@@ -158,7 +158,7 @@ class Housekeeping:
         the job's status message repeats (reconcile.waiting_for_queue). Queued turns False once Kueue
         admitted the Job."""
         metadata, status, spec = raw["metadata"], raw.get("status") or {}, raw.get("spec") or {}
-        queue = spec.get("queueName") or (metadata.get("labels") or {}).get(naming.KUEUE_QUEUE_LABEL)
+        queue = naming.queue_of(spec.get("queueName"), metadata.get("labels"))
         current_job, namespace = status.get("currentJob"), metadata["namespace"]
         child = self.cluster.cache.jobs.get(namespace, current_job) if queue and current_job else None
         if child is None or spec.get("suspend"):
@@ -247,12 +247,16 @@ class Housekeeping:
     ) -> None:
         """The condition `kind` turned to `status`, written (and the job queued) only when it turns: a
         message that differs from pass to pass (the read failed otherwise) is no news worth a write. With
-        `rewrite`, the caller found news in the message: it is written as it is."""
+        `rewrite`, the caller found news in the message: it is written, with the time the condition last
+        turned kept."""
         conditions = (raw.get("status") or {}).get("conditions") or []
         held = next((c for c in conditions if c["type"] == kind), None)
-        if not rewrite and held is not None and held["status"] == ("True" if status else "False"):
+        unturned = held is not None and held["status"] == ("True" if status else "False")
+        if unturned and not rewrite:
             return
         update = condition(kind, status, reason, message, datetime.now(timezone.utc), raw["metadata"].get("generation"))
+        if unturned and held.get("lastTransitionTime"):
+            update["lastTransitionTime"] = held["lastTransitionTime"]
         where = ObjectRef.of(raw)
         try:
             self.cluster.patch_status(where, {"conditions": with_condition(conditions, update)})

@@ -7,9 +7,10 @@ decision. It reads as a list of steps:
 1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for a gang still running or
    waiting for a node: its Job is suspended (with a queue: deleted), which ends those pods;
 2. find the current gang generation, and render the one Job this call may create;
-3. create what is missing: the job's Workload (gang placement, api/gang_placement.py, with the job's first
-   gang), the Services, and the current generation's Job (kept off the nodes in status.excludedNodes); a
-   current Job that someone else deleted ends its gang like a failure (counted against maxRestarts);
+3. create what is missing: the job's Workload (gang placement, api/gang_placement.py, before a gang's Job
+   wherever it may be missing: `decide`), the Services, and the current generation's Job (kept off the
+   nodes in status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
+   (counted against maxRestarts);
 4. a spec change the running gang cannot take restarts it, and so does resuming a suspended job (neither
    counted against maxRestarts); a gang whose Job Kueue suspended after admitting it was preempted, which
    ends it as a disruption;
@@ -218,7 +219,7 @@ class Unplaced:
 
     pod: str
     message: str  # the scheduler's, e.g. "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
-    since: datetime  # when its PodScheduled condition turned False
+    since: datetime  # when the first pod of the gang that the scheduler cannot place turned so (PodScheduled)
 
     def describe(self) -> str:
         return f"the scheduler cannot place pod {self.pod}: {self.message}"
@@ -245,8 +246,9 @@ GANG_WORDS = "pod group is unschedulable"  # the scheduler's message for a pod h
 def unplaced(pods: Sequence[Mapping[str, Any]], now: datetime) -> Unplaced | None:
     """The pod the scheduler has been unable to place (PodScheduled False, reason NOT_PLACED) that says most
     of why, and of those the one that waited longest; or None. Most: Unschedulable in words of its own, then
-    a pod held back only by its gang, then a scheduler error. (A pod it has not looked at yet has no
-    PodScheduled condition: it is not unplaced.)"""
+    a pod held back only by its gang, then a scheduler error. Its `since` is the gang's: when the first of
+    those pods could not be placed. (A pod it has not looked at yet has no PodScheduled condition: it is not
+    unplaced.)"""
     found = []
     for pod in filter(_waits_for_a_node, pods):
         scheduled = _pod_scheduled(pod)
@@ -256,8 +258,10 @@ def unplaced(pods: Sequence[Mapping[str, Any]], now: datetime) -> Unplaced | Non
             told += 2 * (scheduled["reason"] != UNSCHEDULABLE)
             waiting = Unplaced(pod["metadata"]["name"], message, parse_timestamp(since) if since else now)
             found.append((told, waiting))
-    best = min(found, key=lambda each: (each[0], each[1].since, each[1].pod), default=None)
-    return best[1] if best is not None else None
+    if not found:
+        return None
+    best = min(found, key=lambda each: (each[0], each[1].since, each[1].pod))[1]
+    return replace(best, since=min(waiting.since for _, waiting in found))
 
 
 def all_placed(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
@@ -366,21 +370,41 @@ def occasion(current_job: str | None, generation: int | None) -> str:
 
 
 def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig = DEFAULTS) -> Decision:
-    """What to do next for `job`, given its children; see the module docstring. With
-    `settings.network_policy_from` (the operator's namespace), whatever starts a gang first makes sure of
-    the job's NetworkPolicy (creating it again is a no-op)."""
+    """What to do next for `job`, given its children; see the module docstring. Whatever starts a gang first
+    makes sure of what the gang needs beside its Services (creating either again is a no-op): the job's
+    NetworkPolicy, with `settings.network_policy_from` (the operator's namespace); and its Workload, with
+    gang placement, unless the last gang was placed by it (it may be missing before a first gang, whose
+    Workload's create may have failed while the Services' went through, and before the first gang placed
+    by it after one that was not, when the cluster began to serve the API or the spec asked for it)."""
     decision = _decide(job, observed, now, settings)
+    first = []
     if settings.network_policy_from and decision.create:
-        policy = render_network_policy(job, settings.network_policy_from)
-        return replace(decision, create=(policy, *decision.create))
-    return decision
+        first.append(render_network_policy(job, settings.network_policy_from))
+    if _starts_a_gang(decision) and _workload_due(job, observed, settings, decision):
+        first.append(render_workload(job))
+    return replace(decision, create=(*first, *decision.create)) if first else decision
+
+
+def _starts_a_gang(decision: Decision) -> bool:
+    return any(child["kind"] == "Job" for child in decision.create)
+
+
+def _workload_due(job: ScaleTrainJob, observed: Observed, settings: OperatorConfig, decision: Decision) -> bool:
+    """Whether the job's gangs are placed by its Workload, which may be missing (see decide) and is not among
+    `decision`'s creates already (a spec change makes it again)."""
+    if not gang_placement.uses_workload(job.spec, settings.workload_api):
+        return False
+    if any(child["kind"] == "Workload" for child in decision.create):
+        return False
+    newest = observed.jobs[max(observed.jobs)] if observed.jobs else None
+    return newest is None or not gang_placement.placed_by_workload(newest)
 
 
 def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig) -> Decision:
     status = StatusBuilder(job, now)
     if status.finished:
         return stop_what_runs(observed, queued=job.queue is not None)
-    if (unavailable := gang_placement.unavailable(job.spec, settings.workload_api)) is not None:
+    if (unavailable := gang_placement.unavailable(job, settings.workload_api)) is not None:
         stored = job.status.model_dump(mode="json", by_alias=True, exclude_none=True) if job.status else {}
         return decide_failed("GangSchedulingUnavailable", unavailable, stored, job.metadata.generation, now)
     generation = current_generation(job, observed)
@@ -394,8 +418,6 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Ope
     draft = _Draft(status, gang=naming.child_job_name(job.name, generation))
     missing_services = [service for service in (render_service(job), render_master_alias(job))
                         if service["metadata"]["name"] not in observed.services]  # fmt: skip
-    if gang and missing_services:  # the job's first gang: its Workload goes first, before any Job of it
-        draft.create.append(render_workload(job))
     draft.create += missing_services
     draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
 
@@ -508,8 +530,9 @@ def _gang_ended(
     why: str,
     ending: GangRecord,
 ) -> Decision:
-    """The gang ended with no pod failing: someone else deleted its Job (and so its pods), or it hung. The
-    gang policy takes that as a failure, counted against maxRestarts, and the next generation starts."""
+    """The gang ended with no pod failing: someone else deleted its Job (and so its pods), it hung, or Kueue
+    preempted it. The gang policy takes the first two as failures, counted against maxRestarts, and a
+    preemption as a disruption; the next generation starts."""
     verdict = judge(
         [],
         GangLimits.of(job.spec),
@@ -656,7 +679,7 @@ def _keep_running(
 def _report_placement(draft: _Draft, pods: Sequence[Mapping[str, Any]], nodes: int) -> Unplaced | None:
     """Whether the scheduler can place the gang's pods, as the condition Schedulable: False, with the
     scheduler's message, while it cannot place one (and a Warning Event when it turns False), True again
-    once every pod was placed. Returns the pod that has waited longest, if one waits."""
+    once every pod was placed. Returns what holds the gang back (`unplaced`), if a pod waits."""
     status = draft.status
     waiting = unplaced(pods, status.now)
     said = status.conditions.get(SCHEDULABLE)
