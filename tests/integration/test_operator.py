@@ -67,7 +67,8 @@ def test_running_then_succeeded(team):
     pods = team.start_pods("happy-g0")
     team.wait_phase("happy", "Running")
     status = team.wait_status("happy", lambda s: s["nodes"]["active"] == 2)
-    assert status["nodes"] == {"active": 2, "pending": 0, "succeeded": 0, "failed": 0} and status["startTime"]
+    counts = {"current": 2, "active": 2, "pending": 0, "succeeded": 0, "failed": 0}
+    assert status["nodes"] == counts and status["startTime"]
     for pod in pods:
         team.set_pod_phase(pod, "Succeeded")  # the real Job controller then marks the Job Complete
     done = team.wait_phase("happy", "Succeeded")
@@ -277,10 +278,10 @@ def test_after_succeeded_kubectl_get_shows_rank_zeros_final_step_and_rounded_los
     progress = team.stj("finished")["status"]["progress"]
     assert (progress["step"], progress["loss"]) == (200, 1.099) and "etaSeconds" not in progress
     table = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished").stdout.splitlines()
-    assert table[1].split()[:6] == ["finished", "Succeeded", "2", "200", "1.099", "0"]
+    assert table[1].split()[:7] == ["finished", "Succeeded", "2", "2", "200", "1.099", "0"]
     wide = control_plane.kubectl("get", "stj", "-n", team.namespace, "finished", "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[4:10] == ["LOSS", "EVAL-LOSS", "TOKENS/S", "TFLOPS/DEVICE", "MFU", "RESTARTS"]
-    assert wide[1].split()[4:10] == ["1.099", "1.235", "128", "0.5", "0.25", "0"]  # the last poll's throughput
+    assert wide[0].split()[5:11] == ["LOSS", "EVAL-LOSS", "TOKENS/S", "TFLOPS/DEVICE", "MFU", "RESTARTS"]
+    assert wide[1].split()[5:11] == ["1.099", "1.235", "128", "0.5", "0.25", "0"]  # the last poll's throughput
 
 
 def test_damaged_checkpoints_rank_zero_set_aside_get_one_warning_event(team):
@@ -408,8 +409,8 @@ def test_kubectl_apply_and_get_show_the_printer_columns(team, control_plane):
     name = example["metadata"]["name"]
     team.wait_phase(name, "Pending")
     table = control_plane.kubectl("get", "stj", "-n", team.namespace, name).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "NODES", "STEP", "LOSS", "RESTARTS", "AGE"]
-    assert table[1].split()[:3] == [name, "Pending", "2"]
+    assert table[0].split() == ["NAME", "PHASE", "NODES", "DESIRED", "STEP", "LOSS", "RESTARTS", "AGE"]
+    assert table[1].split()[:4] == [name, "Pending", "2", "2"]
     selector = f"scaletrain.io/job-name={name}"
     jobs = control_plane.kubectl("get", "jobs", "-n", team.namespace, "-l", selector, "-o", "name")
     assert jobs.stdout.split() == [f"job.batch/{name}-g0"]

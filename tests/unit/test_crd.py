@@ -25,11 +25,12 @@ def test_crd_names_scope_and_status_subresource(crd):
     assert spec["names"]["shortNames"] == ["stj"]
     (version,) = spec["versions"]
     assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"]["status"] == {}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
         "Phase": ".status.phase",
-        "Nodes": ".spec.nodes",
+        "Nodes": ".status.nodes.current",
+        "Desired": ".spec.nodes",
         "Step": ".status.progress.step",
         "Loss": ".status.progress.loss",
         "Eval-Loss": ".status.progress.evalLoss",
@@ -109,3 +110,20 @@ def test_every_spec_and_status_field_has_a_description_for_kubectl_explain(crd_s
         undescribed += [name] if "description" not in schema else []
         undescribed += fields_without_description(schema, name)
     assert undescribed == []
+
+
+def test_the_scale_subresource_reads_and_writes_fields_the_schema_has(crd):
+    """kubectl scale (and an autoscaler) sets spec.nodes and reads the current gang's size and the pods'
+    selector: paths into the schema, of the types the API server's scale subresource needs."""
+    (version,) = crd["spec"]["versions"]
+    scale, schema = version["subresources"]["scale"], version["schema"]["openAPIV3Schema"]
+
+    def type_at(path):
+        node = schema
+        for part in path.lstrip(".").split("."):
+            node = node["properties"][part]
+        return node["type"]
+
+    assert scale["specReplicasPath"] == ".spec.nodes" and type_at(".spec.nodes") == "integer"
+    assert type_at(scale["statusReplicasPath"]) == "integer"
+    assert type_at(scale["labelSelectorPath"]) in ("string", ["string", "null"])

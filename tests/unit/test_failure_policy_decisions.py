@@ -169,7 +169,8 @@ def test_goodput_sums_the_time_running_and_waiting_at_each_phase_change():
 
     created = parse_job(base_job())
     pending = enter(created, "Pending", 0)
-    assert pending == {"runningSeconds": 0, "waitingSeconds": 0, "recomputedSteps": 0, "since": "2026-11-30T12:00:00Z"}
+    nothing_yet = {"runningSeconds": 0, "waitingSeconds": 0, "runningSecondsAtSize": [], "recomputedSteps": 0}
+    assert pending == nothing_yet | {"since": "2026-11-30T12:00:00Z"}
     running = enter(_job({"phase": "Pending", "goodput": pending}), "Running", 10)
     restarting = enter(_job({"phase": "Running", "goodput": running}), "Restarting", 70)
     suspended = enter(_job({"phase": "Restarting", "goodput": restarting}), "Suspended", 75)
@@ -177,6 +178,25 @@ def test_goodput_sums_the_time_running_and_waiting_at_each_phase_change():
     assert (running["waitingSeconds"], restarting["runningSeconds"], suspended["waitingSeconds"]) == (10, 60, 15)
     assert (resumed["runningSeconds"], resumed["waitingSeconds"]) == (60, 15)  # time suspended is in neither
     assert "goodput" not in StatusBuilder(_job({"phase": "Running", "goodput": running}), NOW).phase("Running")
+
+
+def test_goodput_sums_the_time_running_at_each_size_of_the_gang():
+    """A 3-node gang runs 60 s, is scaled to 2 nodes (Restarting 5 s), runs 30 s at 2 and 10 s at 3 again."""
+
+    def enter(status, phase, seconds):
+        return StatusBuilder(_job(status), NOW + timedelta(seconds=seconds)).phase(phase)["goodput"]
+
+    def at(size):
+        return {"current": size}
+
+    running = enter({"phase": "Pending", "nodes": at(3)}, "Running", 0)
+    restarting = enter({"phase": "Running", "nodes": at(3), "goodput": running}, "Restarting", 60)
+    at_2 = enter({"phase": "Restarting", "nodes": at(2), "goodput": restarting}, "Running", 65)
+    again = enter({"phase": "Running", "nodes": at(2), "goodput": at_2}, "Restarting", 95)
+    at_3 = enter({"phase": "Restarting", "nodes": at(3), "goodput": again}, "Running", 96)
+    done = enter({"phase": "Running", "nodes": at(3), "goodput": at_3}, "Succeeded", 106)
+    assert done["runningSecondsAtSize"] == [{"nodes": 3, "runningSeconds": 70}, {"nodes": 2, "runningSeconds": 30}]
+    assert (done["runningSeconds"], done["waitingSeconds"]) == (100, 6)
 
 
 def test_the_operator_exports_each_jobs_goodput_and_restart_causes_until_it_is_gone():

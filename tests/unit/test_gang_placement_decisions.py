@@ -114,7 +114,7 @@ def test_a_gang_restart_reuses_the_workload_by_its_other_template():
 def test_a_spec_change_remakes_the_workload_for_the_new_gang():
     running = _job(status=RUNNING)
     resized = _job(status=RUNNING, nodes=4, training={"globalBatchSize": 32})
-    observed = _running_observed(running, [_pod(0, "Running"), _pod(1, "Running")])
+    observed = _running_observed(running, [_pod(0, "Failed", 80), _pod(1, "Failed", 80)])  # stopped at a step
     decision = decide(resized, observed, NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert _template(decision.create[0])["schedulingPolicy"]["gang"]["minCount"] == 4
@@ -142,7 +142,7 @@ def test_a_gang_whose_workload_may_be_missing_has_it_made_first(before):
 def test_a_topology_only_the_workload_keeps_is_part_of_the_spec_and_its_change_remakes_the_workload():
     running = _job(status=RUNNING)
     moved = _job(status=RUNNING, placement={"topology": {"required": "example.com/rack"}})
-    decision = decide(moved, _running_observed(running, [_pod(0, "Running"), _pod(1, "Running")]), NOW, WITH_API)
+    decision = decide(moved, _running_observed(running, [_pod(0, "Failed", 80)]), NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert decision.delete_child_jobs == ("demo-g0",) and decision.status["phase"] == "Restarting"
     assert _template(decision.create[0])["schedulingConstraints"] == {"topology": [{"key": "example.com/rack"}]}

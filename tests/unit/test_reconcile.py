@@ -156,7 +156,8 @@ def test_running_pods_make_the_job_running_once():
     observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")])
     decision = decide(job, observed, NOW)
     status = decision.status
-    assert status["phase"] == "Running" and status["nodes"] == {"active": 2, "pending": 0, "succeeded": 0, "failed": 0}
+    counts = {"current": 2, "active": 2, "pending": 0, "succeeded": 0, "failed": 0}
+    assert status["phase"] == "Running" and status["nodes"] == counts
     assert status["startTime"] == "2026-11-30T12:00:00Z"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {"Running": "True"}
     assert decision.events == (Event("Normal", "Running", "2 of 2 nodes active", G0),)
@@ -168,7 +169,7 @@ def test_a_pod_still_pending_is_not_an_active_node():
     job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
     observed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Pending")])  # say, unschedulable
     status = decide(job, observed, NOW).status
-    assert status["nodes"] == {"active": 1, "pending": 1, "succeeded": 0, "failed": 0}
+    assert status["nodes"] == {"current": 2, "active": 1, "pending": 1, "succeeded": 0, "failed": 0}
     # Half a gang trains nothing: it is not Running, and the job says which pod it waits for, and why.
     assert status["phase"] == "Pending"
     assert status["message"] == "1 of 2 pods running; waiting for pod demo-g0-1-abcde (not placed on a node yet)"
@@ -423,14 +424,67 @@ def test_pods_killed_by_a_suspension_are_not_crashes():
     assert decision.delete_child_jobs == () and decision.status["phase"] == "Suspended"
 
 
-def test_a_spec_change_restarts_the_gang_without_using_a_restart():
+def _being_deleted(pod, grace_left_s):
+    """A pod the Job controller deleted: the kubelet kills it at its deletionTimestamp, `grace_left_s` from NOW."""
+    pod["metadata"]["deletionTimestamp"] = (NOW + timedelta(seconds=grace_left_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return pod
+
+
+def test_a_spec_change_stops_the_gang_at_a_step_boundary_before_the_next_one_starts():
+    """Another size (kubectl scale) or any spec the gang cannot take: its Job is suspended, whose SIGTERM
+    makes each pod save a checkpoint after its step; the next gang starts only once no pod of the old one is
+    left, so that it resumes from that checkpoint and trains no step twice. Counted as no restart."""
     running = _job(status=_running())
-    changed = _job(status=_running(), nodes=4, training={"globalBatchSize": 32})
-    decision = decide(changed, _observed(changed, {0: _child(running, 0)}, [_pod(0, "Running")]), NOW)
+    resized = _job(status=_running(), nodes=4, training={"globalBatchSize": 32})
+    both_running = [_pod(0, "Running"), _pod(1, "Running")]
+    decision = decide(resized, _observed(resized, {0: _child(running, 0)}, both_running), NOW)
+    assert decision.create == () and decision.delete_child_jobs == ()
+    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
+    status = decision.status
+    assert status["phase"] == "Restarting" and status["nodes"]["current"] == 2
+    assert status["message"].startswith("the gang resizes from 2 to 4 nodes: its pods save a checkpoint")
+    # Suspended, and a pod still saving (being deleted): nothing more yet, but a look when its grace ends.
+    stopping = _job(status=status, nodes=4, training={"globalBatchSize": 32})
+    saving = [_being_deleted(_pod(0, "Running"), grace_left_s=30), _pod(1, "Failed", 80)]
+    decision = decide(stopping, _observed(stopping, {0: _child(running, 0, suspend=True)}, saving), NOW)
+    assert decision.create == () and decision.delete_child_jobs == () and decision.patch_child_job is None
+    assert decision.recheck_after == 30
+    # The last pod ended after its checkpoint: the next gang, at the new size.
+    stopped = [_pod(1, "Failed", 80)]
+    decision = decide(stopping, _observed(stopping, {0: _child(running, 0, suspend=True)}, stopped), NOW)
     assert decision.delete_child_jobs == ("demo-g0",)
     assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
-    assert decision.create[0]["spec"]["completions"] == 4
-    assert decision.status["restarts"] == 0 and decision.status["phase"] == "Restarting"
+    assert decision.create[0]["spec"]["completions"] == 4 and decision.create[0]["spec"]["suspend"] is False
+    assert decision.status["restarts"] == 0 and decision.status["disruptions"] == 0
+    assert decision.status["phase"] == "Restarting" and decision.status["nodes"]["current"] == 4
+    resized_event = next(event for event in decision.events if event.reason == "Resized")
+    assert resized_event.message == "the gang resizes from 2 to 4 nodes (spec.nodes is 4)"
+    assert decision.status["resizes"] == [
+        {"time": "2026-11-30T12:00:00Z", "fromNodes": 2, "toNodes": 4, "reason": "Scaled"}
+    ]
+
+
+def test_a_gang_stopping_for_a_spec_change_does_not_wait_for_a_pod_past_its_grace_period():
+    """A pod still shown after its deletionTimestamp is on a node that does not answer: the kubelet would
+    have killed it by then. The next gang starts."""
+    running = _job(status=_running())
+    changed = _job(status=_running(phase="Restarting"), env=[{"name": "EDITED", "value": "1"}])
+    lingering = [_being_deleted(_pod(0, "Running"), grace_left_s=-1), _pod(1, "Failed", 80)]
+    decision = decide(changed, _observed(changed, {0: _child(running, 0, suspend=True)}, lingering), NOW)
+    assert decision.delete_child_jobs == ("demo-g0",) and [o["metadata"]["name"] for o in decision.create] == [
+        "demo-g1"
+    ]
+    assert not any(event.reason == "Resized" for event in decision.events)
+
+
+def test_a_spec_change_of_a_queued_job_restarts_at_once_since_kueue_owns_the_suspend_flag():
+    running = _job(status=_running(), queueName="team-a")
+    changed = _job(status=_running(), queueName="team-a", env=[{"name": "EDITED", "value": "1"}])
+    both_running = [_pod(0, "Running"), _pod(1, "Running")]
+    decision = decide(changed, _observed(changed, {0: _child(running, 0)}, both_running), NOW)
+    assert decision.delete_child_jobs == ("demo-g0",)
+    assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    assert decision.patch_child_job is None and not any(event.reason == "Resized" for event in decision.events)
 
 
 def test_in_place_changes_patch_the_job():

@@ -36,11 +36,20 @@ def _progress_columns() -> list[dict[str, Any]]:
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
+    {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes.current"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.nodes"},
     *_progress_columns(),
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+# `kubectl scale stj/NAME --replicas=K` sets spec.nodes (the schema's rules hold: K must keep the global
+# batch exact); the gang stops at a step boundary and the next starts at K nodes (reconcile.py).
+SCALE = {
+    "specReplicasPath": ".spec.nodes",
+    "statusReplicasPath": ".status.nodes.current",
+    "labelSelectorPath": ".status.selector",
+}
 
 # CEL on the root may read metadata.name; keep the name short enough for every child's hostname.
 NAME_RULES = [
@@ -145,7 +154,7 @@ def build_crd() -> dict[str, Any]:
                     "name": naming.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE},
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {
                         "openAPIV3Schema": {

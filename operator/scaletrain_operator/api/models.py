@@ -191,6 +191,8 @@ class PodSecurity(SpecModel):
 DEFAULT_METRICS_PORT: int = TrainingConfig.model_fields["metrics_port"].default
 DEFAULT_CRASH_LOOP_LIMIT = 3  # maxRestartsWithoutProgress for the built-in trainer
 MAX_GANG_RECORDS = 16  # status.gangs keeps the last ones
+MAX_RESIZES = 16  # and status.resizes
+MAX_SIZES_SHOWN = 16  # the sizes goodput has time for (the last ones first seen)
 DEFAULT_GRACE_PERIOD_SECONDS = 120  # a step and a checkpoint save after SIGTERM, for most models
 TRAINING_REQUIRED = (
     "required: the built-in trainer needs it (e.g. {globalBatchSize: 16, microBatchSize: 4, maxSteps: 200}); "
@@ -832,8 +834,14 @@ class Condition(SpecModel):
 
 
 class NodeCounts(SpecModel):
-    """The pods of the current gang generation, by pod phase."""
+    """The current gang generation: its size, and its pods by pod phase."""
 
+    current: int = Field(
+        0,
+        ge=0,
+        description="Nodes of the current gang (its Job's completions): spec.nodes once a resize reached a new "
+        "gang. The scale subresource's replicas.",
+    )
     active: int = Field(0, ge=0, description="Pods running.")
     pending: int = Field(
         0, ge=0, description="Pods not running yet: being scheduled (or unschedulable), pulling images, starting."
@@ -888,6 +896,24 @@ class GangRecord(SpecModel):
         return started is not None and saved is not None and saved > started
 
 
+class Resize(SpecModel):
+    """One change of the gang's size."""
+
+    time: Timestamp = Field(description="When the gang of the new size was started (RFC 3339).")
+    from_nodes: int = Field(ge=1, description="The size of the gang that ended.")
+    to_nodes: int = Field(ge=1, description="The size of the gang that started.")
+    reason: Literal["Scaled"] = Field(
+        description="Why: Scaled, spec.nodes changed (kubectl scale, an autoscaler, an edit of the spec)."
+    )
+
+
+class TimeAtSize(SpecModel):
+    """The job's Running time with gangs of one size."""
+
+    nodes: int = Field(ge=1, description="The gang's size.")
+    running_seconds: float = Field(ge=0, description="Seconds Running at that size, up to goodput.since.")
+
+
 class Goodput(SpecModel):
     """Where the job's time went, summed at each phase change: training, or waiting for a gang to run."""
 
@@ -905,6 +931,11 @@ class Goodput(SpecModel):
         ge=0,
         description="Steps trained again after restarts: how far each ended gang got past the checkpoint the "
         "next one resumed from (known once the next one has ended).",
+    )
+    running_seconds_at_size: list[TimeAtSize] = Field(
+        default_factory=list,
+        max_length=MAX_SIZES_SHOWN,
+        description="runningSeconds by the size of the gang that ran, in the order the sizes were first seen.",
     )
     since: Timestamp | None = Field(None, description="When the job entered its current phase (RFC 3339).")
 
@@ -938,6 +969,9 @@ class ScaleTrainJobStatus(SpecModel):
         description="Nodes the next gangs avoid (failurePolicy.excludeNodes), oldest first.",
     )
     current_job: str | None = Field(None, description="The batch/v1 Job of the current gang generation.")
+    selector: str | None = Field(
+        None, description="The label selector of the job's pods, for the scale subresource (an autoscaler reads it)."
+    )
     nodes: NodeCounts = Field(default_factory=NodeCounts)
     start_time: Timestamp | None = Field(
         None, description="When a pod of the job was first seen running (RFC 3339); kept across gang restarts."
@@ -954,6 +988,11 @@ class ScaleTrainJobStatus(SpecModel):
     )
     progress: Progress | None = None
     goodput: Goodput | None = None
+    resizes: list[Resize] = Field(
+        default_factory=list,
+        max_length=MAX_RESIZES,
+        description="The last changes of the gang's size, oldest first (at most 16).",
+    )
     gangs: list[GangRecord] = Field(
         default_factory=list,
         max_length=MAX_GANG_RECORDS,

@@ -16,6 +16,7 @@ EventReason = (
         "Running",
         "Suspended",
         "Restarting",
+        "Resized",
         "Succeeded",
         "Failed",
         "LossNotFinite",

@@ -11,8 +11,9 @@ decision. It reads as a list of steps:
    wherever it may be missing: `decide`), the Services, and the current generation's Job (kept off the
    nodes in status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
    (counted against maxRestarts);
-4. a spec change the running gang cannot take restarts it, and so does resuming a suspended job (neither
-   counted against maxRestarts); a gang whose Job Kueue suspended after admitting it was preempted, which
+4. a spec change the running gang cannot take (another size, from kubectl scale, too) restarts it, after
+   it stopped at a step boundary with a checkpoint, and so does resuming a suspended job (neither counted
+   against maxRestarts); a gang whose Job Kueue suspended after admitting it was preempted, which
    ends it as a disruption;
 5. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods: succeeded, failed, or
    restart, counted as a restart or as a disruption, maybe blaming a node the next gangs avoid; a Running
@@ -50,7 +51,7 @@ from ..api.gang_policy import (
     recomputed_steps,
     stalled,
 )
-from ..api.models import GangRecord, NodeCounts, ScaleTrainJob
+from ..api.models import MAX_RESIZES, GangRecord, NodeCounts, Resize, ScaleTrainJob
 from ..api.node_exclusion import avoid_nodes, with_node_excluded
 from ..api.progress import final_progress, status_patch
 from ..api.render import (
@@ -73,7 +74,8 @@ SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
 RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
 DISRUPTIONS_ANNOTATION = f"{naming.GROUP}/disruptions"
 EXCLUDED_NODES_ANNOTATION = f"{naming.GROUP}/excluded-nodes"  # a JSON list
-SPEC_CHANGE_MESSAGE = "the spec changed in a way the running gang cannot take; restarting it from the last checkpoint"
+SPEC_CHANGE = "the spec changed in a way the running gang cannot take"
+STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
 RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
 JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
 HANG = HANG_RESULT  # and of a Running gang whose progress stalled
@@ -203,9 +205,10 @@ def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
     return max([from_status, *observed.jobs])
 
 
-def node_counts(pods: Sequence[Mapping[str, Any]]) -> NodeCounts:
+def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
     phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
     return NodeCounts(
+        current=size,
         active=phases.count("Running"),  # a pod the scheduler cannot place is not an active node
         pending=phases.count("Pending"),
         succeeded=phases.count("Succeeded"),
@@ -272,6 +275,11 @@ def all_placed(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
 def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
     conditions = (child_job.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def size_of(child_job: Mapping[str, Any]) -> int:
+    """The nodes of a gang: its Job's completions (one pod per node)."""
+    return int(child_job["spec"]["completions"])
 
 
 def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
@@ -423,6 +431,7 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Ope
 
     ledger = ledger_of(job, current)
     status.fields.update(ledger.status_fields())
+    status.fields["selector"] = f"{naming.LABEL_JOB_NAME}={job.name}"  # the scale subresource's
     if deleted:
         gone = naming.child_job_name(job.name, generation)
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
@@ -432,10 +441,7 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Ope
         return _start_gang(job, draft, for_gang(job, desired, ledger))
     status.fields["currentJob"] = current["metadata"]["name"]
     if _hash_of(current) != _hash_of(desired):
-        record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
-        if gang:  # the gang's size or priority may have changed: the Workload is made to match (cluster.py)
-            draft.create.append(render_workload(job))
-        return _restart(draft, current, for_gang(job, desired, ledger), SPEC_CHANGE_MESSAGE)
+        return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
     if resumed(job, current):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
         # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
@@ -446,7 +452,7 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Ope
         preempted = this_gang(job, generation, observed.pods, "Failed")
         message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
         return _gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, preempted)
-    status.fields["nodes"] = node_counts(observed.pods).model_dump(mode="json", by_alias=True)
+    status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
     failing = this_gang(job, generation, observed.pods, "Failed")
     verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
@@ -584,6 +590,7 @@ def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> D
     status, name = draft.status, desired["metadata"]["name"]
     draft.create.append(desired)
     status.fields["currentJob"] = name
+    status.fields["nodes"] = NodeCounts(current=size_of(desired)).model_dump(mode="json", by_alias=True)
     if status.before.phase is None:
         service = naming.service_name(job.name)
         status.set("Created", True, "Created", f"created Service {service} and Job {name}")
@@ -640,9 +647,59 @@ def _restart(
         draft.delete_child_jobs.append(current["metadata"]["name"])
     draft.create.append(desired)
     status.fields["currentJob"] = desired["metadata"]["name"]
-    status.fields["nodes"] = NodeCounts().model_dump(mode="json", by_alias=True)
+    status.fields["nodes"] = NodeCounts(current=size_of(desired)).model_dump(mode="json", by_alias=True)
     draft.events.append(Event("Warning" if warning else "Normal", "Restarting", message))
     return draft.done(status.phase("Restarting", message, reason))
+
+
+def _spec_changed(
+    job: ScaleTrainJob,
+    draft: _Draft,
+    current: Mapping[str, Any],
+    desired: dict[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    generation: int,
+    gang: bool,
+) -> Decision:
+    """A spec the running gang cannot take, such as another size (kubectl scale): the next generation
+    starts, counted as neither a restart nor a disruption. The gang stops at a step boundary first. Its Job
+    is suspended, and the SIGTERM makes each pod save a checkpoint after the step it is in and exit. The
+    next gang starts once no pod of it is left, from that checkpoint. Made at once, the next gang could
+    restore the checkpoint before it (the save still in progress) and train steps twice. The wait ends
+    with the pods' grace period at the latest (`_still_saving`).
+
+    With a queue, Kueue owns the Job's suspend flag (it would start a Job it admitted again), so the gang
+    goes at once, and the next one may train steps again since its last checkpoint."""
+    status, name = draft.status, current["metadata"]["name"]
+    before, after = size_of(current), size_of(desired)
+    change = f"the gang resizes from {before} to {after} nodes" if before != after else SPEC_CHANGE
+    saving = [pod for pod in pods if _still_saving(pod, status.now)]
+    if job.queue is None and saving:
+        patch = None if child_job_suspended(current) else ChildJobPatch(name, {"suspend": True})
+        if deadlines := [parse_timestamp(p["metadata"]["deletionTimestamp"]) for p in saving if _being_deleted(p)]:
+            draft.recheck_in((max(deadlines) - status.now).total_seconds())  # no event may come by then
+        status.fields["nodes"] = node_counts(pods, before).model_dump(mode="json", by_alias=True)
+        message = f"{change}: its pods save a checkpoint after the step they are in, then the next gang starts"
+        return draft.done(status.phase("Restarting", message, STOPPING), patch)
+    record_gang_end(draft, job, this_gang(job, generation, pods, "SpecChanged"))
+    if gang:  # the gang's size or priority may have changed: the Workload is made to match (cluster.py)
+        draft.create.append(render_workload(job))
+    if before != after:
+        draft.events.append(Event("Normal", "Resized", f"{change} (spec.nodes is {after})"))
+        resize = Resize(time=status.now, from_nodes=before, to_nodes=after, reason="Scaled")
+        resizes = [*status.before.resizes, resize][-MAX_RESIZES:]
+        status.fields["resizes"] = [r.model_dump(mode="json", by_alias=True) for r in resizes]
+    return _restart(draft, current, desired, f"{change}; the next gang goes on from its last checkpoint")
+
+
+def _still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
+    """Running, or not started yet: a pod being deleted may still be saving its checkpoint, until its
+    deletionTimestamp, when its grace period ends and the kubelet kills it. One still shown after that is
+    on a node that does not answer, and is not waited for."""
+    if (pod.get("status") or {}).get("phase", "Pending") not in ("Pending", "Running"):
+        return False
+    deleted = pod["metadata"].get("deletionTimestamp")
+    return deleted is None or parse_timestamp(deleted) > now
 
 
 def _keep_running(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..api.models import Condition, Goodput, Phase, ScaleTrainJob, ScaleTrainJobStatus
+from ..api.models import MAX_SIZES_SHOWN, Condition, Goodput, Phase, ScaleTrainJob, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
 
 FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
@@ -107,7 +107,15 @@ class StatusBuilder:
         sums = {"runningSeconds": before.running_seconds, "waitingSeconds": before.waiting_seconds}
         if (bucket := GOODPUT_SUM_OF.get(self.before.phase)) is not None:
             sums[bucket] = round(sums[bucket] + spent, 3)
-        return sums | {"recomputedSteps": self.recomputed_steps, "since": timestamp(self.now)}
+        at_size = {entry.nodes: entry.running_seconds for entry in before.running_seconds_at_size}
+        if self.before.phase == "Running" and (size := self.before.nodes.current):  # 0: an older operator's status
+            at_size[size] = round(at_size.get(size, 0.0) + spent, 3)
+        shown = [{"nodes": nodes, "runningSeconds": seconds} for nodes, seconds in at_size.items()][-MAX_SIZES_SHOWN:]
+        return sums | {
+            "runningSecondsAtSize": shown,
+            "recomputedSteps": self.recomputed_steps,
+            "since": timestamp(self.now),
+        }
 
     def changes(self, patch: dict[str, Any]) -> dict[str, Any] | None:
         """`patch`, or None when the stored status already says all of it (no write, no event loop)."""

@@ -138,11 +138,13 @@ class MaskedSynthetic(SyntheticSequences):
 
 class SlowSavingGPT(GPT):
     """A GPT whose checkpoint saves take `save_seconds` longer: it writes `record_dir`/saving-<rank> when
-    a save asks for its state, then sleeps, so that a test can signal the run mid-save."""
+    a save asks for its state, then sleeps, so that a test can signal the run mid-save. With
+    `slow_generation`, only the saves of that gang generation are slow."""
 
-    def __init__(self, save_seconds: float, record_dir: str, **gpt):
+    def __init__(self, save_seconds: float, record_dir: str, slow_generation: int | None = None, **gpt):
         super().__init__(**gpt)
-        self.save_seconds = save_seconds
+        generation = os.environ.get("SCALETRAIN_GENERATION")
+        self.save_seconds = save_seconds if slow_generation is None or generation == str(slow_generation) else 0
         self.record = Path(record_dir) / f"saving-{os.environ.get('RANK', '0')}"
 
     def state_dict(self, *args, **kwargs):
