@@ -122,9 +122,12 @@ def test_resume_a_ddp_checkpoint_with_fsdp(runs, crashed_run):
     assert resumed.losses()[10:] == pytest.approx(straight[10:], **FP32_EXACT)
 
 
-def test_resume_at_another_world_size(runs, crashed_run):
-    resumed = _resume(runs, crashed_run, "resume-w1", nproc=1)
+@pytest.mark.parametrize("nproc", [1, 4], ids=["smaller", "larger"])
+def test_resume_at_another_world_size(runs, crashed_run, nproc):
+    """A gang that shrinks after a loss (2 ranks to 1) or grows back (to 4): the same losses from the checkpoint on."""
+    resumed = _resume(runs, crashed_run, f"resume-w{nproc}", nproc=nproc)
     straight = runs("ddp-w2", checkpoints=True).losses()
+    assert [r["step"] for r in resumed.metrics()] == list(range(1, 21))
     assert resumed.losses()[10:] == pytest.approx(straight[10:], **FP32_EXACT)
 
 
