@@ -5,12 +5,10 @@ fixed 3-node run."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from scaletrain_testing.control_plane import KubectlError
-from scaletrain_testing.e2e_jobs import e2e_namespace, e2e_operator, steps, submit_training, wait_event
+from scaletrain_testing.e2e_jobs import e2e_namespace, e2e_operator, losses, steps, submit_training, wait_event
 from scaletrain_testing.kubelet import FakeNode
 from scaletrain_testing.timeouts import WHOLE_JOB_S
 from scaletrain_testing.trainer_runs import FP32_EXACT, GPT_OPTIONS, config_for, plugin_data, run_trainer
@@ -26,10 +24,6 @@ TRAINING = {"globalBatchSize": 24, "maxSteps": STEPS, "checkpoint": {"everySteps
 def namespace(control_plane, tmp_path_factory):
     with e2e_namespace(control_plane, tmp_path_factory.mktemp("e2e-scale"), NODES) as team:
         yield team
-
-
-def metrics(directory):
-    return [json.loads(line) for line in (directory / "out" / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_kubectl_scale_resizes_a_running_gang_at_a_step_boundary_with_the_same_losses(control_plane, namespace):
@@ -65,4 +59,4 @@ def test_kubectl_scale_resizes_a_running_gang_at_a_step_boundary_with_the_same_l
     # on the gang's size.
     fixed = run_trainer(team.workdir / "fixed-3", config_for(team.workdir / "fixed-3", TRAINING | data), nproc=3)
     assert fixed.returncode == 0, fixed.output
-    assert [record["loss"] for record in metrics(directory)] == pytest.approx(fixed.losses(), **FP32_EXACT)
+    assert losses(directory) == pytest.approx(fixed.losses(), **FP32_EXACT)

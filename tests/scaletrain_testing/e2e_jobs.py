@@ -80,6 +80,11 @@ def steps(directory):
     return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def losses(directory):
+    """Each step's loss, as the job's rank 0 wrote it to metrics.jsonl."""
+    return [json.loads(line)["loss"] for line in (directory / "out" / "metrics.jsonl").read_text().splitlines()]
+
+
 def text_of(path):
     return path.exists() and path.read_text()
 

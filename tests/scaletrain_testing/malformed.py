@@ -430,6 +430,29 @@ MALFORMED = [
         refused_by=Layer.CEL,
     ),
     MalformedCase(
+        name="elastic-min-above-nodes",
+        patch={"spec": {"elastic": {"minNodes": 3}}},
+        field_path="spec.elastic.minNodes",
+        message_fragment="3 exceeds nodes (2)",
+        refused_by=Layer.CEL,
+    ),
+    MalformedCase(
+        # 16 samples a step over 4 samples a rank: 1, 2 or 4 ranks keep it, 3 do not.
+        name="elastic-range-changes-the-batch",
+        patch={"spec": {"nodes": 4, "elastic": {"minNodes": 3}}},
+        field_path="spec.elastic.minNodes",
+        message_fragment="The sizes up to 4 that keep it: 1, 2, 4; set minNodes to one of them, or make "
+        "globalBatchSize a multiple of 48",
+        refused_by=Layer.CEL,
+    ),
+    MalformedCase(
+        name="elastic-with-a-queue",
+        patch={"spec": {"queueName": "team-a", "elastic": {"minNodes": 1}}},
+        field_path="spec.elastic",
+        message_fragment="an elastic gang cannot grow back through a Kueue queue yet",
+        refused_by=Layer.OPERATOR,
+    ),
+    MalformedCase(
         name="batch-not-divisible-gpus",
         patch={"spec": {"nodes": 2, "gpusPerNode": 8, "training": {"globalBatchSize": 64, "microBatchSize": 8}}},
         field_path="spec.training.globalBatchSize",

@@ -34,7 +34,7 @@ from scaletrain_trainer.contract.validation import (
     problems_from_validation_error,
 )
 
-from . import kube_rules, kube_schema, naming
+from . import elastic, kube_rules, kube_schema, naming
 from .bounds import spec_bound_problems
 from .cel import cel_rule, with_cel_rules
 
@@ -206,6 +206,9 @@ _SAMPLES_PER_MICRO_STEP = (
 )
 
 
+_SAMPLES_PER_SMALLEST_MICRO_STEP = _SAMPLES_PER_MICRO_STEP.replace("self.nodes", "self.elastic.minNodes")
+
+
 def _template_containers(pod_template: Any) -> list[tuple[int, dict[str, Any]]]:
     """The containers of a podTemplate, with their index, as far as they are mappings (other shapes are
     _pod_template_problems')."""
@@ -320,6 +323,40 @@ class Scheduling(SpecModel):
         "the job fails where the API is not served; none: the scheduler places each pod on its own, so part of a "
         "gang may hold its nodes while the rest waits.",
     )
+
+
+class ScaleUp(SpecModel):
+    """How an elastic gang below spec.nodes finds out that room for more nodes returned."""
+
+    check_every_seconds: int = Field(
+        300,
+        ge=10,
+        le=86400,
+        description="Seconds between capacity probes while the gang runs below nodes: placeholder pods with the "
+        "gang's placement and requests, deleted as soon as the scheduler placed them or said it cannot; when "
+        "they were placed, the gang stops at a step boundary with a checkpoint and the next one is larger.",
+    )
+
+
+class Elastic(SpecModel):
+    """A gang that shrinks when nodes are lost and grows back when they return, keeping the global batch (and
+    so the model trained) exact at every size (docs/api.md, Elastic gangs)."""
+
+    min_nodes: int = Field(
+        ge=1,
+        le=naming.MAX_NODES,
+        description="The smallest gang; below it the job waits (scheduleTimeoutSeconds applies). With training, "
+        "the global batch must stay exact at it; sizes between it and nodes at which it would not are skipped "
+        "(status.elasticSizes lists the sizes used).",
+    )
+    scale_down_after_seconds: int = Field(
+        120,
+        ge=0,
+        le=86400,
+        description="Seconds a pod of the gang may stay unschedulable before the gang restarts at the largest "
+        "smaller size that fits (neither a restart nor a disruption).",
+    )
+    scale_up: ScaleUp = Field(default_factory=ScaleUp, description="Growing back to nodes.")
 
 
 class Topology(SpecModel):
@@ -507,6 +544,11 @@ class ScaleTrainJobSpec(SpecModel):
         "kueue.x-k8s.io/queue-name does the same); Kueue decides when the gang starts, and may preempt it.",
     )
     scheduling: Scheduling = Field(default_factory=Scheduling, description="Gang placement.")
+    elastic: Elastic | None = Field(
+        None,
+        description="Run with fewer nodes than nodes while the rest cannot be placed, and grow back when they can; "
+        "nodes stays the desired size. Unset: the gang always has nodes pods.",
+    )
     placement: Placement = Field(default_factory=Placement, description="Topology placement of the gang.")
     active_deadline_seconds: int | None = Field(
         None,
@@ -536,6 +578,20 @@ class ScaleTrainJobSpec(SpecModel):
             f"self.training.globalBatchSize % ({_SAMPLES_PER_MICRO_STEP}) == 0",
             "training.globalBatchSize must be divisible by training.microBatchSize × nodes × procsPerNode",
             ".training.globalBatchSize",
+        ),
+        cel_rule(
+            "!has(self.elastic) || self.elastic.minNodes <= self.nodes",
+            "elastic.minNodes must not exceed nodes",
+            ".elastic.minNodes",
+        ),
+        cel_rule(
+            f"!has(self.elastic) || !has(self.training) || {_SAMPLES_PER_SMALLEST_MICRO_STEP} == 0 || "
+            f"self.training.globalBatchSize % ({_SAMPLES_PER_SMALLEST_MICRO_STEP}) == 0",
+            "training.globalBatchSize must be divisible by training.microBatchSize × elastic.minNodes × procsPerNode: "
+            "the smallest gang keeps the global batch exact too (scaletrain validate names the sizes that do)",
+            # The message names no sizes: that would take a loop (CEL's lists.range, which clusters before
+            # 1.34 lack), and a messageExpression's estimated cost is over the API server's budget anyway.
+            ".elastic.minNodes",
         ),
         cel_rule(
             "has(self.training) || has(self.command) || has(self.args)",
@@ -607,6 +663,7 @@ class ScaleTrainJobSpec(SpecModel):
         for problem in self.failure_policy.problems():
             yield Problem(("failurePolicy",) + problem.path, problem.message)
         yield from self._placement_problems()
+        yield from elastic.problems(self)
         if self.backend == "nccl" and self.gpus_per_node == 0:
             yield Problem(("backend",), "nccl needs GPUs: set gpusPerNode > 0, or use backend gloo (or auto) on CPU")
         if self.procs_per_node is not None and 0 < self.gpus_per_node < self.procs_per_node:
@@ -896,14 +953,19 @@ class GangRecord(SpecModel):
         return started is not None and saved is not None and saved > started
 
 
+ResizeReason = Literal["Scaled", "Unschedulable", "CapacityReturned"]
+
+
 class Resize(SpecModel):
     """One change of the gang's size."""
 
     time: Timestamp = Field(description="When the gang of the new size was started (RFC 3339).")
     from_nodes: int = Field(ge=1, description="The size of the gang that ended.")
     to_nodes: int = Field(ge=1, description="The size of the gang that started.")
-    reason: Literal["Scaled"] = Field(
-        description="Why: Scaled, spec.nodes changed (kubectl scale, an autoscaler, an edit of the spec)."
+    reason: ResizeReason = Field(
+        description="Why: Scaled, spec.nodes changed (kubectl scale, an autoscaler, an edit of the spec); "
+        "Unschedulable, the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds; "
+        "CapacityReturned, a capacity probe found room for a larger gang (spec.elastic)."
     )
 
 
@@ -993,6 +1055,17 @@ class ScaleTrainJobStatus(SpecModel):
         max_length=MAX_RESIZES,
         description="The last changes of the gang's size, oldest first (at most 16).",
     )
+    elastic_sizes: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=list,
+        max_length=naming.MAX_NODES,
+        description="With spec.elastic: the gang sizes the job may run at, smallest first (those from minNodes to "
+        "nodes that keep the global batch exact).",
+    )
+    capacity_probed_at: Timestamp | None = Field(
+        None,
+        description="With spec.elastic, while the gang runs below nodes: when the last capacity probe ended "
+        "(RFC 3339); the next starts elastic.scaleUp.checkEverySeconds later.",
+    )
     gangs: list[GangRecord] = Field(
         default_factory=list,
         max_length=MAX_GANG_RECORDS,
@@ -1012,6 +1085,12 @@ class ScaleTrainJob(SpecModel):
     def name(self) -> str:
         return self.metadata.name
 
+    def at_size(self, nodes: int) -> ScaleTrainJob:
+        """The job as a gang of `nodes` renders and is judged (an elastic gang below or above spec.nodes)."""
+        if nodes == self.spec.nodes:
+            return self
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"nodes": nodes})})
+
     @property
     def queue(self) -> str | None:
         """The Kueue LocalQueue of its gangs: spec.queueName, else the job's kueue.x-k8s.io/queue-name label."""
@@ -1024,6 +1103,13 @@ class ScaleTrainJob(SpecModel):
         yield from kube_rules.metadata_problems(metadata, ("metadata",))
         yield from kube_schema.namespace_problems(self.metadata.namespace, ("metadata", "namespace"))
         yield from self._topology_problems()
+        if self.spec.elastic is not None and self.queue is not None:
+            message = (
+                "an elastic gang cannot grow back through a Kueue queue yet (Kueue admits each Job at the size it "
+                "asks for, and a probe outside the queue would pass its quota by): remove elastic, or the queue "
+                "(queueName and the kueue.x-k8s.io/queue-name label)"
+            )
+            yield Problem(("spec", "elastic"), message)
 
     def _topology_problems(self) -> Iterator[Problem]:
         """A topology needs Kueue (a queue) or, for a required one, gang placement (the Workload API)."""

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import naming
+from ..api.capacity_probe import is_probe
 from .reconcile import Observed
 
 Key = tuple[str, str]  # namespace, name
@@ -218,10 +219,10 @@ def children_view(
     generation_hint: int | None,
 ) -> Observed:
     """A ScaleTrainJob's children as the decide layer sees them: its Services, its Jobs by gang generation
-    (those not being deleted), and the pods of the newest generation. Found by label, kept only when
-    owned: a Service or Job whose ownerReferences name the ScaleTrainJob (`uid`), a pod owned by one of
-    those Jobs. Anyone can put the labels on an object; only the API server sets a uid, so a foreign
-    pod carrying a job's labels cannot fail its gang."""
+    (those not being deleted), the pods of the newest generation, and an elastic gang's capacity probe with
+    its pods. Found by label, kept only when owned: a Service or Job whose ownerReferences name the
+    ScaleTrainJob (`uid`), a pod owned by one of those Jobs. Anyone can put the labels on an object; only
+    the API server sets a uid, so a foreign pod carrying a job's labels cannot fail its gang."""
     if uid is not None:
         services = [s for s in services if owned_by(s, uid)]
         jobs = [j for j in jobs if owned_by(j, uid)]
@@ -236,4 +237,8 @@ def children_view(
             by_generation[int(generation)] = job
     current = str(max(by_generation, default=generation_hint or 0))
     gang = [p for p in pods if (p["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == current]
-    return Observed(services=by_name, jobs=by_generation, pods=gang)
+    probes = [job for job in jobs if is_probe(job) and job["metadata"].get("deletionTimestamp") is None]
+    probe = probes[0] if probes else None
+    probe_uid = probe["metadata"].get("uid") if probe is not None else None
+    probe_pods = [p for p in pods if is_probe(p) and (uid is None or owned_by(p, probe_uid))]
+    return Observed(services=by_name, jobs=by_generation, pods=gang, probe=probe, probe_pods=probe_pods)

@@ -351,7 +351,7 @@ class Cluster:
     def patch_child_job(self, namespace: str, patch: ChildJobPatch) -> None:
         path = JOBS.path(namespace, patch.job)
         try:
-            self.cache.jobs.put(self._request("PATCH", path, {"spec": patch.spec}, content_type=MERGE_PATCH))
+            self.cache.jobs.put(self._request("PATCH", path, patch.body(), content_type=MERGE_PATCH))
         except ApiException as error:
             if refused(error) and error.status != 404:  # gone: the next reconcile sees that
                 message = f"the API server refused a change to Job {patch.job}: {server_message(error)}"

@@ -3,7 +3,7 @@ the handlers can only apply a Decision, never edit one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 # Why the controller fails a job outside the gang policy (api/gang_policy.GangFailureReason has the rest)
@@ -47,10 +47,19 @@ class Event:
 
 @dataclass(frozen=True)
 class ChildJobPatch:
-    """A merge patch of one child Job's spec: what a running gang takes in place (suspend, deadline)."""
+    """A merge patch of one child Job: of its spec, what a running gang takes in place (suspend, deadline);
+    and annotations that go with it (an elastic resize's, with the suspension that starts it)."""
 
     job: str
     spec: dict[str, Any]
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return (
+            {"metadata": {"annotations": self.annotations}, "spec": self.spec}
+            if self.annotations
+            else {"spec": self.spec}
+        )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ decision. It reads as a list of steps:
 
 1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for a gang still running or
    waiting for a node: its Job is suspended (with a queue: deleted), which ends those pods;
-2. find the current gang generation, and render the one Job this call may create;
+2. find the current gang generation and its size (with spec.elastic: the running gang's, or the size a
+   resize under way goes to: `at_gang_size`), and render the one Job this call may create;
 3. create what is missing: the job's Workload (gang placement, api/gang_placement.py, before a gang's Job
    wherever it may be missing: `decide`), the Services, and the current generation's Job (kept off the
    nodes in status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
@@ -20,8 +21,9 @@ decision. It reads as a list of steps:
    gang whose rank 0 answered, when read, that it made no progress by the time it promised
    (progress.staleAfter, of this very gang) is hung, which ends it like a failure;
 6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
-   the pods (Schedulable), fail a gang it could not place within scheduleTimeoutSeconds, and report the
-   running status.
+   the pods (Schedulable), shrink an elastic gang it could not place within elastic.scaleDownAfterSeconds,
+   fail a gang it could not place within scheduleTimeoutSeconds, probe for room to grow an elastic gang
+   below spec.nodes (api/capacity_probe.py), and report the running status.
 
 An invalid spec gets its own decision (`decide_invalid`), and so does a child the API server refuses
 (`decide_failed`): Failed once, never retried.
@@ -39,7 +41,7 @@ from typing import Any
 from scaletrain_trainer.contract.exit_codes import HANG_RESULT
 from scaletrain_trainer.contract.validation import Problem
 
-from ..api import gang_placement, naming
+from ..api import capacity_probe, elastic, gang_placement, naming
 from ..api.gang_policy import (
     Action,
     GangLimits,
@@ -51,7 +53,7 @@ from ..api.gang_policy import (
     recomputed_steps,
     stalled,
 )
-from ..api.models import MAX_RESIZES, GangRecord, NodeCounts, Resize, ScaleTrainJob
+from ..api.models import MAX_RESIZES, GangRecord, NodeCounts, Resize, ResizeReason, ScaleTrainJob
 from ..api.node_exclusion import avoid_nodes, with_node_excluded
 from ..api.progress import final_progress, status_patch
 from ..api.render import (
@@ -74,6 +76,10 @@ SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
 RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
 DISRUPTIONS_ANNOTATION = f"{naming.GROUP}/disruptions"
 EXCLUDED_NODES_ANNOTATION = f"{naming.GROUP}/excluded-nodes"  # a JSON list
+# On a gang's Job, with the suspension that stops it: the size the next gang has, and why (an elastic
+# resize). One patch sets both, so the resize cannot be lost or half made.
+RESIZE_TO_ANNOTATION = f"{naming.GROUP}/resize-to"
+RESIZE_REASON_ANNOTATION = f"{naming.GROUP}/resize-reason"
 SPEC_CHANGE = "the spec changed in a way the running gang cannot take"
 STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
 RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
@@ -90,6 +96,8 @@ class Observed:
     services: dict[str, dict[str, Any]]  # by name: the headless Service and the master alias
     jobs: dict[int, dict[str, Any]]  # by gang generation
     pods: list[dict[str, Any]]  # of the current generation
+    probe: dict[str, Any] | None = None  # the elastic gang's capacity probe, while one runs
+    probe_pods: list[dict[str, Any]] = field(default_factory=list)
 
 
 def spec_hash(rendered_job: Mapping[str, Any]) -> str:
@@ -282,6 +290,24 @@ def size_of(child_job: Mapping[str, Any]) -> int:
     return int(child_job["spec"]["completions"])
 
 
+def planned_resize(child_job: Mapping[str, Any] | None) -> tuple[int | None, ResizeReason]:
+    """The size an elastic resize under way gives the next gang (None: none is), and why."""
+    annotations = (child_job or {}).get("metadata", {}).get("annotations") or {}
+    reason = annotations.get(RESIZE_REASON_ANNOTATION)
+    if reason not in ("Unschedulable", "CapacityReturned"):
+        return None, "Scaled"
+    return naming.whole_number(annotations.get(RESIZE_TO_ANNOTATION)), reason
+
+
+def at_gang_size(job: ScaleTrainJob, observed: Observed) -> ScaleTrainJob:
+    """`job` as its current gang renders and is judged: spec.nodes is the gang's size (elastic.gang_size)."""
+    if job.spec.elastic is None:
+        return job
+    current = observed.jobs.get(current_generation(job, observed))
+    running = size_of(current) if current is not None else None
+    return job.at_size(elastic.gang_size(job.spec, running, planned_resize(current)[0]))
+
+
 def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
     return bool((child_job.get("spec") or {}).get("suspend"))
 
@@ -347,6 +373,8 @@ class _Draft:
     events: list[Event] = field(default_factory=list)
     recheck_after: float | None = None
     gang: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
+    probe: str | None = None  # the capacity probe's Job, if one exists: deleted unless `keep_probe`
+    keep_probe: bool = False
 
     def recheck_in(self, seconds: float) -> None:
         """Decide again in `seconds` at the latest: a timeout this decision waits on passes then."""
@@ -358,9 +386,10 @@ class _Draft:
         if phase != before and phase in ("Running", "Suspended", "Succeeded"):
             self.events.append(Event("Normal", phase, status["message"]))
         when = occasion(self.gang or self.status.before.current_job, self.status.generation)
+        probe_ends = [self.probe] if self.probe is not None and not self.keep_probe else []
         return Decision(
             create=tuple(self.create),
-            delete_child_jobs=tuple(self.delete_child_jobs),
+            delete_child_jobs=(*self.delete_child_jobs, *probe_ends),
             patch_child_job=patch_child_job,
             status=self.status.changes(status),
             events=tuple(replace(event, occasion=when) for event in self.events),
@@ -384,12 +413,13 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
     gang placement, unless the last gang was placed by it (it may be missing before a first gang, whose
     Workload's create may have failed while the Services' went through, and before the first gang placed
     by it after one that was not, when the cluster began to serve the API or the spec asked for it)."""
-    decision = _decide(job, observed, now, settings)
+    sized = at_gang_size(job, observed)
+    decision = _decide(sized, job, observed, now, settings)
     first = []
     if settings.network_policy_from and decision.create:
         first.append(render_network_policy(job, settings.network_policy_from))
     if _starts_a_gang(decision) and _workload_due(job, observed, settings, decision):
-        first.append(render_workload(job))
+        first.append(render_workload(sized))
     return replace(decision, create=(*first, *decision.create)) if first else decision
 
 
@@ -408,7 +438,10 @@ def _workload_due(job: ScaleTrainJob, observed: Observed, settings: OperatorConf
     return newest is None or not gang_placement.placed_by_workload(newest)
 
 
-def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig) -> Decision:
+def _decide(
+    job: ScaleTrainJob, asked: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig
+) -> Decision:
+    """`job` is `asked` at its current gang's size (at_gang_size): the same unless spec.elastic is set."""
     status = StatusBuilder(job, now)
     if status.finished:
         return stop_what_runs(observed, queued=job.queue is not None)
@@ -423,7 +456,8 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Ope
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
     next_generation = generation if current is None and not deleted else generation + 1
     desired = with_spec_hash(render_job(job, next_generation, gang=gang))
-    draft = _Draft(status, gang=naming.child_job_name(job.name, generation))
+    probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
+    draft = _Draft(status, gang=naming.child_job_name(job.name, generation), probe=probe)
     missing_services = [service for service in (render_service(job), render_master_alias(job))
                         if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.create += missing_services
@@ -432,6 +466,8 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Ope
     ledger = ledger_of(job, current)
     status.fields.update(ledger.status_fields())
     status.fields["selector"] = f"{naming.LABEL_JOB_NAME}={job.name}"  # the scale subresource's
+    if asked.spec.elastic is not None:
+        status.fields["elasticSizes"] = elastic.sizes(asked.spec)
     if deleted:
         gone = naming.child_job_name(job.name, generation)
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
@@ -465,7 +501,7 @@ def _decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Ope
         return _restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
     if (due := broken_promise(job, generation, settings.progress_timeout_seconds)) is not None:
         return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
-    return _keep_running(job, draft, current, observed.pods)
+    return _keep_running(job, asked, draft, current, observed)
 
 
 def stop_what_runs(observed: Observed, queued: bool) -> Decision:
@@ -489,6 +525,7 @@ def stop_what_runs(observed: Observed, queued: bool) -> Decision:
     }
     older = tuple(child["metadata"]["name"] for generation, child in sorted(running.items()) if generation != newest)
     current = running.get(newest) if newest is not None else None
+    older += (observed.probe["metadata"]["name"],) if observed.probe is not None else ()
     if current is not None and queued:
         return Decision(delete_child_jobs=(*older, current["metadata"]["name"]))
     if current is None or child_job_suspended(current):
@@ -672,6 +709,8 @@ def _spec_changed(
     goes at once, and the next one may train steps again since its last checkpoint."""
     status, name = draft.status, current["metadata"]["name"]
     before, after = size_of(current), size_of(desired)
+    planned, reason = planned_resize(current)
+    reason = reason if planned == after else "Scaled"
     change = f"the gang resizes from {before} to {after} nodes" if before != after else SPEC_CHANGE
     saving = [pod for pod in pods if _still_saving(pod, status.now)]
     if job.queue is None and saving:
@@ -685,11 +724,18 @@ def _spec_changed(
     if gang:  # the gang's size or priority may have changed: the Workload is made to match (cluster.py)
         draft.create.append(render_workload(job))
     if before != after:
-        draft.events.append(Event("Normal", "Resized", f"{change} (spec.nodes is {after})"))
-        resize = Resize(time=status.now, from_nodes=before, to_nodes=after, reason="Scaled")
+        why = f"spec.nodes is {after}" if reason == "Scaled" else RESIZE_WHY[reason]
+        draft.events.append(Event("Normal", "Resized", f"{change} ({why})"))
+        resize = Resize(time=status.now, from_nodes=before, to_nodes=after, reason=reason)
         resizes = [*status.before.resizes, resize][-MAX_RESIZES:]
         status.fields["resizes"] = [r.model_dump(mode="json", by_alias=True) for r in resizes]
     return _restart(draft, current, desired, f"{change}; the next gang goes on from its last checkpoint")
+
+
+RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words
+    "Unschedulable": "the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds",
+    "CapacityReturned": "a capacity probe found room for a larger gang",
+}
 
 
 def _still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
@@ -703,11 +749,13 @@ def _still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
 
 
 def _keep_running(
-    job: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    job: ScaleTrainJob, asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], observed: Observed
 ) -> Decision:
     """The gang goes on: apply what its Job takes in place, and say how it is doing; unless the scheduler
-    could not place a pod of it within scheduleTimeoutSeconds, which fails the job."""
-    spec, status = job.spec, draft.status
+    could not place a pod of it within scheduleTimeoutSeconds, which fails the job. An elastic gang
+    (`asked`.spec.elastic) shrinks instead while it can, and a running one below spec.nodes probes for room
+    to grow back."""
+    spec, status, pods = job.spec, draft.status, observed.pods
     suspended = child_job_suspended(current)
     in_place: dict[str, Any] = {}
     if spec.suspend and not suspended:
@@ -720,6 +768,8 @@ def _keep_running(
     if suspended:
         return draft.done(status.phase("Pending", waiting_for_queue(job)), patch)
     waiting = _report_placement(draft, pods, spec.nodes)
+    if waiting is not None and (shrink := _shrink(asked, draft, current, pods, waiting)) is not None:
+        return shrink
     if waiting is not None and spec.schedule_timeout_seconds is not None:
         waited = (status.now - waiting.since).total_seconds()
         if waited >= spec.schedule_timeout_seconds:
@@ -728,9 +778,101 @@ def _keep_running(
         draft.recheck_in(spec.schedule_timeout_seconds - waited)  # no event may come by then
     if whole_gang_up(pods, spec.nodes):
         status.fields["startTime"] = timestamp(status.before.start_time or status.now)
+        if (grow := _grow_back(asked, draft, current, observed)) is not None:
+            return grow
         nodes = status.fields["nodes"]["active"]
-        return draft.done(status.phase("Running", f"{nodes} of {spec.nodes} nodes active"), patch)
+        below = (
+            f" (spec.nodes is {asked.spec.nodes}; growing back when there is room)"
+            if spec.nodes < asked.spec.nodes
+            else ""
+        )
+        return draft.done(status.phase("Running", f"{nodes} of {spec.nodes} nodes active{below}"), patch)
     return draft.done(_waiting(status, waiting_for(pods, spec.nodes)), patch)
+
+
+def _shrink(
+    asked: ScaleTrainJob,
+    draft: _Draft,
+    current: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    waiting: Unplaced,
+) -> Decision | None:
+    """An elastic gang the scheduler could not place whole within elastic.scaleDownAfterSeconds stops and
+    the next one is smaller (elastic.smaller: the scheduler's verdict on each pod says how many fit); None
+    while there is time left, or at the smallest size (scheduleTimeoutSeconds applies then)."""
+    if asked.spec.elastic is None:
+        return None
+    size, status = size_of(current), draft.status
+    target = elastic.smaller(asked.spec, size, sum(_placed(pod) for pod in pods))
+    if target is None:
+        return None
+    left = asked.spec.elastic.scale_down_after_seconds - (status.now - waiting.since).total_seconds()
+    if left > 0:
+        draft.recheck_in(left)  # no event may come by then
+        return None
+    return _resize_at_step_boundary(draft, current, pods, target, "Unschedulable", waiting.describe())
+
+
+def _grow_back(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], observed: Observed) -> Decision | None:
+    """A running elastic gang below spec.nodes probes for room every elastic.scaleUp.checkEverySeconds
+    (api/capacity_probe.py); when the scheduler placed pods of the probe, the gang stops at a step boundary
+    and the next one is as large as fits. None: it goes on as it is (a probe may be under way)."""
+    spec, status, size = asked.spec, draft.status, size_of(current)
+    if spec.elastic is None or elastic.larger(spec, size, spec.nodes - size) is None:
+        return None
+    probe, now = observed.probe, status.now
+    if probe is None:
+        created = current["metadata"].get("creationTimestamp")
+        last = max(filter(None, (status.before.capacity_probed_at, parse_timestamp(created) if created else now)))
+        due = spec.elastic.scale_up.check_every_seconds - (now - last).total_seconds()
+        if due > 0:
+            draft.recheck_in(due)
+            return None
+        generation = naming.generation_of(current["metadata"]["name"])
+        draft.create.append(capacity_probe.render_probe(asked, spec.nodes - size, generation, current))
+        draft.keep_probe = True
+        return None
+    # The scheduler's verdict: every pod of the probe placed, or each placed or found no node for (or the
+    # probe timed out); until then it may still place more.
+    wanted = int(probe["spec"]["completions"])
+    room = sum(_placed(pod) for pod in observed.probe_pods)
+    said = sum(_pod_scheduled(pod).get("status") in ("True", "False") for pod in observed.probe_pods)
+    if room < wanted and said < wanted and (left := capacity_probe.expires_in(probe, now)) > 0:
+        draft.keep_probe = True
+        draft.recheck_in(left)
+        return None
+    if (target := elastic.larger(spec, size, room)) is not None:
+        why = f"the scheduler placed {room} pod{'s' * (room > 1)} of a capacity probe"
+        return _resize_at_step_boundary(draft, current, observed.pods, target, "CapacityReturned", why)
+    status.fields["capacityProbedAt"] = timestamp(now)
+    draft.recheck_in(spec.elastic.scale_up.check_every_seconds)
+    return None
+
+
+def _placed(pod: Mapping[str, Any]) -> bool:
+    return _pod_scheduled(pod).get("status") == "True" and not _being_deleted(pod)
+
+
+def _resize_at_step_boundary(
+    draft: _Draft,
+    current: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    target: int,
+    reason: ResizeReason,
+    why: str,
+) -> Decision:
+    """Suspend the gang's Job, saying on it the size of the next gang and why: the pods save a checkpoint
+    after the step they are in and exit, and the next pass (`_spec_changed`, which the new size makes)
+    starts the next gang once they are gone."""
+    size, status = size_of(current), draft.status
+    annotations = {RESIZE_TO_ANNOTATION: str(target), RESIZE_REASON_ANNOTATION: reason}
+    patch = ChildJobPatch(current["metadata"]["name"], {"suspend": True}, annotations)
+    status.fields["nodes"] = node_counts(pods, size).model_dump(mode="json", by_alias=True)
+    message = (
+        f"the gang resizes from {size} to {target} nodes ({RESIZE_WHY[reason]}: {why}): its pods save a checkpoint "
+        "after the step they are in, then the next gang starts"
+    )
+    return draft.done(status.phase("Restarting", message, STOPPING), patch)
 
 
 def _report_placement(draft: _Draft, pods: Sequence[Mapping[str, Any]], nodes: int) -> Unplaced | None:

@@ -1,0 +1,101 @@
+"""The capacity probe: how an elastic gang below spec.nodes learns that room for more nodes returned.
+
+It asks the scheduler itself, so that nothing here re-implements it: a Job of placeholder pods, one for
+each node the gang lacks, with the gang's own placement (node selector, affinity, tolerations, scheduler,
+the nodes it avoids) and the same requests as a pod of the gang. Each pod the scheduler places is room for
+one more node. The probe is deleted as soon as the scheduler placed every pod of it or said it cannot (or
+after PROBE_TIMEOUT_S); its pods only sleep until then.
+
+The pods ask for no priority class: a probe never preempts anything. Each is placed on its own (not as a
+gang), so the scheduler says how many fit, and the gang grows to the largest allowed size that does. The
+running gang keeps training all the while: if no room is found, nothing changes; if room is found, the
+gang stops at a step boundary with a checkpoint, and the larger one starts. Another pod may take the room
+in between; the larger gang then waits, and shrinks again after elastic.scaleDownAfterSeconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from . import naming
+from .models import ScaleTrainJob
+from .render import job_labels, owner_reference, render_pod_template
+from .timestamps import parse_timestamp
+
+PROBE_LABEL = f"{naming.GROUP}/capacity-probe"
+PROBE_TIMEOUT_S = 60  # a probe the scheduler did not judge by then is taken for no room
+SLEEP_S = 3600  # what a placed probe pod does until the operator deletes it
+# What the scheduler reads of a pod to place it, beside its containers' requests.
+PLACEMENT_KEYS = (
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "schedulerName",
+    "topologySpreadConstraints",
+    "runtimeClassName",
+    "overhead",
+    "securityContext",
+)
+
+
+def probe_name(job_name: str) -> str:
+    return f"{job_name}-probe"
+
+
+def render_probe(job: ScaleTrainJob, pods: int, generation: int, gang_job: Mapping[str, Any]) -> dict[str, Any]:
+    """A Job of `pods` placeholder pods placed as a pod of `gang_job` (the current gang's Job, whose pod
+    spec has the nodes it avoids) would be, each sleeping in the gang's image."""
+    gang_pod = gang_job["spec"]["template"]["spec"]
+    template = render_pod_template(job, generation)["spec"]
+    pod_spec: dict[str, Any] = {key: copy.deepcopy(gang_pod[key]) for key in PLACEMENT_KEYS if key in gang_pod}
+    pod_spec |= {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [_placeholder(container, SLEEP_S) for container in template["containers"]],
+    }
+    if init := template.get("initContainers"):
+        # Init containers count towards the pod's requests too; a sidecar (restartPolicy Always) keeps running.
+        pod_spec["initContainers"] = [
+            _placeholder(container, SLEEP_S if container.get("restartPolicy") == "Always" else 0) for container in init
+        ]
+    labels = job_labels(job) | {naming.LABEL_COMPONENT: "capacity-probe", PROBE_LABEL: "true"}
+    metadata: dict[str, Any] = {"name": probe_name(job.name), "labels": labels}
+    if job.metadata.namespace:
+        metadata["namespace"] = job.metadata.namespace
+    if (owner := owner_reference(job)) is not None:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "completions": pods,
+            "parallelism": pods,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": SLEEP_S,  # gone by itself should the operator not delete it
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def _placeholder(container: Mapping[str, Any], seconds: int) -> dict[str, Any]:
+    kept = {
+        key: container[key]
+        for key in ("name", "image", "resources", "restartPolicy", "securityContext")
+        if key in container
+    }
+    return kept | {"command": ["sleep", str(seconds)]}
+
+
+def is_probe(obj: Mapping[str, Any]) -> bool:
+    return (obj["metadata"].get("labels") or {}).get(PROBE_LABEL) == "true"
+
+
+def expires_in(probe: Mapping[str, Any], now: datetime) -> float:
+    """Seconds until the scheduler's silence on the probe counts as no room (0: now)."""
+    created = probe["metadata"].get("creationTimestamp")
+    age = (now - parse_timestamp(created)).total_seconds() if created is not None else 0.0
+    return max(0.0, PROBE_TIMEOUT_S - age)

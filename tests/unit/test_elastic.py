@@ -1,0 +1,237 @@
+"""Elastic gangs without a cluster: the sizes a job may use, and the operator's decisions to shrink a gang
+the scheduler cannot place and to grow it back when a capacity probe finds room."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scaletrain_operator.api import elastic
+from scaletrain_operator.api.capacity_probe import PROBE_TIMEOUT_S
+from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.controller.decision import ChildJobPatch
+from scaletrain_operator.controller.reconcile import (
+    RESIZE_REASON_ANNOTATION,
+    RESIZE_TO_ANNOTATION,
+    STOPPING,
+    at_gang_size,
+    decide,
+)
+from scaletrain_operator.controller.settings import OperatorConfig
+from scaletrain_testing.gang_objects import (
+    elastic_job,
+    gang_job,
+    gang_pod,
+    observed,
+    probe_of,
+    probe_pod,
+    rfc3339,
+)
+from scaletrain_testing.jobs import base_job
+from scaletrain_trainer.contract.validation import ProblemsError
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
+HOUR_AGO = NOW - timedelta(hours=1)
+RUNNING = {"phase": "Running", "currentJob": "demo-g0", "startTime": rfc3339(HOUR_AGO)}
+
+
+def _env(child, name):
+    container = child["spec"]["template"]["spec"]["containers"][0]
+    return next(var["value"] for var in container["env"] if var["name"] == name)
+
+
+def _spec(**spec):
+    return parse_job(base_job(**spec)).spec
+
+
+def test_the_sizes_are_those_of_the_range_that_keep_the_global_batch_exact():
+    spec = _spec(nodes=6, elastic={"minNodes": 2}, training={"globalBatchSize": 48, "microBatchSize": 4})
+    assert elastic.sizes(spec) == [2, 3, 4, 6]  # 5 ranks would need 9.6 samples each
+    assert elastic.sizes(_spec(nodes=4)) == [4]  # not elastic: the one size
+    script = parse_job(base_job(nodes=5, elastic={"minNodes": 3}, training=None, command=["python", "x.py"])).spec
+    assert elastic.sizes(script) == [3, 4, 5]  # a script of one's own keeps its maths itself
+
+
+def test_a_range_whose_smallest_gang_changes_the_batch_is_refused_naming_the_sizes_that_keep_it():
+    training = {"globalBatchSize": 48, "microBatchSize": 4}
+    with pytest.raises(ProblemsError) as refused:
+        _spec(nodes=6, elastic={"minNodes": 5}, training=training)
+    (problem,) = refused.value.problems
+    assert problem.path == ("spec", "elastic", "minNodes")
+    assert "The sizes up to 6 that keep it: 1, 2, 3, 4, 6" in problem.message
+    assert "make globalBatchSize a multiple of 120" in problem.message  # 4 samples × lcm(5, 6)
+    assert elastic.problems(_spec(nodes=6, elastic={"minNodes": 2}, training=training)) == []
+
+
+@pytest.mark.parametrize(
+    ("size", "placed", "smaller"),
+    [(6, 5, 4), (6, 3, 3), (6, 0, 4), (4, 4, 3), (2, 1, None)],
+)
+def test_a_gang_shrinks_to_the_largest_size_the_scheduler_placed_else_one_size_down(size, placed, smaller):
+    """With gang placement the scheduler places no pod of a gang that does not fit: one size down then."""
+    spec = _spec(nodes=6, elastic={"minNodes": 2}, training={"globalBatchSize": 48, "microBatchSize": 4})
+    assert elastic.smaller(spec, size, placed) == smaller
+
+
+def test_a_gang_grows_to_the_largest_allowed_size_the_room_found_fits():
+    spec = _spec(nodes=6, elastic={"minNodes": 2}, training={"globalBatchSize": 48, "microBatchSize": 4})
+    assert elastic.larger(spec, 2, 3) == 4 and elastic.larger(spec, 4, 1) is None and elastic.larger(spec, 4, 2) == 6
+
+
+def _unplaced_gang(since, generation=0):
+    return [
+        gang_pod(0, "Running", generation),
+        gang_pod(1, "Running", generation),
+        gang_pod(2, "Pending", generation, scheduled=False, since=since),
+    ]
+
+
+def test_a_gang_the_scheduler_cannot_place_within_scale_down_after_seconds_stops_to_shrink():
+    job = elastic_job(status=RUNNING | {"phase": "Pending"})
+    gang = gang_job(job, 0, 3, created=HOUR_AGO)
+    waiting = decide(job, observed(job, {0: gang}, _unplaced_gang(since=NOW - timedelta(seconds=100))), NOW)
+    assert waiting.patch_child_job is None and waiting.recheck_after == 20
+    decision = decide(job, observed(job, {0: gang}, _unplaced_gang(since=NOW - timedelta(seconds=120))), NOW)
+    annotations = {RESIZE_TO_ANNOTATION: "2", RESIZE_REASON_ANNOTATION: "Unschedulable"}
+    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True}, annotations)
+    assert decision.create == () and decision.delete_child_jobs == ()
+    assert decision.status["phase"] == "Restarting"
+    assert decision.status["conditions"][-1]["reason"] == STOPPING
+    assert decision.status["message"].startswith("the gang resizes from 3 to 2 nodes (the scheduler could not place")
+    assert decision.status["elasticSizes"] == [2, 3]
+
+
+def test_a_planned_resize_starts_the_next_gang_at_its_size_once_the_pods_saved_and_counts_nothing():
+    job = elastic_job(status=RUNNING | {"phase": "Restarting", "restarts": 1})
+    planned = {RESIZE_TO_ANNOTATION: "2", RESIZE_REASON_ANNOTATION: "Unschedulable"}
+    gang = gang_job(job, 0, 3, created=HOUR_AGO, suspend=True, annotations=planned)
+    saving = [gang_pod(0, "Running")]
+    assert decide(job, observed(job, {0: gang}, saving), NOW).create == ()
+    decision = decide(job, observed(job, {0: gang}, []), NOW)
+    (next_gang,) = decision.create
+    assert next_gang["metadata"]["name"] == "demo-g1" and next_gang["spec"]["completions"] == 2
+    assert (_env(next_gang, "WORLD_SIZE"), _env(next_gang, "PET_NNODES")) == ("2", "2")
+    assert decision.delete_child_jobs == ("demo-g0",)
+    assert (decision.status["restarts"], decision.status["disruptions"]) == (1, 0)
+    assert decision.status["nodes"]["current"] == 2
+    (resize,) = decision.status["resizes"]
+    assert (resize["fromNodes"], resize["toNodes"], resize["reason"]) == (3, 2, "Unschedulable")
+    (resized,) = [event.message for event in decision.events if event.reason == "Resized"]
+    assert resized.startswith("the gang resizes from 3 to 2 nodes (the scheduler could not place the whole gang")
+
+
+def test_at_the_smallest_size_a_gang_waits_and_schedule_timeout_applies():
+    job = elastic_job(status=RUNNING | {"phase": "Pending"}, scheduleTimeoutSeconds=600)
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    pods = [gang_pod(0, "Running"), gang_pod(1, "Pending", scheduled=False, since=NOW - timedelta(seconds=300))]
+    decision = decide(job, observed(job, {0: gang}, pods), NOW)
+    assert decision.patch_child_job is None and decision.recheck_after == 300
+    late = [gang_pod(0, "Running"), gang_pod(1, "Pending", scheduled=False, since=NOW - timedelta(seconds=600))]
+    assert decide(job, observed(job, {0: gang}, late), NOW).status["phase"] == "Failed"
+
+
+def test_a_failed_gang_restarts_at_its_own_size_not_the_desired_one():
+    job = elastic_job(status=RUNNING)
+    gang = gang_job(job, 0, 2, created=NOW)  # no capacity probe due yet
+    seen = observed(job, {0: gang}, [gang_pod(0, "Running"), gang_pod(1, "Running")])
+    assert at_gang_size(job, seen).spec.nodes == 2 and decide(job, seen, NOW).create == ()
+    crashed = observed(
+        job, {0: gang}, [gang_pod(0, "Running"), {**gang_pod(1, "Failed"), "status": {"phase": "Failed"}}]
+    )
+    (restarted,) = decide(job, crashed, NOW).create
+    assert restarted["spec"]["completions"] == 2
+
+
+def test_a_gang_below_its_size_probes_for_room_every_check_interval():
+    job = elastic_job(status=RUNNING, nodeSelector={"pool": "a100"})
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    young = gang_job(job, 0, 2, created=NOW - timedelta(seconds=200))
+    decision = decide(job, observed(job, {0: young}, running), NOW)
+    assert decision.create == () and decision.recheck_after == 100
+    assert decision.status["message"] == "2 of 2 nodes active (spec.nodes is 3; growing back when there is room)"
+    gang = gang_job(job, 0, 2, created=NOW - timedelta(seconds=300))
+    (probe,) = decide(job, observed(job, {0: gang}, running), NOW).create
+    assert probe["metadata"]["name"] == "demo-probe" and probe["spec"]["completions"] == 1
+    pod = probe["spec"]["template"]["spec"]
+    gang_pod_spec = gang["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "a100"} and pod.get("tolerations") == gang_pod_spec.get("tolerations")
+    assert [c["resources"] for c in pod["containers"]] == [c["resources"] for c in gang_pod_spec["containers"]]
+    assert pod["containers"][0]["command"] == ["sleep", "3600"] and "priorityClassName" not in pod
+    # The last probe ended 100 s ago: the next one is due in 200 s.
+    probed_at = {"capacityProbedAt": rfc3339(NOW - timedelta(seconds=100))}
+    probed = elastic_job(status=RUNNING | probed_at, nodeSelector={"pool": "a100"})
+    assert decide(probed, observed(probed, {0: gang}, running), NOW).recheck_after == 200
+
+
+def test_a_probe_the_scheduler_placed_stops_the_gang_to_grow_it_and_goes():
+    job = elastic_job(status=RUNNING)
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    probe = probe_of(job, gang, 1, created=NOW - timedelta(seconds=5))
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    decision = decide(job, observed(job, {0: gang}, running, probe, [probe_pod(0, scheduled=True)]), NOW)
+    annotations = {RESIZE_TO_ANNOTATION: "3", RESIZE_REASON_ANNOTATION: "CapacityReturned"}
+    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True}, annotations)
+    assert decision.delete_child_jobs == ("demo-probe",) and decision.create == ()
+    assert "a capacity probe found room for a larger gang" in decision.status["message"]
+
+
+def test_a_probe_waits_for_the_schedulers_verdict_then_goes_and_the_gang_trains_on():
+    job = elastic_job(status=RUNNING)
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    probe = probe_of(job, gang, 1, created=NOW - timedelta(seconds=5))
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    pending = decide(job, observed(job, {0: gang}, running, probe, [probe_pod(0, scheduled=None)]), NOW)
+    assert pending.delete_child_jobs == () and pending.recheck_after == PROBE_TIMEOUT_S - 5
+    no_room = [probe_pod(0, scheduled=False, since=NOW)]
+    decision = decide(job, observed(job, {0: gang}, running, probe, no_room), NOW)
+    assert decision.delete_child_jobs == ("demo-probe",) and decision.patch_child_job is None
+    assert decision.status["capacityProbedAt"] == rfc3339(NOW) and decision.recheck_after == 300
+    assert decision.status["phase"] == "Running"
+    silent = probe_of(job, gang, 1, created=NOW - timedelta(seconds=PROBE_TIMEOUT_S))
+    timed_out = decide(job, observed(job, {0: gang}, running, silent, [probe_pod(0, scheduled=None)]), NOW)
+    assert timed_out.delete_child_jobs == ("demo-probe",)
+
+
+def test_a_probe_is_deleted_when_the_gang_restarts_or_the_job_finishes():
+    job = elastic_job(status=RUNNING)
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    probe = probe_of(job, gang, 1, created=NOW)
+    crashed = [gang_pod(0, "Running"), {**gang_pod(1, "Failed"), "status": {"phase": "Failed"}}]
+    restart = decide(job, observed(job, {0: gang}, crashed, probe), NOW)
+    assert restart.delete_child_jobs == ("demo-g0", "demo-probe")
+    done = elastic_job(status=RUNNING | {"phase": "Succeeded"})
+    assert decide(done, observed(done, {0: gang}, [], probe), NOW).delete_child_jobs == ("demo-probe",)
+
+
+def test_with_gang_placement_the_workload_asks_for_the_new_size():
+    job = elastic_job(status=RUNNING | {"phase": "Restarting"})
+    planned = {RESIZE_TO_ANNOTATION: "2", RESIZE_REASON_ANNOTATION: "Unschedulable"}
+    gang = gang_job(job, 0, 3, created=HOUR_AGO, suspend=True, annotations=planned)
+    decision = decide(job, observed(job, {0: gang}, []), NOW, OperatorConfig(workload_api=True))
+    (workload,) = [child for child in decision.create if child["kind"] == "Workload"]
+    counts = {t["schedulingPolicy"]["gang"]["minCount"] for t in workload["spec"]["podGroupTemplates"]}
+    assert counts == {2}
+
+
+def test_kubectl_scale_below_the_running_size_of_an_elastic_gang_resizes_at_once():
+    """Scaling down needs no room: the gang stops at a step boundary and the next is the new size."""
+    job = elastic_job(status=RUNNING, nodes=2)
+    gang = gang_job(job, 0, 3, created=HOUR_AGO)
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running"), gang_pod(2, "Running")]
+    decision = decide(job, observed(job, {0: gang}, running), NOW)
+    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
+
+
+def test_a_probe_half_placed_waits_for_the_rest_then_grows_the_gang_as_far_as_the_room_goes():
+    job = elastic_job(status=RUNNING, nodes=4)
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    probe = probe_of(job, gang, 2, created=NOW - timedelta(seconds=5))
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    one_placed = [probe_pod(0, scheduled=True), probe_pod(1, scheduled=None)]
+    waiting = decide(job, observed(job, {0: gang}, running, probe, one_placed), NOW)
+    assert waiting.patch_child_job is None and waiting.delete_child_jobs == ()
+    judged = [probe_pod(0, scheduled=True), probe_pod(1, scheduled=False, since=NOW)]
+    decision = decide(job, observed(job, {0: gang}, running, probe, judged), NOW)
+    assert decision.patch_child_job.annotations[RESIZE_TO_ANNOTATION] == "3"
+    assert decision.delete_child_jobs == ("demo-probe",)
