@@ -76,6 +76,14 @@ def workdir(text: str) -> Path:
     return Path(text)
 
 
+def positive_count(text: str) -> int:
+    """--nodes-available: a whole number of nodes, at least 1."""
+    count = whole_number(text.strip())
+    if count is None or count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of nodes; give a whole number, at least 1")
+    return count
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
@@ -139,7 +147,8 @@ def cmd_run_local(args: argparse.Namespace) -> int:
 
     (job,) = jobs
     try:
-        return run_local(job, args.workdir or Path("scaletrain-runs") / job.name, fresh=args.fresh)
+        workdir = args.workdir or Path("scaletrain-runs") / job.name
+        return run_local(job, workdir, fresh=args.fresh, nodes_available=args.nodes_available)
     except OSError as error:  # a command that does not exist, a workdir that cannot be written, ...
         raise InputError(f"run-local: {error}") from None
 
@@ -199,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--fresh",
         action="store_true",
         help="delete what an earlier run left in the workdir (its logs, volumes and pods) instead of resuming from it",
+    )
+    run_local.add_argument(
+        "--nodes-available",
+        type=positive_count,
+        metavar="K",
+        help="run as a cluster with only K nodes for the job would: an elastic gang (spec.elastic) at the largest "
+        "size that fits, keeping the global batch exact",
     )
     run_local.set_defaults(handler=cmd_run_local)
 

@@ -25,7 +25,7 @@ from scaletrain_operator.local.processes import processes_with_env, signal_proce
 from scaletrain_testing.jobs import DELETE, REPO, base_job, patched
 from scaletrain_testing.process_tree import descendants, survivors
 from scaletrain_testing.timeouts import RUN_LOCAL_JOB_S
-from scaletrain_testing.trainer_runs import BASE_CONFIG, TRAINER_ENV, plugin_data
+from scaletrain_testing.trainer_runs import BASE_CONFIG, FP32_EXACT, TRAINER_ENV, plugin_data
 from scaletrain_testing.waiting import wait_until
 
 SCRATCH = "/scratch"  # the job's volume, a claim; run-local keeps it in WORKDIR/volumes/NAMESPACE/CLAIM
@@ -190,6 +190,27 @@ def test_a_gpu_job_on_a_machine_without_gpus_is_refused_with_the_field(tmp_path)
     result = run_local(REPO / "examples" / "gpu-h100-fsdp.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert "spec.gpusPerNode" in result.stderr and "no GPU" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_with_fewer_nodes_available_an_elastic_gang_runs_smaller_and_trains_the_same_model(tmp_path):
+    """--nodes-available 1: the 2-node job runs as one node with twice the accumulation, as the operator runs a
+    gang it shrank; the global batch, and so each step's loss, is the full gang's."""
+    job = write_job(tmp_path, tiny_job("local-elastic", elastic={"minNodes": 1}))
+    full = run_local(job, "--workdir", tmp_path / "full", cwd=tmp_path)
+    smaller = run_local(job, "--workdir", tmp_path / "smaller", "--nodes-available", "1", cwd=tmp_path)
+    for result in (full, smaller):
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert "local-elastic: 1 of 2 nodes available; the gang runs at 1 (its sizes: 1, 2)" in smaller.stdout
+    assert "local-elastic: 1 node(s)" in smaller.stderr + smaller.stdout
+    losses = [[record["loss"] for record in metrics(tmp_path / run)] for run in ("full", "smaller")]
+    assert losses[1] == pytest.approx(losses[0], **FP32_EXACT)
+
+
+def test_fewer_nodes_available_than_a_fixed_gang_needs_is_refused_naming_the_fix(tmp_path):
+    result = run_local(write_job(tmp_path, tiny_job("local-fixed")), "--nodes-available", "1", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "spec.elastic: --nodes-available 1 is fewer than nodes (2)" in result.stderr
+    assert "set elastic.minNodes to let it run smaller" in result.stderr
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from typing import Any
 
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
-from ..api import naming
+from ..api import elastic, naming
 from ..api.gang_policy import (
     DEADLINE_EXCEEDED,
     Action,
@@ -200,8 +200,38 @@ class Gang:
             stop_pods(self.pods)
 
 
-def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False) -> int:
-    """Run `job` here until it succeeds or fails; the exit code is the job's (0 on success)."""
+def at_available_size(job: ScaleTrainJob, nodes_available: int | None) -> ScaleTrainJob:
+    """`job` as a cluster with only `nodes_available` nodes for it runs it: an elastic gang at the largest size
+    that fits (api/elastic.py), as the operator shrinks one the scheduler cannot place; raises ProblemsError
+    where a cluster would leave the gang waiting."""
+    spec = job.spec
+    if nodes_available is None or nodes_available >= spec.nodes:
+        return job
+    if spec.elastic is None:
+        message = (
+            f"--nodes-available {nodes_available} is fewer than nodes ({spec.nodes}), and spec.elastic is not set: "
+            "on a cluster the gang would wait for room; set elastic.minNodes to let it run smaller"
+        )
+        raise ProblemsError([Problem(("spec", "elastic"), message)])
+    size = elastic.largest_fitting(spec, nodes_available)
+    if size is None:
+        message = (
+            f"{spec.elastic.min_nodes} exceeds --nodes-available ({nodes_available}): on a cluster the gang would wait "
+            f"for room (sizes it may run at: {elastic.named(elastic.sizes(spec))})"
+        )
+        raise ProblemsError([Problem(("spec", "elastic", "minNodes"), message)])
+    return job.at_size(size)
+
+
+def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False, nodes_available: int | None = None) -> int:
+    """Run `job` here until it succeeds or fails; the exit code is the job's (0 on success). With
+    `nodes_available`, as a cluster with only that many nodes for it would (at_available_size)."""
+    sized = at_available_size(job, nodes_available)
+    if sized is not job:
+        sizes = elastic.named(elastic.sizes(job.spec))
+        available = f"{nodes_available} of {job.spec.nodes} nodes available"
+        print(f"{job.name}: {available}; the gang runs at {sized.spec.nodes} (its sizes: {sizes})")
+    job = sized
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         signal.signal(signum, _interrupt)
