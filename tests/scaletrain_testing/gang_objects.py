@@ -43,6 +43,14 @@ def gang_job(
     """The Job of gang `generation` at `nodes` nodes, as the API server holds it."""
     child = with_spec_hash(render_job(job.at_size(nodes), generation))
     child["metadata"]["creationTimestamp"] = rfc3339(created)
+    # The Job controller's own labels, which the API server adds to the template of every Job.
+    uid = f"uid-demo-g{generation}"
+    child["spec"]["template"]["metadata"]["labels"] |= {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": f"demo-g{generation}",
+        "controller-uid": uid,
+        "job-name": f"demo-g{generation}",
+    }
     child["metadata"]["annotations"] |= annotations or {}
     if suspend is not None:
         child["spec"]["suspend"] = suspend
@@ -92,6 +100,6 @@ def observed(
 
 def probe_of(job: ScaleTrainJob, gang: dict[str, Any], pods: int, created: datetime) -> dict[str, Any]:
     """The capacity probe the operator made for `job`'s running gang `gang`, as the API server holds it."""
-    probe = render_probe(job, pods, int(gang["metadata"]["labels"][LABEL_GENERATION]), gang)
+    probe = render_probe(job, pods, gang)
     probe["metadata"]["creationTimestamp"] = rfc3339(created)
     return probe

@@ -446,6 +446,13 @@ MALFORMED = [
         refused_by=Layer.CEL,
     ),
     MalformedCase(
+        name="elastic-with-a-required-topology",
+        patch={"spec": {"placement": {"topology": {"required": "example.com/block"}}, "elastic": {"minNodes": 1}}},
+        field_path="spec.elastic",
+        message_fragment="an elastic gang cannot keep placement.topology.required",
+        refused_by=Layer.OPERATOR,
+    ),
+    MalformedCase(
         name="elastic-with-a-queue",
         patch={"spec": {"queueName": "team-a", "elastic": {"minNodes": 1}}},
         field_path="spec.elastic",

@@ -10,6 +10,10 @@ import pytest
 from scaletrain_operator.api import elastic
 from scaletrain_operator.api.capacity_probe import PROBE_TIMEOUT_S
 from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.naming import LABEL_GENERATION, LABEL_JOB_NAME
+from scaletrain_operator.api.render import render_job
+from scaletrain_operator.controller.cache import children_view
+from scaletrain_operator.controller.cluster import ChildRejected, Cluster, ObjectRef
 from scaletrain_operator.controller.decision import ChildJobPatch
 from scaletrain_operator.controller.reconcile import (
     RESIZE_REASON_ANNOTATION,
@@ -17,6 +21,7 @@ from scaletrain_operator.controller.reconcile import (
     STOPPING,
     at_gang_size,
     decide,
+    with_spec_hash,
 )
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_testing.gang_objects import (
@@ -151,13 +156,21 @@ def test_a_gang_below_its_size_probes_for_room_every_check_interval():
     assert decision.create == () and decision.recheck_after == 100
     assert decision.status["message"] == "2 of 2 nodes active (spec.nodes is 3; growing back when there is room)"
     gang = gang_job(job, 0, 2, created=NOW - timedelta(seconds=300))
-    (probe,) = decide(job, observed(job, {0: gang}, running), NOW).create
+    probing = decide(job, observed(job, {0: gang}, running), NOW)
+    (probe,) = probing.create
+    assert probing.status["capacityProbedAt"] == rfc3339(NOW) and probing.recheck_after == PROBE_TIMEOUT_S
     assert probe["metadata"]["name"] == "demo-probe" and probe["spec"]["completions"] == 1
     pod = probe["spec"]["template"]["spec"]
     gang_pod_spec = gang["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "a100"} and pod.get("tolerations") == gang_pod_spec.get("tolerations")
     assert [c["resources"] for c in pod["containers"]] == [c["resources"] for c in gang_pod_spec["containers"]]
     assert pod["containers"][0]["command"] == ["sleep", "3600"] and "priorityClassName" not in pod
+    # Not a pod of the gang (whose pods are found by their generation), nor of the gang's Job.
+    labels = probe["spec"]["template"]["metadata"]["labels"]
+    assert LABEL_GENERATION not in labels and "job-name" not in labels and "controller-uid" not in labels
+    settings = OperatorConfig(probe_priority_class="scaletrain-capacity-probe")
+    (classed,) = decide(job, observed(job, {0: gang}, running), NOW, settings).create
+    assert classed["spec"]["template"]["spec"]["priorityClassName"] == "scaletrain-capacity-probe"
     # The last probe ended 100 s ago: the next one is due in 200 s.
     probed_at = {"capacityProbedAt": rfc3339(NOW - timedelta(seconds=100))}
     probed = elastic_job(status=RUNNING | probed_at, nodeSelector={"pool": "a100"})
@@ -177,7 +190,7 @@ def test_a_probe_the_scheduler_placed_stops_the_gang_to_grow_it_and_goes():
 
 
 def test_a_probe_waits_for_the_schedulers_verdict_then_goes_and_the_gang_trains_on():
-    job = elastic_job(status=RUNNING)
+    job = elastic_job(status=RUNNING | {"capacityProbedAt": rfc3339(NOW - timedelta(seconds=5))})
     gang = gang_job(job, 0, 2, created=HOUR_AGO)
     probe = probe_of(job, gang, 1, created=NOW - timedelta(seconds=5))
     running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
@@ -186,7 +199,7 @@ def test_a_probe_waits_for_the_schedulers_verdict_then_goes_and_the_gang_trains_
     no_room = [probe_pod(0, scheduled=False, since=NOW)]
     decision = decide(job, observed(job, {0: gang}, running, probe, no_room), NOW)
     assert decision.delete_child_jobs == ("demo-probe",) and decision.patch_child_job is None
-    assert decision.status["capacityProbedAt"] == rfc3339(NOW) and decision.recheck_after == 300
+    assert "capacityProbedAt" not in decision.status and decision.recheck_after == 300 - 5
     assert decision.status["phase"] == "Running"
     silent = probe_of(job, gang, 1, created=NOW - timedelta(seconds=PROBE_TIMEOUT_S))
     timed_out = decide(job, observed(job, {0: gang}, running, silent, [probe_pod(0, scheduled=None)]), NOW)
@@ -235,3 +248,96 @@ def test_a_probe_half_placed_waits_for_the_rest_then_grows_the_gang_as_far_as_th
     decision = decide(job, observed(job, {0: gang}, running, probe, judged), NOW)
     assert decision.patch_child_job.annotations[RESIZE_TO_ANNOTATION] == "3"
     assert decision.delete_child_jobs == ("demo-probe",)
+
+
+@pytest.mark.parametrize(("scaled_to", "next_size"), [(3, 3), (2, 2)])
+def test_a_resize_under_way_waits_for_the_checkpoint_even_when_the_spec_changed_meanwhile(scaled_to, next_size):
+    """The gang stops to grow from 2 to 4, and kubectl scale sets nodes to 3 (or back to 2) meanwhile: the
+    next gang still starts only once the pods saved, at the largest size the spec now allows."""
+    planned = {RESIZE_TO_ANNOTATION: "4", RESIZE_REASON_ANNOTATION: "CapacityReturned"}
+    before = elastic_job(status=RUNNING, nodes=4)
+    gang = gang_job(before, 0, 2, created=HOUR_AGO, suspend=True, annotations=planned)
+    job = elastic_job(status=RUNNING | {"phase": "Restarting"}, nodes=scaled_to)
+    saving = decide(job, observed(job, {0: gang}, [gang_pod(0, "Running")]), NOW)
+    assert saving.create == () and saving.delete_child_jobs == ()
+    (next_gang,) = decide(job, observed(job, {0: gang}, []), NOW).create
+    assert next_gang["spec"]["completions"] == next_size
+
+
+def test_schedule_timeout_waits_while_a_gang_can_still_shrink():
+    job = elastic_job(status=RUNNING | {"phase": "Pending"}, scheduleTimeoutSeconds=60)
+    gang = gang_job(job, 0, 3, created=HOUR_AGO)
+    decision = decide(job, observed(job, {0: gang}, _unplaced_gang(since=NOW - timedelta(seconds=100))), NOW)
+    assert decision.status.get("phase") != "Failed" and decision.recheck_after == 20
+
+
+def _resized(from_nodes, to_nodes, reason):
+    return {"time": rfc3339(HOUR_AGO), "fromNodes": from_nodes, "toNodes": to_nodes, "reason": reason}
+
+
+def test_a_gang_that_grew_and_cannot_be_placed_goes_back_to_the_size_it_grew_from():
+    grew = {"resizes": [_resized(4, 2, "Unschedulable"), _resized(2, 4, "CapacityReturned")]}
+    job = elastic_job(status=RUNNING | {"phase": "Pending"} | grew, nodes=4)
+    gang = gang_job(job, 0, 4, created=HOUR_AGO)
+    unplaced = [*_unplaced_gang(since=NOW - timedelta(seconds=120)), gang_pod(3, "Running")]
+    decision = decide(job, observed(job, {0: gang}, unplaced), NOW)
+    assert decision.patch_child_job.annotations[RESIZE_TO_ANNOTATION] == "2"  # not 3, one size down
+
+
+def test_each_growth_that_could_not_be_placed_doubles_the_time_to_the_next_probe():
+    flapped = [_resized(2, 3, "CapacityReturned"), _resized(3, 2, "Unschedulable")]
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    for flaps, due in ((1, 600), (2, 1200)):
+        job = elastic_job(status=RUNNING | {"resizes": flapped * flaps})
+        gang = gang_job(job, 0, 2, created=NOW)
+        assert decide(job, observed(job, {0: gang}, running), NOW).recheck_after == due
+
+
+def test_a_gang_whose_job_was_deleted_restarts_at_the_size_it_had():
+    job = elastic_job(status=RUNNING | {"nodes": {"current": 2}})
+    (restarted,) = [child for child in decide(job, observed(job, {}, []), NOW).create if child["kind"] == "Job"]
+    assert restarted["metadata"]["name"] == "demo-g1" and restarted["spec"]["completions"] == 2
+
+
+class RefusingCluster(Cluster):
+    """The cluster layer with an API server that refuses every child as a policy webhook would."""
+
+    def __init__(self):
+        super().__init__(api=None)
+        self.events, self.statuses = [], []
+
+    def create_child(self, namespace, obj):
+        raise ChildRejected("ChildRejected", f"the API server refused Job {obj['metadata']['name']}: denied by policy")
+
+    def post_event(self, stj, event):
+        self.events.append(event)
+
+    def patch_status(self, stj, status):
+        self.statuses.append(status)
+
+
+def test_a_probe_the_api_server_refuses_fails_nothing_and_says_why():
+    job = elastic_job(status=RUNNING)
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Running"), gang_pod(1, "Running")]), NOW)
+    assert [child["metadata"]["name"] for child in decision.create] == ["demo-probe"]
+    cluster = RefusingCluster()
+    cluster.apply(ObjectRef("team-a", "demo", "6f1c2a7e-1111-4c3b-9a61-0123456789ab"), decision)
+    (said,) = cluster.events
+    assert (said.type, said.reason) == ("Warning", "CapacityProbeFailed")
+    assert said.message.endswith("the API server refused Job demo-probe: denied by policy")
+    assert cluster.statuses == [decision.status]  # the next probe is due a check interval after this one
+
+
+def test_the_probe_and_its_pods_are_seen_apart_from_the_gangs():
+    job = elastic_job()
+    gang = with_spec_hash(render_job(job.at_size(2), 0))
+    probe = probe_of(job, gang, 1, created=NOW)
+    for child in (gang, probe):
+        child["metadata"] |= {"uid": f"uid-{child['metadata']['name']}", "namespace": "team-a"}
+    probe_pod_there = probe_pod(0, scheduled=True)
+    probe_pod_there["metadata"]["ownerReferences"] = [{"uid": "uid-demo-probe"}]
+    probe_pod_there["metadata"]["labels"][LABEL_JOB_NAME] = "demo"
+    seen = children_view("demo", job.metadata.uid, [], [gang, probe], [probe_pod_there], None)
+    assert list(seen.jobs) == [0] and seen.probe is probe and seen.probe_pods == [probe_pod_there]
+    assert seen.pods == []

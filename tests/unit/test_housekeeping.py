@@ -164,3 +164,17 @@ def test_a_new_reason_to_wait_for_admission_keeps_when_the_job_began_to_wait():
     ((queued,),) = [status["conditions"] for status in patches]
     assert queued["message"] == "no domain of the topology holds the gang"
     assert queued["lastTransitionTime"] == "2026-12-02T11:00:00Z"
+
+
+def test_a_gang_smaller_than_nodes_with_all_its_pods_lacks_none():
+    """An elastic gang runs below spec.nodes: its Job's completions, not nodes, is how many pods it has."""
+    cluster = FailedCreates({"elastic-g0": "an hour-old FailedCreate"})
+    _pending_without_pods(cluster, "elastic")
+    gang = cluster.cache.jobs.get(NAMESPACE, "elastic-g0")
+    owned = {"resourceVersion": "3", "ownerReferences": [{"uid": "elastic-uid", "controller": True}]}
+    cluster.cache.jobs.put(gang | {"spec": {"completions": 1}, "metadata": gang["metadata"] | owned})
+    pod = _pod("elastic-g0-0-abcde", 0, 0, "10.0.0.1", "elastic-job", 4)
+    pod["metadata"]["labels"][naming.LABEL_JOB_NAME] = "elastic"
+    cluster.cache.pods.put(pod)
+    Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None).run_pass()
+    assert cluster.lists == [] and cluster.patched == {}

@@ -6,11 +6,13 @@ the nodes it avoids) and the same requests as a pod of the gang. Each pod the sc
 one more node. The probe is deleted as soon as the scheduler placed every pod of it or said it cannot (or
 after PROBE_TIMEOUT_S); its pods only sleep until then.
 
-The pods ask for no priority class: a probe never preempts anything. Each is placed on its own (not as a
-gang), so the scheduler says how many fit, and the gang grows to the largest allowed size that does. The
-running gang keeps training all the while: if no room is found, nothing changes; if room is found, the
+The pods take the operator's probe PriorityClass (the chart makes it, with preemptionPolicy Never): a
+probe never preempts anything. Each is placed on its own (not as a gang), so the scheduler says how many
+fit, and the gang grows to the largest allowed size that does. The running gang keeps training all the
+while: if no room is found, or the API server refuses the probe, nothing changes; if room is found, the
 gang stops at a step boundary with a checkpoint, and the larger one starts. Another pod may take the room
-in between; the larger gang then waits, and shrinks again after elastic.scaleDownAfterSeconds.
+in between; the larger gang then waits, and goes back to the size it grew from after
+elastic.scaleDownAfterSeconds (controller/reconcile.py, which also backs off the probes).
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from typing import Any
 
 from . import naming
 from .models import ScaleTrainJob
-from .render import job_labels, owner_reference, render_pod_template
+from .render import job_labels, owner_reference
 from .timestamps import parse_timestamp
 
 PROBE_LABEL = f"{naming.GROUP}/capacity-probe"
 PROBE_TIMEOUT_S = 60  # a probe the scheduler did not judge by then is taken for no room
 SLEEP_S = 3600  # what a placed probe pod does until the operator deletes it
-# What the scheduler reads of a pod to place it, beside its containers' requests.
-PLACEMENT_KEYS = (
+# What the scheduler reads of a pod to place it, beside its containers' requests, and what admission reads
+# of who runs it.
+KEPT_KEYS = (
     "nodeSelector",
     "affinity",
     "tolerations",
@@ -38,6 +41,19 @@ PLACEMENT_KEYS = (
     "runtimeClassName",
     "overhead",
     "securityContext",
+    "serviceAccountName",
+    "automountServiceAccountToken",
+)
+# Labels of the gang's pod template that are not the probe's: its generation and rank (which would make the
+# probe's pods the gang's), and the ones the Job controller adds to its own Job's template (the API server
+# refuses a Job whose template names another Job).
+GANG_LABELS = (
+    naming.LABEL_GENERATION,
+    naming.COMPLETION_INDEX_LABEL,
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+    "controller-uid",
+    "job-name",
 )
 
 
@@ -45,23 +61,31 @@ def probe_name(job_name: str) -> str:
     return f"{job_name}-probe"
 
 
-def render_probe(job: ScaleTrainJob, pods: int, generation: int, gang_job: Mapping[str, Any]) -> dict[str, Any]:
-    """A Job of `pods` placeholder pods placed as a pod of `gang_job` (the current gang's Job, whose pod
-    spec has the nodes it avoids) would be, each sleeping in the gang's image."""
-    gang_pod = gang_job["spec"]["template"]["spec"]
-    template = render_pod_template(job, generation)["spec"]
-    pod_spec: dict[str, Any] = {key: copy.deepcopy(gang_pod[key]) for key in PLACEMENT_KEYS if key in gang_pod}
+def render_probe(
+    job: ScaleTrainJob, pods: int, gang_job: Mapping[str, Any], priority_class: str = ""
+) -> dict[str, Any]:
+    """A Job of `pods` placeholder pods that are placed, and admitted, as a pod of `gang_job` (the current
+    gang's Job: its pods' requests, placement and the nodes it avoids, their labels, annotations and service
+    account) would be, each sleeping in the gang's image; of `priority_class` (the operator's, with
+    preemptionPolicy Never), else of the cluster's default priority."""
+    template = gang_job["spec"]["template"]
+    gang_pod = template["spec"]
+    pod_spec: dict[str, Any] = {key: copy.deepcopy(gang_pod[key]) for key in KEPT_KEYS if key in gang_pod}
     pod_spec |= {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 1,
-        "containers": [_placeholder(container, SLEEP_S) for container in template["containers"]],
+        "containers": [_placeholder(container, SLEEP_S) for container in gang_pod["containers"]],
     }
-    if init := template.get("initContainers"):
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    if init := gang_pod.get("initContainers"):
         # Init containers count towards the pod's requests too; a sidecar (restartPolicy Always) keeps running.
         pod_spec["initContainers"] = [
             _placeholder(container, SLEEP_S if container.get("restartPolicy") == "Always" else 0) for container in init
         ]
     labels = job_labels(job) | {naming.LABEL_COMPONENT: "capacity-probe", PROBE_LABEL: "true"}
+    gang_labels = {k: v for k, v in (template["metadata"].get("labels") or {}).items() if k not in GANG_LABELS}
+    pod_metadata = {"labels": gang_labels | labels, "annotations": dict(template["metadata"].get("annotations") or {})}
     metadata: dict[str, Any] = {"name": probe_name(job.name), "labels": labels}
     if job.metadata.namespace:
         metadata["namespace"] = job.metadata.namespace
@@ -76,7 +100,7 @@ def render_probe(job: ScaleTrainJob, pods: int, generation: int, gang_job: Mappi
             "parallelism": pods,
             "backoffLimit": 0,
             "activeDeadlineSeconds": SLEEP_S,  # gone by itself should the operator not delete it
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {"metadata": pod_metadata, "spec": pod_spec},
         },
     }
 

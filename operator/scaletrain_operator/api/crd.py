@@ -44,7 +44,8 @@ PRINTER_COLUMNS = [
 ]
 
 # `kubectl scale stj/NAME --replicas=K` sets spec.nodes (the schema's rules hold: K must keep the global
-# batch exact); the gang stops at a step boundary and the next starts at K nodes (reconcile.py).
+# batch exact); the gang stops at a step boundary and the next starts at K nodes (reconcile.py). An elastic
+# gang takes a smaller K so, and a larger one once a capacity probe finds room for it.
 SCALE = {
     "specReplicasPath": ".spec.nodes",
     "statusReplicasPath": ".status.nodes.current",

@@ -81,13 +81,14 @@ def named(numbers: Sequence[int]) -> str:
 
 
 def gang_size(spec: ScaleTrainJobSpec, running: int | None, planned: int | None) -> int:
-    """The size of the job's current gang: the one a resize that is under way goes to (`planned`), else
-    the running gang's (a restart after a failure keeps it; a probe grows it back), while both are sizes
-    the spec allows; else spec.nodes (a first gang, or a spec that no longer allows it)."""
-    allowed = sizes(spec)
-    for size in (planned, running):
-        if size is not None and size in allowed:
-            return size
+    """The size of the job's current gang: the one a resize that is under way goes to (`planned`, or the
+    largest allowed size below it, should the spec have changed since), else the running gang's (a restart
+    after a failure keeps it; a probe grows it back) while the spec allows it; else spec.nodes (a first
+    gang, or a spec that no longer allows it)."""
+    if planned is not None and (size := largest_fitting(spec, planned)) is not None:
+        return size
+    if running is not None and running in sizes(spec):
+        return running
     return spec.nodes
 
 

@@ -1103,6 +1103,14 @@ class ScaleTrainJob(SpecModel):
         yield from kube_rules.metadata_problems(metadata, ("metadata",))
         yield from kube_schema.namespace_problems(self.metadata.namespace, ("metadata", "namespace"))
         yield from self._topology_problems()
+        topology = self.spec.placement.topology
+        if self.spec.elastic is not None and topology is not None and topology.required is not None:
+            message = (
+                "an elastic gang cannot keep placement.topology.required: its capacity probe asks for room on any "
+                "node, so the gang would grow into room outside the gang's domain and shrink again; remove elastic "
+                "or the topology"
+            )
+            yield Problem(("spec", "elastic"), message)
         if self.spec.elastic is not None and self.queue is not None:
             message = (
                 "an elastic gang cannot grow back through a Kueue queue yet (Kueue admits each Job at the size it "

@@ -30,6 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..api import gang_placement, naming
+from ..api.capacity_probe import is_probe
 from ..api.status_schema import fit_status
 from . import metrics
 from .cache import Cache, owned_by, version_of
@@ -259,7 +260,11 @@ class Cluster:
         status, which names the Jobs made, and the Events."""
         namespace, create = stj.namespace, functools.partial(self.create_child, stj.namespace)
         self.at_once([functools.partial(create, obj) for obj in decision.create if obj["kind"] != "Job"])
-        self.at_once([functools.partial(create, obj) for obj in decision.create if obj["kind"] == "Job"])
+        jobs = [obj for obj in decision.create if obj["kind"] == "Job"]
+        self.at_once(
+            [functools.partial(create, obj) for obj in jobs if not is_probe(obj)]
+            + [functools.partial(self.create_probe, stj, obj) for obj in jobs if is_probe(obj)]
+        )
         changes = [functools.partial(self.delete_child_job, namespace, name) for name in decision.delete_child_jobs]
         if decision.patch_child_job is not None:
             changes.append(functools.partial(self.patch_child_job, namespace, decision.patch_child_job))
@@ -315,6 +320,17 @@ class Cluster:
                 raise Leftover(f"{going}; waiting for its name to be free") from None
             message = f"{kind} {name} already exists and does not belong to this ScaleTrainJob; it is left alone"
             raise ChildRejected("NameConflict", message) from None
+
+    def create_probe(self, stj: ObjectRef, probe: dict[str, Any]) -> None:
+        """An elastic gang's capacity probe (api/capacity_probe.py). One the API server refuses (a policy, a
+        quota, a name taken) fails nothing: the gang trains on at its size, the next probe is due a check
+        interval later (the status says when this one started), and a Warning Event says why."""
+        try:
+            self.create_child(stj.namespace, probe)
+        except (ApiException, ChildRejected, Leftover) as error:
+            message = f"no capacity probe this time, the gang trains on at its size: {describe(error)}"
+            log.warning("%s/%s: %s", stj.namespace, stj.name, message)
+            self.post_event(stj, Event("Warning", "CapacityProbeFailed", message))
 
     def _replace_workload(self, namespace: str, there: dict[str, Any], obj: dict[str, Any]) -> None:
         """A Workload's spec cannot change (but for its gang's minCount): the one of an earlier spec goes,

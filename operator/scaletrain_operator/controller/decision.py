@@ -27,6 +27,7 @@ EventReason = (
         "Preempted",
         "Hang",
         "CheckpointSetAside",
+        "CapacityProbeFailed",
     ]
     | ControllerFailureReason
 )

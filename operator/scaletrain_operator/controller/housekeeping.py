@@ -126,7 +126,7 @@ class Housekeeping:
             return
         held = next((c for c in status.get("conditions") or [] if c["type"] == POD_CREATION_FAILED), None)
         pods = self.cluster.cache.observed(namespace, metadata["name"]).pods
-        if len(pods) >= (raw.get("spec") or {}).get("nodes", 1):
+        if len(pods) >= (child.get("spec") or {}).get("completions", 1):  # the gang's size (elastic: not nodes)
             message = None
         elif datetime.now(timezone.utc) - parse_timestamp(child["metadata"]["creationTimestamp"]) < POD_CREATION_GRACE:
             return  # the Job controller is still at it

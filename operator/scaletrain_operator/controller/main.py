@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="give each job a NetworkPolicy: its pods accept only each other, and the operator's pods in "
         "NAMESPACE on the metrics port",
     )
+    parser.add_argument(
+        "--probe-priority-class",
+        metavar="NAME",
+        help="the PriorityClass of elastic gangs' capacity probes: one with preemptionPolicy Never (the chart "
+        "makes it), so that a probe never preempts a pod",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser
 
@@ -80,6 +86,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         config = replace(config, progress_interval_seconds=args.progress_interval)
     if args.network_policy_from is not None:
         config = replace(config, network_policy_from=args.network_policy_from)
+    if args.probe_priority_class is not None:
+        config = replace(config, probe_priority_class=args.probe_priority_class)
     if args.peering:
         identity, priority = peering.new_identity(), peering.new_priority()
         config = replace(config, peering=args.peering, peering_identity=identity, peering_priority=priority)

@@ -304,7 +304,9 @@ def at_gang_size(job: ScaleTrainJob, observed: Observed) -> ScaleTrainJob:
     if job.spec.elastic is None:
         return job
     current = observed.jobs.get(current_generation(job, observed))
-    running = size_of(current) if current is not None else None
+    # A gang whose Job is gone (deleted by someone else) had the size the status says.
+    recorded = job.status.nodes.current if job.status is not None and job.status.nodes.current else None
+    running = size_of(current) if current is not None else recorded
     return job.at_size(elastic.gang_size(job.spec, running, planned_resize(current)[0]))
 
 
@@ -424,7 +426,7 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
 
 
 def _starts_a_gang(decision: Decision) -> bool:
-    return any(child["kind"] == "Job" for child in decision.create)
+    return any(child["kind"] == "Job" and not capacity_probe.is_probe(child) for child in decision.create)
 
 
 def _workload_due(job: ScaleTrainJob, observed: Observed, settings: OperatorConfig, decision: Decision) -> bool:
@@ -466,8 +468,7 @@ def _decide(
     ledger = ledger_of(job, current)
     status.fields.update(ledger.status_fields())
     status.fields["selector"] = f"{naming.LABEL_JOB_NAME}={job.name}"  # the scale subresource's
-    if asked.spec.elastic is not None:
-        status.fields["elasticSizes"] = elastic.sizes(asked.spec)
+    status.fields["elasticSizes"] = elastic.sizes(asked.spec) if asked.spec.elastic is not None else []
     if deleted:
         gone = naming.child_job_name(job.name, generation)
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
@@ -476,7 +477,9 @@ def _decide(
     if current is None:  # first start, or a restart whose create did not happen yet
         return _start_gang(job, draft, for_gang(job, desired, ledger))
     status.fields["currentJob"] = current["metadata"]["name"]
-    if _hash_of(current) != _hash_of(desired):
+    # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
+    # handover even should the spec have changed back to the running size meanwhile.
+    if _hash_of(current) != _hash_of(desired) or planned_resize(current)[0] is not None:
         return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
     if resumed(job, current):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
@@ -501,7 +504,7 @@ def _decide(
         return _restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
     if (due := broken_promise(job, generation, settings.progress_timeout_seconds)) is not None:
         return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
-    return _keep_running(job, asked, draft, current, observed)
+    return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
 
 
 def stop_what_runs(observed: Observed, queued: bool) -> Decision:
@@ -749,7 +752,12 @@ def _still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
 
 
 def _keep_running(
-    job: ScaleTrainJob, asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], observed: Observed
+    job: ScaleTrainJob,
+    asked: ScaleTrainJob,
+    draft: _Draft,
+    current: Mapping[str, Any],
+    observed: Observed,
+    probe_priority_class: str,
 ) -> Decision:
     """The gang goes on: apply what its Job takes in place, and say how it is doing; unless the scheduler
     could not place a pod of it within scheduleTimeoutSeconds, which fails the job. An elastic gang
@@ -768,9 +776,12 @@ def _keep_running(
     if suspended:
         return draft.done(status.phase("Pending", waiting_for_queue(job)), patch)
     waiting = _report_placement(draft, pods, spec.nodes)
-    if waiting is not None and (shrink := _shrink(asked, draft, current, pods, waiting)) is not None:
-        return shrink
-    if waiting is not None and spec.schedule_timeout_seconds is not None:
+    if waiting is not None and (smaller := _shrink_target(asked, current, pods)) is not None:
+        left = asked.spec.elastic.scale_down_after_seconds - (status.now - waiting.since).total_seconds()
+        if left <= 0:
+            return _resize_at_step_boundary(draft, current, pods, smaller, "Unschedulable", waiting.describe())
+        draft.recheck_in(left)  # no event may come by then
+    elif waiting is not None and spec.schedule_timeout_seconds is not None:
         waited = (status.now - waiting.since).total_seconds()
         if waited >= spec.schedule_timeout_seconds:
             message = f"{waiting.describe()}; scheduleTimeoutSeconds ({spec.schedule_timeout_seconds}) passed"
@@ -778,7 +789,7 @@ def _keep_running(
         draft.recheck_in(spec.schedule_timeout_seconds - waited)  # no event may come by then
     if whole_gang_up(pods, spec.nodes):
         status.fields["startTime"] = timestamp(status.before.start_time or status.now)
-        if (grow := _grow_back(asked, draft, current, observed)) is not None:
+        if (grow := _grow_back(asked, draft, current, observed, probe_priority_class)) is not None:
             return grow
         nodes = status.fields["nodes"]["active"]
         below = (
@@ -790,30 +801,37 @@ def _keep_running(
     return draft.done(_waiting(status, waiting_for(pods, spec.nodes)), patch)
 
 
-def _shrink(
-    asked: ScaleTrainJob,
-    draft: _Draft,
-    current: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
-    waiting: Unplaced,
-) -> Decision | None:
-    """An elastic gang the scheduler could not place whole within elastic.scaleDownAfterSeconds stops and
-    the next one is smaller (elastic.smaller: the scheduler's verdict on each pod says how many fit); None
-    while there is time left, or at the smallest size (scheduleTimeoutSeconds applies then)."""
+def _shrink_target(asked: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> int | None:
+    """The size an elastic gang the scheduler cannot place whole shrinks to once scaleDownAfterSeconds passed
+    (scheduleTimeoutSeconds waits meanwhile); None at the smallest size, or without spec.elastic. The size it
+    grew from, if it grew to this one last (it fitted then: no need to go down step by step), else as far as
+    the scheduler's verdict on each pod says (elastic.smaller)."""
     if asked.spec.elastic is None:
         return None
-    size, status = size_of(current), draft.status
-    target = elastic.smaller(asked.spec, size, sum(_placed(pod) for pod in pods))
-    if target is None:
-        return None
-    left = asked.spec.elastic.scale_down_after_seconds - (status.now - waiting.since).total_seconds()
-    if left > 0:
-        draft.recheck_in(left)  # no event may come by then
-        return None
-    return _resize_at_step_boundary(draft, current, pods, target, "Unschedulable", waiting.describe())
+    size, resizes = size_of(current), asked.status.resizes if asked.status is not None else []
+    grown = resizes[-1] if resizes and resizes[-1].reason == "CapacityReturned" else None
+    if grown is not None and grown.to_nodes == size and grown.from_nodes in elastic.sizes(asked.spec):
+        return grown.from_nodes
+    return elastic.smaller(asked.spec, size, sum(_placed(pod) for pod in pods))
 
 
-def _grow_back(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], observed: Observed) -> Decision | None:
+def failed_growths(asked: ScaleTrainJob) -> int:
+    """How many times in a row, up to now, the gang grew on a probe's word and then could not be placed:
+    each doubles the time to the next probe (room the probe saw but the gang did not get, say a topology
+    the probe's pods do not share)."""
+    resizes = asked.status.resizes if asked.status is not None else []
+    count, end = 0, len(resizes)
+    while end >= 2 and (resizes[end - 2].reason, resizes[end - 1].reason) == ("CapacityReturned", "Unschedulable"):
+        count, end = count + 1, end - 2
+    return count
+
+
+MAX_PROBE_BACKOFF = 16  # times checkEverySeconds, at the most
+
+
+def _grow_back(
+    asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], observed: Observed, priority_class: str
+) -> Decision | None:
     """A running elastic gang below spec.nodes probes for room every elastic.scaleUp.checkEverySeconds
     (api/capacity_probe.py); when the scheduler placed pods of the probe, the gang stops at a step boundary
     and the next one is as large as fits. None: it goes on as it is (a probe may be under way)."""
@@ -822,15 +840,15 @@ def _grow_back(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], 
         return None
     probe, now = observed.probe, status.now
     if probe is None:
-        created = current["metadata"].get("creationTimestamp")
-        last = max(filter(None, (status.before.capacity_probed_at, parse_timestamp(created) if created else now)))
-        due = spec.elastic.scale_up.check_every_seconds - (now - last).total_seconds()
-        if due > 0:
+        if (due := _next_probe_in(asked, draft, current)) > 0:
             draft.recheck_in(due)
             return None
-        generation = naming.generation_of(current["metadata"]["name"])
-        draft.create.append(capacity_probe.render_probe(asked, spec.nodes - size, generation, current))
+        draft.create.append(capacity_probe.render_probe(asked, spec.nodes - size, current, priority_class))
+        # When it started: the next is due a check interval later, whether this one is judged or cannot be
+        # made at all.
+        status.fields["capacityProbedAt"] = timestamp(now)
         draft.keep_probe = True
+        draft.recheck_in(capacity_probe.PROBE_TIMEOUT_S)  # no pod of it may ever be made, and no event come
         return None
     # The scheduler's verdict: every pod of the probe placed, or each placed or found no node for (or the
     # probe timed out); until then it may still place more.
@@ -844,9 +862,18 @@ def _grow_back(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], 
     if (target := elastic.larger(spec, size, room)) is not None:
         why = f"the scheduler placed {room} pod{'s' * (room > 1)} of a capacity probe"
         return _resize_at_step_boundary(draft, current, observed.pods, target, "CapacityReturned", why)
-    status.fields["capacityProbedAt"] = timestamp(now)
-    draft.recheck_in(spec.elastic.scale_up.check_every_seconds)
+    draft.recheck_in(max(_next_probe_in(asked, draft, current), 1))
     return None
+
+
+def _next_probe_in(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any]) -> float:
+    """Seconds until the next capacity probe is due: a check interval (doubled for each failed growth in a
+    row, `failed_growths`) after the last probe started, or after the gang's Job was made."""
+    assert asked.spec.elastic is not None
+    every = asked.spec.elastic.scale_up.check_every_seconds * min(2 ** failed_growths(asked), MAX_PROBE_BACKOFF)
+    now, created = draft.status.now, current["metadata"].get("creationTimestamp")
+    last = max(filter(None, (draft.status.before.capacity_probed_at, parse_timestamp(created) if created else now)))
+    return every - (now - last).total_seconds()
 
 
 def _placed(pod: Mapping[str, Any]) -> bool:
