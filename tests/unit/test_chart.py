@@ -201,3 +201,24 @@ def test_network_policies_are_the_operators_to_make_with_the_rights_to(chart):
 def test_bad_values_are_refused_with_the_field_named(chart, values, error, names):
     with pytest.raises(error, match=names):
         render(chart, values)
+
+
+@pytest.mark.parametrize(
+    ("values", "made", "named"),
+    [
+        ({}, True, "scaletrain-capacity-probe"),
+        ({"watchNamespaces": ["team-a"]}, False, None),  # nothing cluster-wide
+        ({"watchNamespaces": ["team-a"], "capacityProbePriorityClass": "probes"}, False, "probes"),
+    ],
+)
+def test_capacity_probes_get_a_class_that_preempts_nothing_where_the_chart_may_make_one(chart, values, made, named):
+    objects = render(chart, values)
+    classes = of_kind(objects, "PriorityClass")
+    if made:
+        (made_class,) = classes
+        assert (made_class["value"], made_class["preemptionPolicy"]) == (0, "Never")
+        assert made_class["metadata"]["name"] == named
+    else:
+        assert classes == []
+    given = build_parser().parse_args(operator_container(objects)["args"]).probe_priority_class
+    assert given == named

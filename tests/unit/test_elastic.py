@@ -275,17 +275,22 @@ def _resized(from_nodes, to_nodes, reason):
     return {"time": rfc3339(HOUR_AGO), "fromNodes": from_nodes, "toNodes": to_nodes, "reason": reason}
 
 
-def test_a_gang_that_grew_and_cannot_be_placed_goes_back_to_the_size_it_grew_from():
+@pytest.mark.parametrize(("ran", "size", "reason"), [(False, "2", "CapacityTaken"), (True, "3", "Unschedulable")])
+def test_a_gang_that_grew_and_never_ran_goes_back_to_the_size_it_grew_from(ran, size, reason):
+    """Not one size down at a time: the size it grew from fitted. A gang that did run at the larger size and
+    then lost a node shrinks as any other."""
     grew = {"resizes": [_resized(4, 2, "Unschedulable"), _resized(2, 4, "CapacityReturned")]}
-    job = elastic_job(status=RUNNING | {"phase": "Pending"} | grew, nodes=4)
+    since = NOW - timedelta(minutes=30 if ran else 90)
+    running = {"type": "Running", "status": "True", "reason": "Running", "lastTransitionTime": rfc3339(since)}
+    job = elastic_job(status=RUNNING | {"phase": "Pending", "conditions": [running]} | grew, nodes=4)
     gang = gang_job(job, 0, 4, created=HOUR_AGO)
     unplaced = [*_unplaced_gang(since=NOW - timedelta(seconds=120)), gang_pod(3, "Running")]
-    decision = decide(job, observed(job, {0: gang}, unplaced), NOW)
-    assert decision.patch_child_job.annotations[RESIZE_TO_ANNOTATION] == "2"  # not 3, one size down
+    annotations = decide(job, observed(job, {0: gang}, unplaced), NOW).patch_child_job.annotations
+    assert (annotations[RESIZE_TO_ANNOTATION], annotations[RESIZE_REASON_ANNOTATION]) == (size, reason)
 
 
 def test_each_growth_that_could_not_be_placed_doubles_the_time_to_the_next_probe():
-    flapped = [_resized(2, 3, "CapacityReturned"), _resized(3, 2, "Unschedulable")]
+    flapped = [_resized(2, 3, "CapacityReturned"), _resized(3, 2, "CapacityTaken")]
     running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
     for flaps, due in ((1, 600), (2, 1200)):
         job = elastic_job(status=RUNNING | {"resizes": flapped * flaps})
@@ -341,3 +346,15 @@ def test_the_probe_and_its_pods_are_seen_apart_from_the_gangs():
     seen = children_view("demo", job.metadata.uid, [], [gang, probe], [probe_pod_there], None)
     assert list(seen.jobs) == [0] and seen.probe is probe and seen.probe_pods == [probe_pod_there]
     assert seen.pods == []
+
+
+def test_a_probe_that_made_no_pod_in_time_is_said_to_have_failed_and_the_gang_trains_on():
+    """Admission refused its pods (a quota, a policy): its Job exists, but no pod of it ever does."""
+    job = elastic_job(status=RUNNING | {"capacityProbedAt": rfc3339(NOW - timedelta(seconds=PROBE_TIMEOUT_S))})
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    probe = probe_of(job, gang, 1, created=NOW - timedelta(seconds=PROBE_TIMEOUT_S))
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    decision = decide(job, observed(job, {0: gang}, running, probe, []), NOW)
+    assert decision.delete_child_jobs == ("demo-probe",) and decision.patch_child_job is None
+    (failed,) = [event for event in decision.events if event.reason == "CapacityProbeFailed"]
+    assert failed.type == "Warning" and "made no pod in 60 s (the Events of Job demo-probe say why" in failed.message

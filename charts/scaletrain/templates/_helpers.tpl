@@ -45,3 +45,12 @@ app.kubernetes.io/component: operator
 {{- define "scaletrain.rbacRules" -}}
 {{- .Files.Get "files/rbac-rules.yaml" -}}
 {{- end -}}
+
+{{/* The PriorityClass of capacity probes: the one named, else the chart's own (cluster-wide only), else none. */}}
+{{- define "scaletrain.probePriorityClass" -}}
+{{- if .Values.capacityProbePriorityClass -}}
+{{- .Values.capacityProbePriorityClass -}}
+{{- else if not .Values.watchNamespaces -}}
+{{- include "scaletrain.fullname" . }}-capacity-probe
+{{- end -}}
+{{- end }}

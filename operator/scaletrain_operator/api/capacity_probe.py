@@ -7,12 +7,13 @@ one more node. The probe is deleted as soon as the scheduler placed every pod of
 after PROBE_TIMEOUT_S); its pods only sleep until then.
 
 The pods take the operator's probe PriorityClass (the chart makes it, with preemptionPolicy Never): a
-probe never preempts anything. Each is placed on its own (not as a gang), so the scheduler says how many
-fit, and the gang grows to the largest allowed size that does. The running gang keeps training all the
-while: if no room is found, or the API server refuses the probe, nothing changes; if room is found, the
-gang stops at a step boundary with a checkpoint, and the larger one starts. Another pod may take the room
-in between; the larger gang then waits, and goes back to the size it grew from after
-elastic.scaleDownAfterSeconds (controller/reconcile.py, which also backs off the probes).
+probe never preempts anything. Without one (a namespaced install that names none) they take the gang's.
+Each is placed on its own (not as a gang), so the scheduler says how many fit, and the gang grows to the
+largest allowed size that does. The running gang keeps training all the while: if no room is found, or
+the API server refuses the probe, nothing changes; if room is found, the gang stops at a step boundary
+with a checkpoint, and the larger one starts. Another pod may take the room in between; the larger gang
+then waits, and goes back to the size it grew from after elastic.scaleDownAfterSeconds
+(controller/reconcile.py, which also backs off the probes).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def render_probe(
     """A Job of `pods` placeholder pods that are placed, and admitted, as a pod of `gang_job` (the current
     gang's Job: its pods' requests, placement and the nodes it avoids, their labels, annotations and service
     account) would be, each sleeping in the gang's image; of `priority_class` (the operator's, with
-    preemptionPolicy Never), else of the cluster's default priority."""
+    preemptionPolicy Never), else of the gang's (so that a quota or a policy keyed on it treats both alike)."""
     template = gang_job["spec"]["template"]
     gang_pod = template["spec"]
     pod_spec: dict[str, Any] = {key: copy.deepcopy(gang_pod[key]) for key in KEPT_KEYS if key in gang_pod}
@@ -76,7 +77,7 @@ def render_probe(
         "terminationGracePeriodSeconds": 1,
         "containers": [_placeholder(container, SLEEP_S) for container in gang_pod["containers"]],
     }
-    if priority_class:
+    if priority_class := priority_class or gang_pod.get("priorityClassName", ""):
         pod_spec["priorityClassName"] = priority_class
     if init := gang_pod.get("initContainers"):
         # Init containers count towards the pod's requests too; a sidecar (restartPolicy Always) keeps running.

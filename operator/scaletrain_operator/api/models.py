@@ -953,7 +953,7 @@ class GangRecord(SpecModel):
         return started is not None and saved is not None and saved > started
 
 
-ResizeReason = Literal["Scaled", "Unschedulable", "CapacityReturned"]
+ResizeReason = Literal["Scaled", "Unschedulable", "CapacityReturned", "CapacityTaken"]
 
 
 class Resize(SpecModel):
@@ -965,7 +965,8 @@ class Resize(SpecModel):
     reason: ResizeReason = Field(
         description="Why: Scaled, spec.nodes changed (kubectl scale, an autoscaler, an edit of the spec); "
         "Unschedulable, the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds; "
-        "CapacityReturned, a capacity probe found room for a larger gang (spec.elastic)."
+        "CapacityReturned, a capacity probe found room for a larger gang (spec.elastic); CapacityTaken, the larger "
+        "gang could not be placed (the room was taken meanwhile) and went back to the size it grew from."
     )
 
 
@@ -1063,8 +1064,9 @@ class ScaleTrainJobStatus(SpecModel):
     )
     capacity_probed_at: Timestamp | None = Field(
         None,
-        description="With spec.elastic, while the gang runs below nodes: when the last capacity probe ended "
-        "(RFC 3339); the next starts elastic.scaleUp.checkEverySeconds later.",
+        description="With spec.elastic, while the gang runs below nodes: when the last capacity probe started "
+        "(RFC 3339); the next starts elastic.scaleUp.checkEverySeconds later (doubled for each growth in a row "
+        "that could not be placed, up to 16 times).",
     )
     gangs: list[GangRecord] = Field(
         default_factory=list,

@@ -294,7 +294,7 @@ def planned_resize(child_job: Mapping[str, Any] | None) -> tuple[int | None, Res
     """The size an elastic resize under way gives the next gang (None: none is), and why."""
     annotations = (child_job or {}).get("metadata", {}).get("annotations") or {}
     reason = annotations.get(RESIZE_REASON_ANNOTATION)
-    if reason not in ("Unschedulable", "CapacityReturned"):
+    if reason not in ("Unschedulable", "CapacityReturned", "CapacityTaken"):
         return None, "Scaled"
     return naming.whole_number(annotations.get(RESIZE_TO_ANNOTATION)), reason
 
@@ -738,6 +738,7 @@ def _spec_changed(
 RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words
     "Unschedulable": "the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds",
     "CapacityReturned": "a capacity probe found room for a larger gang",
+    "CapacityTaken": "the larger gang a capacity probe found room for could not be placed: the room was taken",
 }
 
 
@@ -776,10 +777,10 @@ def _keep_running(
     if suspended:
         return draft.done(status.phase("Pending", waiting_for_queue(job)), patch)
     waiting = _report_placement(draft, pods, spec.nodes)
-    if waiting is not None and (smaller := _shrink_target(asked, current, pods)) is not None:
+    if waiting is not None and (shrink := _shrink_target(asked, current, pods)) is not None:
         left = asked.spec.elastic.scale_down_after_seconds - (status.now - waiting.since).total_seconds()
         if left <= 0:
-            return _resize_at_step_boundary(draft, current, pods, smaller, "Unschedulable", waiting.describe())
+            return _resize_at_step_boundary(draft, current, pods, *shrink, waiting.describe())
         draft.recheck_in(left)  # no event may come by then
     elif waiting is not None and spec.schedule_timeout_seconds is not None:
         waited = (status.now - waiting.since).total_seconds()
@@ -801,27 +802,43 @@ def _keep_running(
     return draft.done(_waiting(status, waiting_for(pods, spec.nodes)), patch)
 
 
-def _shrink_target(asked: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> int | None:
+def _shrink_target(
+    asked: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> tuple[int, ResizeReason] | None:
     """The size an elastic gang the scheduler cannot place whole shrinks to once scaleDownAfterSeconds passed
-    (scheduleTimeoutSeconds waits meanwhile); None at the smallest size, or without spec.elastic. The size it
-    grew from, if it grew to this one last (it fitted then: no need to go down step by step), else as far as
-    the scheduler's verdict on each pod says (elastic.smaller)."""
+    (scheduleTimeoutSeconds waits meanwhile), and why; None at the smallest size, or without spec.elastic. A
+    gang that grew on a probe's word and never ran goes back to the size it grew from (which fitted; the room
+    was taken meanwhile); any other, as far as the scheduler's verdict on each pod says (elastic.smaller)."""
     if asked.spec.elastic is None:
         return None
-    size, resizes = size_of(current), asked.status.resizes if asked.status is not None else []
-    grown = resizes[-1] if resizes and resizes[-1].reason == "CapacityReturned" else None
-    if grown is not None and grown.to_nodes == size and grown.from_nodes in elastic.sizes(asked.spec):
-        return grown.from_nodes
-    return elastic.smaller(asked.spec, size, sum(_placed(pod) for pod in pods))
+    size, status = size_of(current), asked.status
+    grown = status.resizes[-1] if status is not None and status.resizes else None
+    if (
+        grown is not None
+        and grown.reason == "CapacityReturned"
+        and grown.to_nodes == size
+        and not _ran_since(asked, grown.time)
+    ):
+        if grown.from_nodes in elastic.sizes(asked.spec):
+            return grown.from_nodes, "CapacityTaken"
+    smaller = elastic.smaller(asked.spec, size, sum(_placed(pod) for pod in pods))
+    return (smaller, "Unschedulable") if smaller is not None else None
+
+
+def _ran_since(job: ScaleTrainJob, moment: datetime) -> bool:
+    """Whether the job turned Running (a whole gang up) at or after `moment`."""
+    conditions = job.status.conditions if job.status is not None else []
+    running = next((c for c in conditions if c.type == "Running" and c.status == "True"), None)
+    return running is not None and running.last_transition_time >= moment
 
 
 def failed_growths(asked: ScaleTrainJob) -> int:
-    """How many times in a row, up to now, the gang grew on a probe's word and then could not be placed:
-    each doubles the time to the next probe (room the probe saw but the gang did not get, say a topology
-    the probe's pods do not share)."""
+    """How many times in a row, up to now, the gang grew on a probe's word and then could not be placed (the
+    room was taken meanwhile, or the probe's pods fit where the gang's do not): each doubles the time to the
+    next probe."""
     resizes = asked.status.resizes if asked.status is not None else []
     count, end = 0, len(resizes)
-    while end >= 2 and (resizes[end - 2].reason, resizes[end - 1].reason) == ("CapacityReturned", "Unschedulable"):
+    while end >= 2 and (resizes[end - 2].reason, resizes[end - 1].reason) == ("CapacityReturned", "CapacityTaken"):
         count, end = count + 1, end - 2
     return count
 
@@ -862,6 +879,13 @@ def _grow_back(
     if (target := elastic.larger(spec, size, room)) is not None:
         why = f"the scheduler placed {room} pod{'s' * (room > 1)} of a capacity probe"
         return _resize_at_step_boundary(draft, current, observed.pods, target, "CapacityReturned", why)
+    if not observed.probe_pods:  # admission refused its pods (a quota, a policy), or the Job controller is stuck
+        name = probe["metadata"]["name"]
+        message = (
+            f"capacity probe {name} made no pod in {capacity_probe.PROBE_TIMEOUT_S} s (the Events of Job {name} say "
+            "why, e.g. a quota or a policy that refused its pods): the gang trains on at its size"
+        )
+        draft.events.append(Event("Warning", "CapacityProbeFailed", message))
     draft.recheck_in(max(_next_probe_in(asked, draft, current), 1))
     return None
 
@@ -873,7 +897,7 @@ def _next_probe_in(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, An
     every = asked.spec.elastic.scale_up.check_every_seconds * min(2 ** failed_growths(asked), MAX_PROBE_BACKOFF)
     now, created = draft.status.now, current["metadata"].get("creationTimestamp")
     last = max(filter(None, (draft.status.before.capacity_probed_at, parse_timestamp(created) if created else now)))
-    return every - (now - last).total_seconds()
+    return every - (now - min(last, now)).total_seconds()  # a clock ahead of ours delays no probe
 
 
 def _placed(pod: Mapping[str, Any]) -> bool:
