@@ -33,6 +33,12 @@ def running_pods(team: Team, generation: int) -> list[dict]:
     return sorted(pods, key=lambda pod: pod["metadata"]["name"]) if len(pods) == 2 else []
 
 
+def resumed_gang_progress(status):
+    """status.progress while it is the second gang's (generation 1), else {}."""
+    progress = status.get("progress") or {}
+    return progress if progress.get("generation") == 1 else {}
+
+
 def test_a_job_runs_recovers_and_succeeds_in_restricted_containers(node_cluster, restricted_namespace):
     cluster, team = node_cluster.cluster, Team(node_cluster.kube, restricted_namespace)
     volume = cluster.provide_claim(team.namespace, "checkpoints")
@@ -57,11 +63,12 @@ def test_a_job_runs_recovers_and_succeeds_in_restricted_containers(node_cluster,
     )
     first = wait_until(lambda: running_pods(team, 0), TRAINER_RUN_S, "the first gang running")
     cluster.ctr("--namespace=k8s.io", "tasks", "kill", "--signal=SIGKILL", container_id(first[1]))
+    # The restarted gang's rank 0 says where it resumed from in its every answer; wait for one of those.
     restarted = team.wait_status(
         "gloo",
-        lambda s: s.get("restarts") == 1 and (s.get("progress") or {}).get("generation") == 1,
+        lambda s: s.get("restarts") == 1 and "resumedFromStep" in resumed_gang_progress(s),
         TRAINER_RUN_S,
-        "a gang restart",
+        "a gang restart whose rank 0 answered",
     )
     assert restarted["progress"]["resumedFromStep"] >= CHECKPOINT_EVERY
 
