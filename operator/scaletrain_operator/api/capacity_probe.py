@@ -25,7 +25,7 @@ from typing import Any
 
 from . import naming
 from .models import ScaleTrainJob
-from .render import job_labels, owner_reference
+from .render import child_metadata, job_labels
 from .timestamps import parse_timestamp
 
 PROBE_LABEL = f"{naming.GROUP}/capacity-probe"
@@ -87,15 +87,10 @@ def render_probe(
     labels = job_labels(job) | {naming.LABEL_COMPONENT: "capacity-probe", PROBE_LABEL: "true"}
     gang_labels = {k: v for k, v in (template["metadata"].get("labels") or {}).items() if k not in GANG_LABELS}
     pod_metadata = {"labels": gang_labels | labels, "annotations": dict(template["metadata"].get("annotations") or {})}
-    metadata: dict[str, Any] = {"name": probe_name(job.name), "labels": labels}
-    if job.metadata.namespace:
-        metadata["namespace"] = job.metadata.namespace
-    if (owner := owner_reference(job)) is not None:
-        metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata,
+        "metadata": child_metadata(job, probe_name(job.name), None, labels),
         "spec": {
             "completions": pods,
             "parallelism": pods,

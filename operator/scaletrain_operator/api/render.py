@@ -40,7 +40,7 @@ def render_children(
 
 def render_workload(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
     """The job's one Workload, which every gang generation's Job delegates its PodGroup to."""
-    return gang_placement.render_workload(job, _metadata(job, job.name, namespace, job_labels(job)))
+    return gang_placement.render_workload(job, child_metadata(job, job.name, namespace, job_labels(job)))
 
 
 def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def _headless_service(
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job, name, namespace, job_labels(job)),
+        "metadata": child_metadata(job, name, namespace, job_labels(job)),
         "spec": {
             "clusterIP": "None",
             **spec,
@@ -88,7 +88,7 @@ def render_network_policy(job: ScaleTrainJob, operator_namespace: str, namespace
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _metadata(job, naming.service_name(job.name), namespace, job_labels(job)),
+        "metadata": child_metadata(job, naming.service_name(job.name), namespace, job_labels(job)),
         "spec": {
             "podSelector": own_pods,
             "policyTypes": ["Ingress"],
@@ -121,7 +121,7 @@ def render_job(
     rendered = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(job, naming.child_job_name(job.name, generation), namespace, labels),
+        "metadata": child_metadata(job, naming.child_job_name(job.name, generation), namespace, labels),
         "spec": job_spec,
     }
     return gang_placement.delegated(rendered, job, generation) if gang else rendered
@@ -378,7 +378,8 @@ def owner_reference(job: ScaleTrainJob) -> dict[str, Any] | None:
     }
 
 
-def _metadata(job: ScaleTrainJob, name: str, namespace: str | None, labels: dict[str, str]) -> dict[str, Any]:
+def child_metadata(job: ScaleTrainJob, name: str, namespace: str | None, labels: dict[str, str]) -> dict[str, Any]:
+    """A child's metadata: its name, namespace (the job's by default) and labels, owned by the job."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace or job.metadata.namespace or "default",

@@ -294,7 +294,7 @@ def planned_resize(child_job: Mapping[str, Any] | None) -> tuple[int | None, Res
     """The size an elastic resize under way gives the next gang (None: none is), and why."""
     annotations = (child_job or {}).get("metadata", {}).get("annotations") or {}
     reason = annotations.get(RESIZE_REASON_ANNOTATION)
-    if reason not in ("Unschedulable", "CapacityReturned", "CapacityTaken"):
+    if reason not in RESIZE_WHY:
         return None, "Scaled"
     return naming.whole_number(annotations.get(RESIZE_TO_ANNOTATION)), reason
 
@@ -857,7 +857,7 @@ def _grow_back(
         return None
     probe, now = observed.probe, status.now
     if probe is None:
-        if (due := _next_probe_in(asked, draft, current)) > 0:
+        if (due := _next_probe_in(asked, draft, current, spec.elastic.scale_up.check_every_seconds)) > 0:
             draft.recheck_in(due)
             return None
         draft.create.append(capacity_probe.render_probe(asked, spec.nodes - size, current, priority_class))
@@ -886,15 +886,14 @@ def _grow_back(
             "why, e.g. a quota or a policy that refused its pods): the gang trains on at its size"
         )
         draft.events.append(Event("Warning", "CapacityProbeFailed", message))
-    draft.recheck_in(max(_next_probe_in(asked, draft, current), 1))
+    draft.recheck_in(max(_next_probe_in(asked, draft, current, spec.elastic.scale_up.check_every_seconds), 1))
     return None
 
 
-def _next_probe_in(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any]) -> float:
-    """Seconds until the next capacity probe is due: a check interval (doubled for each failed growth in a
-    row, `failed_growths`) after the last probe started, or after the gang's Job was made."""
-    assert asked.spec.elastic is not None
-    every = asked.spec.elastic.scale_up.check_every_seconds * min(2 ** failed_growths(asked), MAX_PROBE_BACKOFF)
+def _next_probe_in(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], check_every: int) -> float:
+    """Seconds until the next capacity probe is due: `check_every` (doubled for each failed growth in a row,
+    `failed_growths`) after the last probe started, or after the gang's Job was made."""
+    every = check_every * min(2 ** failed_growths(asked), MAX_PROBE_BACKOFF)
     now, created = draft.status.now, current["metadata"].get("creationTimestamp")
     last = max(filter(None, (draft.status.before.capacity_probed_at, parse_timestamp(created) if created else now)))
     return every - (now - min(last, now)).total_seconds()  # a clock ahead of ours delays no probe
