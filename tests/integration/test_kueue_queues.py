@@ -5,13 +5,10 @@ admission and placement are the point here, not training (tests/e2e/test_kueue_p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from scaletrain_testing.e2e_jobs import e2e_namespace, e2e_operator
+from scaletrain_testing.e2e_jobs import queued_namespace
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kubelet import FakeNode
-from scaletrain_testing.kueue import cluster_queue, local_queue, resource_flavor, topology
+from scaletrain_testing.kueue import cluster_queue, resource_flavor, topology
 from scaletrain_testing.operator_harness import Team
 from scaletrain_testing.timeouts import KUEUE_REACTION_S, OPERATOR_REACTION_S, WHOLE_JOB_S
 from scaletrain_testing.waiting import wait_until
@@ -19,22 +16,6 @@ from scaletrain_testing.waiting import wait_until
 POOL = "example.com/pool"
 BLOCK = "example.com/block"
 HOSTNAME = "kubernetes.io/hostname"
-
-
-@contextmanager
-def queued_namespace(kueue, workdir, nodes, queue: dict, flavor: dict, extra=()) -> Iterator[Team]:
-    """A watched namespace with its operator and fake nodes on Kueue's control plane, and a LocalQueue
-    "team" in it for `queue` (a ClusterQueue of `flavor`); the cluster-scoped objects go afterwards."""
-    cluster_scoped = [*extra, flavor, queue]
-    for obj in cluster_scoped:
-        kueue.create(obj)
-    try:
-        with e2e_namespace(kueue.control_plane, workdir, nodes) as team, e2e_operator(team.install):
-            kueue.create(local_queue("team", team.namespace, queue["metadata"]["name"]))
-            yield team
-    finally:
-        for obj in reversed(cluster_scoped):
-            kueue.delete(obj)
 
 
 def stand_in(team: Team, name: str, nodes: int, seconds: int, **spec) -> dict:

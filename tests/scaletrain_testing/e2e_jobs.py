@@ -13,6 +13,7 @@ from typing import Any
 from .jobs import patched
 from .kube import Kube
 from .kubelet import FakeNode, Kubelet
+from .kueue import local_queue
 from .operator_harness import OperatorInstall, Team, install_watching, operator_process
 from .timeouts import WHOLE_JOB_S
 from .trainer_runs import BASE_CONFIG, TRAINER_ENV, free_port, plugin_data
@@ -31,6 +32,24 @@ def e2e_operator(install: OperatorInstall) -> Iterator[Any]:
     """The operator process of an e2e namespace (started again by a test that restarts it)."""
     with operator_process(install, *OPERATOR_ARGS, env=OPERATOR_ENV) as process:
         yield process
+
+
+@contextmanager
+def queued_namespace(
+    kueue, workdir: Path, nodes: Sequence[FakeNode], queue: dict, flavor: dict, extra=()
+) -> Iterator[Team]:
+    """A watched namespace with its operator and fake nodes on Kueue's control plane, and a LocalQueue
+    "team" in it for `queue` (a ClusterQueue of `flavor`); the cluster-scoped objects go afterwards."""
+    cluster_scoped = [*extra, flavor, queue]
+    for obj in cluster_scoped:
+        kueue.create(obj)
+    try:
+        with e2e_namespace(kueue.control_plane, workdir, nodes) as team, e2e_operator(team.install):
+            kueue.create(local_queue("team", team.namespace, queue["metadata"]["name"]))
+            yield team
+    finally:
+        for obj in reversed(cluster_scoped):
+            kueue.delete(obj)
 
 
 @contextmanager

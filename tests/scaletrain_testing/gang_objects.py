@@ -10,11 +10,19 @@ from scaletrain_operator.api.capacity_probe import render_probe
 from scaletrain_operator.api.models import ScaleTrainJob, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, LABEL_GENERATION
 from scaletrain_operator.api.render import render_job, render_master_alias, render_service
+from scaletrain_operator.controller.decision import ChildJobPatch
 from scaletrain_operator.controller.reconcile import Observed, with_spec_hash
 
 from .jobs import base_job
 
 ELASTIC = {"minNodes": 2, "scaleDownAfterSeconds": 120, "scaleUp": {"checkEverySeconds": 300}}
+
+
+def operator_suspends(child_job: str, spec_generation: int = 1, **annotations: str) -> ChildJobPatch:
+    """The patch by which the operator suspends a gang's Job, saying on it that it did so, and at which spec
+    generation (and, for a resize, the `annotations` that go with it)."""
+    noted = {"scaletrain.io/suspended-at-spec-generation": str(spec_generation), **annotations}
+    return ChildJobPatch(child_job, {"suspend": True}, noted)
 
 
 def rfc3339(moment: datetime) -> str:

@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,7 @@ class Kueue(StartedWhileEntered):
         self.feature_gates = FEATURE_GATES | (feature_gates or {})
         self.wait_for_pods_ready = wait_for_pods_ready
         self.frameworks = frameworks
+        self.manage_jobs_without_queue_name = False  # the Configuration's; on within `managing_every_job`
         self.ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
         self.log = self.work_dir / "kueue.log"
         self._etc_layer = self.work_dir / "etc"
@@ -181,6 +183,24 @@ class Kueue(StartedWhileEntered):
         if self._api is not None:
             self._api.close()
             self._api = None
+
+    @contextmanager
+    def managing_every_job(self) -> Iterator[Kueue]:
+        """For the `with` block, the manager restarted with manageJobsWithoutQueueName, as on shared clusters
+        where every Job goes through a queue: its webhook creates every Job suspended, gives a Job that names no
+        queue the namespace's LocalQueue "default" where there is one (LocalQueueDefaulting, GA in v0.17), and
+        the Job waits for admission. Restarted as it was afterwards."""
+        self._restart(manage_jobs_without_queue_name=True)
+        try:
+            yield self
+        finally:
+            self._restart(manage_jobs_without_queue_name=False)
+
+    def _restart(self, manage_jobs_without_queue_name: bool) -> None:
+        stop_recorded(self.work_dir, only=("kueue",))
+        self.manage_jobs_without_queue_name = manage_jobs_without_queue_name
+        self._launch()
+        self._wait_ready()
 
     # ---- Kueue's objects ----
 
@@ -323,7 +343,7 @@ class Kueue(StartedWhileEntered):
             "webhook": {"host": "127.0.0.1", "port": self.ports["webhook"], "certDir": str(self._webhook_certs)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
-            "manageJobsWithoutQueueName": False,
+            "manageJobsWithoutQueueName": self.manage_jobs_without_queue_name,
             "integrations": {"frameworks": list(self.frameworks)},
             "featureGates": self.feature_gates,
         }

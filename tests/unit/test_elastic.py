@@ -14,7 +14,6 @@ from scaletrain_operator.api.naming import LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.api.render import render_job
 from scaletrain_operator.controller.cache import children_view
 from scaletrain_operator.controller.cluster import ChildRejected, Cluster, ObjectRef
-from scaletrain_operator.controller.decision import ChildJobPatch
 from scaletrain_operator.controller.reconcile import (
     RESIZE_REASON_ANNOTATION,
     RESIZE_TO_ANNOTATION,
@@ -29,6 +28,7 @@ from scaletrain_testing.gang_objects import (
     gang_job,
     gang_pod,
     observed,
+    operator_suspends,
     probe_of,
     probe_pod,
     rfc3339,
@@ -99,7 +99,7 @@ def test_a_gang_the_scheduler_cannot_place_within_scale_down_after_seconds_stops
     assert waiting.patch_child_job is None and waiting.recheck_after == 20
     decision = decide(job, observed(job, {0: gang}, _unplaced_gang(since=NOW - timedelta(seconds=120))), NOW)
     annotations = {RESIZE_TO_ANNOTATION: "2", RESIZE_REASON_ANNOTATION: "Unschedulable"}
-    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True}, annotations)
+    assert decision.patch_child_job == operator_suspends("demo-g0", **annotations)
     assert decision.create == () and decision.delete_child_jobs == ()
     assert decision.status["phase"] == "Restarting"
     assert decision.status["conditions"][-1]["reason"] == STOPPING
@@ -184,7 +184,7 @@ def test_a_probe_the_scheduler_placed_stops_the_gang_to_grow_it_and_goes():
     running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
     decision = decide(job, observed(job, {0: gang}, running, probe, [probe_pod(0, scheduled=True)]), NOW)
     annotations = {RESIZE_TO_ANNOTATION: "3", RESIZE_REASON_ANNOTATION: "CapacityReturned"}
-    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True}, annotations)
+    assert decision.patch_child_job == operator_suspends("demo-g0", **annotations)
     assert decision.delete_child_jobs == ("demo-probe",) and decision.create == ()
     assert "a capacity probe found room for a larger gang" in decision.status["message"]
 
@@ -233,7 +233,7 @@ def test_kubectl_scale_below_the_running_size_of_an_elastic_gang_resizes_at_once
     gang = gang_job(job, 0, 3, created=HOUR_AGO)
     running = [gang_pod(0, "Running"), gang_pod(1, "Running"), gang_pod(2, "Running")]
     decision = decide(job, observed(job, {0: gang}, running), NOW)
-    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
+    assert decision.patch_child_job == operator_suspends("demo-g0")
 
 
 def test_a_probe_half_placed_waits_for_the_rest_then_grows_the_gang_as_far_as_the_room_goes():

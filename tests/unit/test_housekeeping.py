@@ -178,3 +178,18 @@ def test_a_gang_smaller_than_nodes_with_all_its_pods_lacks_none():
     cluster.cache.pods.put(pod)
     Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None).run_pass()
     assert cluster.lists == [] and cluster.patched == {}
+
+
+def test_a_job_without_a_queue_whose_job_kueue_suspended_says_why_it_waits():
+    """Where Kueue manages every Job, a job that names no queue waits for admission all the same."""
+    cache, patches = Cache(), []
+    stj = _stj(current_job="demo-g0")
+    stj["status"] = {"phase": "Pending", "currentJob": "demo-g0", "conditions": []}
+    cache.scaletrainjobs.put(stj)
+    cache.jobs.put(_job(0) | {"spec": {"suspend": True}})
+    cluster = SimpleNamespace(cache=cache, patch_status=lambda where, status: patches.append(status))
+    housekeeping = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None)
+    housekeeping.report_queue_wait(stj, lambda namespace: {"job-uid-0": "LocalQueue default doesn't exist"})
+    ((queued,),) = [status["conditions"] for status in patches]
+    assert (queued["type"], queued["reason"]) == ("Queued", "WaitingForAdmission")
+    assert queued["message"] == "LocalQueue default doesn't exist"

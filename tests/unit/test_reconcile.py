@@ -23,6 +23,7 @@ from scaletrain_operator.controller.reconcile import (
 )
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.controller.ttl import decide_ttl
+from scaletrain_testing.gang_objects import operator_suspends
 from scaletrain_testing.jobs import EXAMPLES, base_job, load_yaml, merge_patched
 from scaletrain_trainer.contract.validation import Problem
 
@@ -223,7 +224,7 @@ def test_schedule_timeout_fails_a_gang_the_scheduler_cannot_place_and_its_job_go
     # Then its Job goes, with the pods that still wait for a node.
     finished = _job(status=late.status, scheduleTimeoutSeconds=60)
     waiting = [_unschedulable(0, NOW - timedelta(seconds=60)), _placed(1)]
-    suspend = ChildJobPatch("demo-g0", {"suspend": True})
+    suspend = operator_suspends("demo-g0")
     assert decide(finished, _observed(job, children, waiting), NOW) == Decision(patch_child_job=suspend)
     assert decide(finished, _observed(job, {}), NOW) == Decision()
 
@@ -242,7 +243,7 @@ def test_a_finished_job_stops_whatever_of_its_gang_still_runs_and_keeps_what_end
     job = _job(status={"phase": phase, "currentJob": "demo-g0", "conditions": [failed]})
     still_running = [_pod(0, "Running"), _pod(1, "Failed", exit_code=1)]
     assert decide(job, _observed(job, {0: _child(job, 0)}, still_running), NOW) == Decision(
-        patch_child_job=ChildJobPatch("demo-g0", {"suspend": True})
+        patch_child_job=operator_suspends("demo-g0")
     )
     assert decide(job, _observed(job, {0: _child(job, 0, suspend=True)}, still_running), NOW) == Decision()
     queued = _job(status=job.status.model_dump(mode="json", by_alias=True, exclude_none=True), queueName="team-q")
@@ -384,7 +385,7 @@ def test_suspend_and_resume():
     job = _job(status=_running(), suspend=True)
     unsuspended_child = _child(_job(), 0)
     decision = decide(job, _observed(job, {0: unsuspended_child}, [_pod(0, "Running")]), NOW)
-    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
+    assert decision.patch_child_job == operator_suspends("demo-g0")
     assert decision.status["phase"] == "Suspended"
     assert decision.events == (Event("Normal", "Suspended", "spec.suspend is true", G0),)
     # Resumed: the next gang goes on from the checkpoint the suspension saved. The suspended Job is not
@@ -439,7 +440,7 @@ def test_a_spec_change_stops_the_gang_at_a_step_boundary_before_the_next_one_sta
     both_running = [_pod(0, "Running"), _pod(1, "Running")]
     decision = decide(resized, _observed(resized, {0: _child(running, 0)}, both_running), NOW)
     assert decision.create == () and decision.delete_child_jobs == ()
-    assert decision.patch_child_job == ChildJobPatch("demo-g0", {"suspend": True})
+    assert decision.patch_child_job == operator_suspends("demo-g0")
     status = decision.status
     assert status["phase"] == "Restarting" and status["nodes"]["current"] == 2
     assert status["message"].startswith("the gang resizes from 2 to 4 nodes: its pods save a checkpoint")
@@ -646,3 +647,77 @@ def test_a_gang_that_stops_running_leaves_no_promise_for_the_next_one():
     assert restarting.status["phase"] == "Restarting" and restarting.status["progress"] == {"staleAfter": None}
     running = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Running")]), NOW)
     assert "progress" not in (running.status or {})
+
+
+def _suspended_by_kueue(job, generation=0, queue=None):
+    """A gang's Job as Kueue leaves it where it manages every Job: suspended by its webhook at creation (no
+    note of the operator's on it), and given the namespace's default LocalQueue when there is one."""
+    child = _child(job, generation, suspend=True)
+    if queue is not None:
+        child["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = queue
+    return child
+
+
+def test_a_job_that_an_admission_controller_suspended_at_creation_waits_and_counts_nothing():
+    """Kueue with manageJobsWithoutQueueName creates every Job suspended: that is not the user resuming."""
+    job = _job(status={"phase": "Pending", "currentJob": "demo-g0"})
+    for queue, said in ((None, "waiting for admission: Job demo-g0 was suspended by another controller"),
+                        ("default", "waiting for Kueue to admit it from queue default")):  # fmt: skip
+        decision = decide(job, _observed(job, {0: _suspended_by_kueue(job, queue=queue)}), NOW)
+        assert decision.create == () and decision.delete_child_jobs == () and decision.patch_child_job is None
+        assert decision.status["phase"] == "Pending" and decision.status["message"].startswith(said)
+        assert decision.status["restarts"] == 0 and decision.events == ()
+
+
+def test_a_running_gang_whose_job_an_admission_controller_suspends_is_preempted_without_a_queue_too():
+    job = _job(status=_running())
+    taken = _observed(job, {0: _suspended_by_kueue(job, queue="default")}, [_pod(0, "Failed", 143), _pod(1, "Running")])
+    decision = decide(job, taken, NOW)
+    assert decision.delete_child_jobs == ("demo-g0",) and [o["metadata"]["name"] for o in decision.create] == [
+        "demo-g1"
+    ]
+    assert decision.status["restarts"] == 0 and decision.status["disruptions"] == 1
+
+
+def test_suspending_a_queued_job_deletes_its_job_so_kueue_releases_the_quota_and_resuming_starts_the_next():
+    """Kueue owns a queued Job's suspend flag: suspending it by a patch would start a tug-of-war with Kueue."""
+    running = _job(status=_running(), queueName="team-a")
+    admitted = _child(running, 0, suspend=False)
+    suspended = _job(status=_running(), queueName="team-a", suspend=True)
+    decision = decide(suspended, _observed(suspended, {0: admitted}, [_pod(0, "Running"), _pod(1, "Running")]), NOW)
+    assert decision.delete_child_jobs == ("demo-g0",) and decision.create == () and decision.patch_child_job is None
+    assert decision.status["phase"] == "Suspended" and decision.status["restarts"] == 0
+    assert [gang["ended"] for gang in decision.status["gangs"]] == ["SpecChanged"]
+    # The Job gone (its pods saving on their SIGTERM): still Suspended, nothing made, nothing counted.
+    gone = _job(status=decision.status, queueName="team-a", suspend=True)
+    saving = [_being_deleted(_pod(0, "Running"), grace_left_s=20)]
+    decision = decide(gone, _observed(gone, {}, saving), NOW)
+    assert decision.create == () and decision.delete_child_jobs == ()
+    assert (decision.status or {}).get("phase", "Suspended") == "Suspended"  # a patch of what changed
+    # Resumed: the next gang waits for the last pod to save, then starts (and queues), counted as nothing.
+    resumed = _job(status=_running(phase="Suspended", gangs=[{"generation": 0, "ended": "SpecChanged"}]),
+                   queueName="team-a")  # fmt: skip
+    waiting = decide(resumed, _observed(resumed, {}, saving), NOW)
+    assert waiting.create == () and waiting.recheck_after == 20 and waiting.status["phase"] == "Restarting"
+    decision = decide(resumed, _observed(resumed, {}), NOW)
+    assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"] and decision.delete_child_jobs == ()
+    assert decision.create[0]["spec"]["suspend"] is True  # for Kueue to admit
+    assert decision.status["restarts"] == 0 and decision.status.get("disruptions", 0) == 0
+
+
+def test_a_queued_job_suspended_before_its_first_gang_makes_no_job_for_kueue_to_admit():
+    job = _job(queueName="team-a", suspend=True)
+    decision = decide(job, Observed(services={}, jobs={}, pods=[]), NOW)
+    assert [o["kind"] for o in decision.create] == ["Service", "Service"]
+    assert decision.status["phase"] == "Suspended"
+
+
+def test_a_job_whose_suspension_someone_else_undid_is_stopped_by_deleting_its_job():
+    """The operator suspended the Job, and another controller (an admission controller that owns the flag)
+    un-suspended it: patching it again would fight that controller for ever."""
+    job = _job(status=_running(phase="Suspended"), suspend=True)
+    undone = _child(job, 0, suspend=False)
+    undone["metadata"]["annotations"]["scaletrain.io/suspended-at-spec-generation"] = "1"
+    decision = decide(job, _observed(job, {0: undone}, [_pod(0, "Running")]), NOW)
+    assert decision.delete_child_jobs == ("demo-g0",) and decision.patch_child_job is None
+    assert decision.status["phase"] == "Suspended"

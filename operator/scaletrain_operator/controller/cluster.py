@@ -423,6 +423,7 @@ class Cluster:
     def queue_waits(self, namespace: str) -> dict[str, str]:
         """Why Kueue has not admitted Jobs in `namespace` yet: the message of the QuotaReserved=False condition
         of Kueue's Workload of each (e.g. "couldn't assign flavors to pod set main: insufficient quota ..."),
+        naming that Workload,
         by the Job's uid. One list for the namespace; none where Kueue is not installed or may not be read."""
         try:
             workloads = self._request("GET", KUEUE_WORKLOADS.path(namespace))["items"]
@@ -436,7 +437,7 @@ class Cluster:
             conditions = (workload.get("status") or {}).get("conditions") or ()
             reserved = next((c for c in conditions if c.get("type") == "QuotaReserved"), None)
             if job_uid and reserved and reserved.get("status") == "False" and reserved.get("message"):
-                waits[job_uid] = reserved["message"]
+                waits[job_uid] = f"{reserved['message']} (Kueue's Workload {workload['metadata']['name']})"
         return waits
 
     def peering_status(self, name: str, namespaces: list[str]) -> dict[str, Any] | None:

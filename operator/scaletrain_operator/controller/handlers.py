@@ -237,7 +237,7 @@ def decide_from(
         failing = decide_invalid(error.problems, stored_status, generation, now)
         if failing.changes_nothing and hint is not None:  # failed already: stop what still runs of its gang
             queue = naming.queue_of((raw.get("spec") or {}).get("queueName"), raw["metadata"].get("labels"))
-            return stop_what_runs(observe(hint), queued=queue is not None)
+            return stop_what_runs(observe(hint), queue, generation)
         return failing
     observed = observe(hint)
     try:

@@ -31,6 +31,7 @@ from . import metrics, peering
 from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
 from .decision import Event
+from .reconcile import suspended_by_operator
 from .settings import OperatorConfig
 from .status import bounded, condition, phase_of, with_condition
 from .ttl import decide_ttl
@@ -153,15 +154,15 @@ class Housekeeping:
             self.cluster.post_event(where, Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}"))
 
     def report_queue_wait(self, raw: dict[str, Any], waits: Callable[[str], dict[str, str]]) -> None:
-        """While Kueue holds a queued gang's Job back, why, in Kueue's words (its Workload's QuotaReserved
+        """While Kueue holds a gang's Job back (queued, or suspended at its creation where Kueue manages every
+        Job: any suspension but the operator's own), why, in Kueue's words (its Workload's QuotaReserved
         message: a quota, or a topology no domain of which holds the gang), as the condition Queued, which
-        the job's status message repeats (reconcile.waiting_for_queue). Queued turns False once Kueue
+        the job's status message repeats (reconcile.waiting_for_admission). Queued turns False once Kueue
         admitted the Job."""
         metadata, status, spec = raw["metadata"], raw.get("status") or {}, raw.get("spec") or {}
-        queue = naming.queue_of(spec.get("queueName"), metadata.get("labels"))
         current_job, namespace = status.get("currentJob"), metadata["namespace"]
-        child = self.cluster.cache.jobs.get(namespace, current_job) if queue and current_job else None
-        if child is None or spec.get("suspend"):
+        child = self.cluster.cache.jobs.get(namespace, current_job) if current_job else None
+        if child is None or spec.get("suspend") or suspended_by_operator(child):
             return
         held = next((c for c in status.get("conditions") or [] if c["type"] == QUEUED), None)
         if not (child.get("spec") or {}).get("suspend"):

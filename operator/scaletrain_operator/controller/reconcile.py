@@ -80,9 +80,14 @@ EXCLUDED_NODES_ANNOTATION = f"{naming.GROUP}/excluded-nodes"  # a JSON list
 # resize). One patch sets both, so the resize cannot be lost or half made.
 RESIZE_TO_ANNOTATION = f"{naming.GROUP}/resize-to"
 RESIZE_REASON_ANNOTATION = f"{naming.GROUP}/resize-reason"
+# On a gang's Job the operator suspended: the spec generation that asked for it. A Job suspended without it was
+# suspended by someone else (Kueue, which creates every Job it manages suspended and admits it by un-suspending it,
+# or another admission controller): the gang waits for them, and that is never taken for the user's resume.
+SUSPENDED_BY_OPERATOR_ANNOTATION = f"{naming.GROUP}/suspended-at-spec-generation"
 SPEC_CHANGE = "the spec changed in a way the running gang cannot take"
 STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
 RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
+SUSPENDED_MESSAGE = "spec.suspend is true"
 JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
 HANG = HANG_RESULT  # and of a Running gang whose progress stalled
 SCHEDULABLE = "Schedulable"
@@ -202,7 +207,10 @@ def record_gang_end(draft: _Draft, job: ScaleTrainJob, ended: GangRecord) -> Non
 def for_gang(job: ScaleTrainJob, child_job: dict[str, Any], ledger: Ledger) -> dict[str, Any]:
     """A rendered Job (spec hash taken) as the next gang's: the ledger on it, kept off the excluded nodes."""
     child_job = avoid_nodes(child_job, ledger.excluded_nodes, job.spec.failure_policy.exclude_nodes)
-    child_job["metadata"].setdefault("annotations", {}).update(ledger.annotations())
+    annotations = child_job["metadata"].setdefault("annotations", {})
+    annotations.update(ledger.annotations())
+    if job.spec.suspend and job.queue is None:  # made suspended by the operator's choice, not for a queue
+        annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = str(job.metadata.generation)
     return child_job
 
 
@@ -314,18 +322,47 @@ def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
     return bool((child_job.get("spec") or {}).get("suspend"))
 
 
-def resumed(job: ScaleTrainJob, child_job: Mapping[str, Any]) -> bool:
-    """spec.suspend turned false while the gang's Job is suspended; with a queue, Kueue resumes the Job."""
-    return not job.spec.suspend and job.queue is None and child_job_suspended(child_job)
+def _suspension_note(child_job: Mapping[str, Any]) -> str | None:
+    return (child_job["metadata"].get("annotations") or {}).get(SUSPENDED_BY_OPERATOR_ANNOTATION)
 
 
-def preempted_by_queue(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether Kueue took back the quota of a gang it had admitted: it suspended the gang's Job (which ends
-    the pods: the trainer checkpoints on their SIGTERM), and the Job has pods, which only an admitted Job
-    has. That is a disruption: the next generation's Job queues again and resumes from the checkpoint.
-    (Kueue would admit this Job again, but its podFailurePolicy would then fail it for the pods the
-    suspension stopped: resumed() says why.)"""
-    return job.queue is not None and not job.spec.suspend and child_job_suspended(child_job) and bool(pods)
+def suspended_by_operator(child_job: Mapping[str, Any]) -> bool:
+    return child_job_suspended(child_job) and _suspension_note(child_job) is not None
+
+
+def admission_managed(queue: str | None, child_job: Mapping[str, Any]) -> bool:
+    """Whether another controller owns the suspend flag of the gang's Job, and would start a Job that the
+    operator suspended again: the job names a Kueue queue, Kueue gave the Job one (its LocalQueue defaulting,
+    where it manages every Job), or someone un-suspended a Job the operator had suspended. Such a gang is
+    stopped by deleting its Job, which also has Kueue release its quota."""
+    labels = child_job["metadata"].get("labels") or {}
+    taken_back = _suspension_note(child_job) is not None and not child_job_suspended(child_job)
+    return queue is not None or naming.KUEUE_QUEUE_LABEL in labels or taken_back
+
+
+def suspension(
+    spec_generation: int | None, child_job: Mapping[str, Any], annotations: Mapping[str, str] | None = None
+) -> ChildJobPatch:
+    """The operator suspends the gang's Job, and says so on it (SUSPENDED_BY_OPERATOR_ANNOTATION)."""
+    noted = {SUSPENDED_BY_OPERATOR_ANNOTATION: str(spec_generation), **(annotations or {})}
+    return ChildJobPatch(child_job["metadata"]["name"], {"suspend": True}, noted)
+
+
+def resumed(job: ScaleTrainJob, child_job: Mapping[str, Any], phase_before: str | None) -> bool:
+    """spec.suspend turned false while the gang's Job is suspended by the operator (or, for a Job an operator
+    without SUSPENDED_BY_OPERATOR_ANNOTATION suspended, while the job was Suspended)."""
+    ours = suspended_by_operator(child_job) or (phase_before == "Suspended" and child_job_suspended(child_job))
+    return not job.spec.suspend and ours
+
+
+def preempted(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether an admission controller took back a gang it had admitted (Kueue, for the quota): it suspended
+    the gang's Job (which ends the pods: the trainer checkpoints on their SIGTERM), and the Job has pods,
+    which only an admitted Job has. That is a disruption: the next generation's Job queues again and resumes
+    from the checkpoint. (Kueue would admit this Job again, but its podFailurePolicy would then fail it for
+    the pods the suspension stopped: resumed() says why.) A suspended Job without pods waits for admission."""
+    taken = child_job_suspended(child_job) and _suspension_note(child_job) is None
+    return not job.spec.suspend and taken and bool(pods)
 
 
 def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[str, Any] | None) -> bool:
@@ -446,17 +483,20 @@ def _decide(
     """`job` is `asked` at its current gang's size (at_gang_size): the same unless spec.elastic is set."""
     status = StatusBuilder(job, now)
     if status.finished:
-        return stop_what_runs(observed, queued=job.queue is not None)
+        return stop_what_runs(observed, job.queue, job.metadata.generation)
     if (unavailable := gang_placement.unavailable(job, settings.workload_api)) is not None:
         stored = job.status.model_dump(mode="json", by_alias=True, exclude_none=True) if job.status else {}
         return decide_failed("GangSchedulingUnavailable", unavailable, stored, job.metadata.generation, now)
     generation = current_generation(job, observed)
     current = observed.jobs.get(generation)
-    deleted = current_job_deleted(job, generation, current)
+    gone = current_job_deleted(job, generation, current)
+    # Where another controller owns the Job's suspend flag, the operator suspends a gang by deleting its Job.
+    suspended_away = gone and (job.spec.suspend or status.before.phase == "Suspended")
+    deleted = gone and not suspended_away
     gang = gang_placement.uses_workload(job.spec, settings.workload_api)
     # The one render of this call: the Job it would create. That is the current generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
-    next_generation = generation if current is None and not deleted else generation + 1
+    next_generation = generation if current is None and not gone else generation + 1
     desired = with_spec_hash(render_job(job, next_generation, gang=gang))
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
     draft = _Draft(status, gang=naming.child_job_name(job.name, generation), probe=probe)
@@ -474,6 +514,8 @@ def _decide(
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
         deleted_gang = this_gang(job, generation, observed.pods, "Failed")
         return _gang_ended(job, draft, None, desired, ledger, JOB_DELETED, message, deleted_gang)
+    if suspended_away or (current is None and job.spec.suspend and job.queue is not None):
+        return _suspended_without_job(job, draft, for_gang(job, desired, ledger), observed.pods)
     if current is None:  # first start, or a restart whose create did not happen yet
         return _start_gang(job, draft, for_gang(job, desired, ledger))
     status.fields["currentJob"] = current["metadata"]["name"]
@@ -481,16 +523,16 @@ def _decide(
     # handover even should the spec have changed back to the running size meanwhile.
     if _hash_of(current) != _hash_of(desired) or planned_resize(current)[0] is not None:
         return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
-    if resumed(job, current):
+    if resumed(job, current, status.before.phase):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
         # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
         # after a moment, as a disruption. The next gang starts instead, counted as neither.
         record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
         return _restart(draft, current, for_gang(job, desired, ledger), RESUME_MESSAGE)
-    if preempted_by_queue(job, current, observed.pods):
-        preempted = this_gang(job, generation, observed.pods, "Failed")
+    if preempted(job, current, observed.pods):
+        ending = this_gang(job, generation, observed.pods, "Failed")
         message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
-        return _gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, preempted)
+        return _gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, ending)
     status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
     failing = this_gang(job, generation, observed.pods, "Failed")
     verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
@@ -507,16 +549,17 @@ def _decide(
     return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
 
 
-def stop_what_runs(observed: Observed, queued: bool) -> Decision:
+def stop_what_runs(observed: Observed, queue: str | None, spec_generation: int | None) -> Decision:
     """A finished job is left alone, but for a gang of it that did not end by itself: a gang failed as
     hung, or for its restart limit while its other pods still ran, or one whose pods still wait for a node.
     Its Job is suspended: the Job controller ends the pods that run or wait (nothing holds the nodes, or
     starts once the scheduler finds room) and keeps those that ended, with their logs, such as the pod
-    whose failure ended the job. With a queue, Kueue owns a Job's suspend flag (it would start a suspended
-    Job it admitted again), so the Job goes instead, pods and all. A Job the Job controller finished
-    (Complete, or Failed: it ends the pods still running itself), or whose pods all ended, is left as it
-    is. This comes after the Failed or Succeeded status landed (the finishing decision stops nothing), so a
-    status patch that fails cannot leave a job whose gang is stopped but that never finished."""
+    whose failure ended the job. Where another controller owns the Job's suspend flag (admission_managed:
+    Kueue would start a suspended Job it admitted again), the Job goes instead, pods and all. A Job the Job
+    controller finished (Complete, or Failed: it ends the pods still running itself), or whose pods all
+    ended, is left as it is. This comes after the Failed or Succeeded status landed (the finishing decision
+    stops nothing), so a status patch that fails cannot leave a job whose gang is stopped but that never
+    finished."""
     newest = max(observed.jobs, default=None)
     holding = any(_holds_a_node(pod) for pod in observed.pods)  # the pods are the newest gang's
     running = {
@@ -529,13 +572,11 @@ def stop_what_runs(observed: Observed, queued: bool) -> Decision:
     older = tuple(child["metadata"]["name"] for generation, child in sorted(running.items()) if generation != newest)
     current = running.get(newest) if newest is not None else None
     older += (observed.probe["metadata"]["name"],) if observed.probe is not None else ()
-    if current is not None and queued:
+    if current is not None and admission_managed(queue, current):
         return Decision(delete_child_jobs=(*older, current["metadata"]["name"]))
     if current is None or child_job_suspended(current):
         return Decision(delete_child_jobs=older)
-    return Decision(
-        delete_child_jobs=older, patch_child_job=ChildJobPatch(current["metadata"]["name"], {"suspend": True})
-    )
+    return Decision(delete_child_jobs=older, patch_child_job=suspension(spec_generation, current))
 
 
 def _holds_a_node(pod: Mapping[str, Any]) -> bool:
@@ -636,15 +677,25 @@ def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> D
         status.set("Created", True, "Created", f"created Service {service} and Job {name}")
         draft.events.append(Event("Normal", "Created", f"created Job {name}"))
     if job.spec.suspend:
-        return draft.done(status.phase("Suspended", "spec.suspend is true"))
+        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE))
     if job.queue is not None:  # its Job is created suspended
-        return draft.done(_waiting(status, waiting_for_queue(job)))
+        return draft.done(_waiting(status, waiting_for_admission(job, desired)))
     return draft.done(_waiting(status, waiting_for([], job.spec.nodes)))
 
 
-def waiting_for_queue(job: ScaleTrainJob) -> str:
-    """Which queue the gang waits in, and why Kueue holds it back where housekeeping found out (Queued)."""
-    waiting = f"waiting for Kueue to admit it from queue {job.queue}"
+def waiting_for_admission(job: ScaleTrainJob, child_job: Mapping[str, Any] | None) -> str:
+    """Which queue the gang waits in (the job's, or the one Kueue gave its Job), or who holds its Job suspended,
+    and why Kueue holds it back where housekeeping found out (Queued)."""
+    labels = (child_job or {}).get("metadata", {}).get("labels") or {}
+    queue = job.queue or labels.get(naming.KUEUE_QUEUE_LABEL)
+    if queue:
+        waiting = f"waiting for Kueue to admit it from queue {queue}"
+    else:
+        name = (child_job or {}).get("metadata", {}).get("name")
+        waiting = (
+            f"waiting for admission: Job {name} was suspended by another controller (an admission controller, "
+            "such as Kueue managing every Job), which starts it by un-suspending it"
+        )
     conditions = job.status.conditions if job.status else []
     queued = next((c for c in conditions if c.type == "Queued" and c.status == "True"), None)
     return f"{waiting}: {queued.message}" if queued is not None else waiting
@@ -710,16 +761,14 @@ def _spec_changed(
 
     With a queue, Kueue owns the Job's suspend flag (it would start a Job it admitted again), so the gang
     goes at once, and the next one may train steps again since its last checkpoint."""
-    status, name = draft.status, current["metadata"]["name"]
+    status = draft.status
     before, after = size_of(current), size_of(desired)
     planned, reason = planned_resize(current)
     reason = reason if planned == after else "Scaled"
     change = f"the gang resizes from {before} to {after} nodes" if before != after else SPEC_CHANGE
-    saving = [pod for pod in pods if _still_saving(pod, status.now)]
-    if job.queue is None and saving:
-        patch = None if child_job_suspended(current) else ChildJobPatch(name, {"suspend": True})
-        if deadlines := [parse_timestamp(p["metadata"]["deletionTimestamp"]) for p in saving if _being_deleted(p)]:
-            draft.recheck_in((max(deadlines) - status.now).total_seconds())  # no event may come by then
+    saving = [] if admission_managed(job.queue, current) else _recheck_when_saved(draft, pods)
+    if saving:
+        patch = None if child_job_suspended(current) else suspension(job.metadata.generation, current)
         status.fields["nodes"] = node_counts(pods, before).model_dump(mode="json", by_alias=True)
         message = f"{change}: its pods save a checkpoint after the step they are in, then the next gang starts"
         return draft.done(status.phase("Restarting", message, STOPPING), patch)
@@ -740,6 +789,32 @@ RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words
     "CapacityReturned": "a capacity probe found room for a larger gang",
     "CapacityTaken": "the larger gang a capacity probe found room for could not be placed: the room was taken",
 }
+
+
+def _recheck_when_saved(draft: _Draft, pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods of a stopping gang that may still be saving its checkpoint (`_still_saving`); the decision is
+    looked at again when the grace period of the last of them ends, since no event may come by then."""
+    now = draft.status.now
+    saving = [pod for pod in pods if _still_saving(pod, now)]
+    if deadlines := [parse_timestamp(p["metadata"]["deletionTimestamp"]) for p in saving if _being_deleted(p)]:
+        draft.recheck_in((max(deadlines) - now).total_seconds())
+    return saving
+
+
+def _suspended_without_job(
+    job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> Decision:
+    """A gang whose Job the operator deleted to suspend it (admission_managed), or a queued job suspended
+    before its first gang: Suspended while spec.suspend is true. Once it is false, the next gang starts from
+    the checkpoint the suspension saved, after the last pod of the suspended one is gone (it may still be
+    saving), counted as neither a restart nor a disruption."""
+    status = draft.status
+    if job.spec.suspend:
+        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE))
+    if _recheck_when_saved(draft, pods):
+        message = "spec.suspend is false: the suspended gang's pods are saving a checkpoint, then the next gang starts"
+        return draft.done(status.phase("Restarting", message, STOPPING))
+    return _restart(draft, None, desired, RESUME_MESSAGE)
 
 
 def _still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
@@ -765,17 +840,25 @@ def _keep_running(
     (`asked`.spec.elastic) shrinks instead while it can, and a running one below spec.nodes probes for room
     to grow back."""
     spec, status, pods = job.spec, draft.status, observed.pods
-    suspended = child_job_suspended(current)
+    suspended, name = child_job_suspended(current), current["metadata"]["name"]
+    if spec.suspend and admission_managed(job.queue, current):
+        # Kueue would start the Job again: it goes instead (its pods save a checkpoint on their SIGTERM), which
+        # also has Kueue release its quota; the next gang starts once spec.suspend is false.
+        record_gang_end(draft, job, this_gang(job, naming.generation_of(name), pods, "SpecChanged"))
+        draft.delete_child_jobs.append(name)
+        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE))
     in_place: dict[str, Any] = {}
-    if spec.suspend and not suspended:
-        in_place["suspend"] = True
     if (current.get("spec") or {}).get("activeDeadlineSeconds") != spec.active_deadline_seconds:
         in_place["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    patch = ChildJobPatch(current["metadata"]["name"], in_place) if in_place else None
+    if spec.suspend and not suspended:
+        operator_suspends = suspension(job.metadata.generation, current)
+        patch: ChildJobPatch | None = replace(operator_suspends, spec=operator_suspends.spec | in_place)
+    else:
+        patch = ChildJobPatch(name, in_place) if in_place else None
     if spec.suspend:
-        return draft.done(status.phase("Suspended", "spec.suspend is true"), patch)
-    if suspended:
-        return draft.done(status.phase("Pending", waiting_for_queue(job)), patch)
+        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE), patch)
+    if suspended:  # by someone else: resumed() and preempted() took the operator's own suspension and Kueue's
+        return draft.done(status.phase("Pending", waiting_for_admission(job, current)), patch)
     waiting = _report_placement(draft, pods, spec.nodes)
     if waiting is not None and (shrink := _shrink_target(asked, current, pods)) is not None:
         left = asked.spec.elastic.scale_down_after_seconds - (status.now - waiting.since).total_seconds()
@@ -916,7 +999,7 @@ def _resize_at_step_boundary(
     starts the next gang once they are gone."""
     size, status = size_of(current), draft.status
     annotations = {RESIZE_TO_ANNOTATION: str(target), RESIZE_REASON_ANNOTATION: reason}
-    patch = ChildJobPatch(current["metadata"]["name"], {"suspend": True}, annotations)
+    patch = suspension(status.generation, current, annotations)
     status.fields["nodes"] = node_counts(pods, size).model_dump(mode="json", by_alias=True)
     message = (
         f"the gang resizes from {size} to {target} nodes ({RESIZE_WHY[reason]}: {why}): its pods save a checkpoint "
