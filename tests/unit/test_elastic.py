@@ -358,3 +358,22 @@ def test_a_probe_that_made_no_pod_in_time_is_said_to_have_failed_and_the_gang_tr
     assert decision.delete_child_jobs == ("demo-probe",) and decision.patch_child_job is None
     (failed,) = [event for event in decision.events if event.reason == "CapacityProbeFailed"]
     assert failed.type == "Warning" and "made no pod in 60 s (the Events of Job demo-probe say why" in failed.message
+
+
+@pytest.mark.parametrize("reason", ["Unschedulable", "CapacityReturned"])
+def test_a_save_that_fails_while_an_elastic_gang_stops_to_resize_is_judged_not_dropped(reason):
+    """A shrink or a growth under way (the Job suspended with the size to go to): a pod whose checkpoint could
+    not be written ends the job; the next gang would otherwise resume from an older checkpoint, silently."""
+    job = elastic_job(status=RUNNING | {"phase": "Restarting"})
+    planned = {RESIZE_TO_ANNOTATION: "2" if reason == "Unschedulable" else "3", RESIZE_REASON_ANNOTATION: reason}
+    size = 3 if reason == "Unschedulable" else 2
+    noted = planned | {"scaletrain.io/suspended-at-spec-generation": "1"}
+    gang = gang_job(job, 0, size, created=HOUR_AGO, suspend=True, annotations=noted)
+    message = '{"result": "WriteError", "error": "OSError: [Errno 30] Read-only file system"}'
+    failed = gang_pod(1, "Failed")
+    failed["status"]["containerStatuses"] = [
+        {"name": "trainer", "state": {"terminated": {"exitCode": 74, "message": message}}}
+    ]
+    decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Failed"), failed]), NOW)
+    assert decision.status["phase"] == "Failed" and decision.create == ()
+    assert "Read-only file system" in decision.status["message"]

@@ -81,10 +81,14 @@ def test_a_new_jobs_workload_is_created_before_its_services_and_first_gang():
     assert decision.create[-1]["metadata"]["annotations"][TEMPLATE] == "gang-even"
 
 
-def _running_observed(job, pods, gang=True):
+def _running_observed(job, pods, gang=True, stopped=False):
+    """`stopped`: the operator suspended the gang's Job for a spec change (its pods save and exit 80)."""
     services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
     current = with_spec_hash(render_job(job, 0, gang=gang))
     current["status"] = {}
+    if stopped:
+        current["spec"]["suspend"] = True
+        current["metadata"]["annotations"]["scaletrain.io/suspended-at-spec-generation"] = "1"
     return Observed(services=services, jobs={0: current}, pods=pods)
 
 
@@ -114,7 +118,7 @@ def test_a_gang_restart_reuses_the_workload_by_its_other_template():
 def test_a_spec_change_remakes_the_workload_for_the_new_gang():
     running = _job(status=RUNNING)
     resized = _job(status=RUNNING, nodes=4, training={"globalBatchSize": 32})
-    observed = _running_observed(running, [_pod(0, "Failed", 80), _pod(1, "Failed", 80)])  # stopped at a step
+    observed = _running_observed(running, [_pod(0, "Failed", 80), _pod(1, "Failed", 80)], stopped=True)
     decision = decide(resized, observed, NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert _template(decision.create[0])["schedulingPolicy"]["gang"]["minCount"] == 4
@@ -142,7 +146,7 @@ def test_a_gang_whose_workload_may_be_missing_has_it_made_first(before):
 def test_a_topology_only_the_workload_keeps_is_part_of_the_spec_and_its_change_remakes_the_workload():
     running = _job(status=RUNNING)
     moved = _job(status=RUNNING, placement={"topology": {"required": "example.com/rack"}})
-    decision = decide(moved, _running_observed(running, [_pod(0, "Failed", 80)]), NOW, WITH_API)
+    decision = decide(moved, _running_observed(running, [_pod(0, "Failed", 80)], stopped=True), NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert decision.delete_child_jobs == ("demo-g0",) and decision.status["phase"] == "Restarting"
     assert _template(decision.create[0])["schedulingConstraints"] == {"topology": [{"key": "example.com/rack"}]}

@@ -721,3 +721,46 @@ def test_a_job_whose_suspension_someone_else_undid_is_stopped_by_deleting_its_jo
     decision = decide(job, _observed(job, {0: undone}, [_pod(0, "Running")]), NOW)
     assert decision.delete_child_jobs == ("demo-g0",) and decision.patch_child_job is None
     assert decision.status["phase"] == "Suspended"
+
+
+WRITE_ERROR = '{"result": "WriteError", "error": "OSError: [Errno 28] No space left on device"}'
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"nodes": 3, "training": {"globalBatchSize": 24}}, {"env": [{"name": "EDITED", "value": "1"}]}],
+    ids=["a scale", "an edit"],
+)
+def test_a_failure_seen_with_a_spec_change_is_judged_first_and_a_final_one_stays_final(change):
+    """A pod exits 74 (a write error, final) and a scale or an edit follows within the same pass: the job
+    fails, as it would have without the change, and its record names the failure."""
+    running = _job(status=_running(), maxRestarts=0)
+    changed = _job(status=_running(), maxRestarts=0, **change)
+    pods = [_pod(0, "Running"), _pod(1, "Failed", exit_code=74, termination_message=WRITE_ERROR)]
+    decision = decide(changed, _observed(changed, {0: _child(running, 0)}, pods), NOW)
+    assert decision.status["phase"] == "Failed" and decision.create == () and decision.patch_child_job is None
+    assert "demo-g0-1-abcde" in decision.status["message"] and "No space left" in decision.status["message"]
+    assert [(gang["generation"], gang["ended"]) for gang in decision.status["gangs"]] == [(0, "Failed")]
+    # One that a restart may fix is a restart, counted, that takes the new spec too.
+    restartable = _job(status=_running(), maxRestarts=3, **change)
+    crashed = [_pod(0, "Running"), _pod(1, "Failed", exit_code=1)]
+    decision = decide(restartable, _observed(restartable, {0: _child(running, 0)}, crashed), NOW)
+    assert decision.status["restarts"] == 1 and decision.delete_child_jobs == ("demo-g0",)
+    assert [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    assert [gang["ended"] for gang in decision.status["gangs"]] == ["Failed"]
+
+
+def test_a_checkpoint_that_fails_to_save_while_the_gang_stops_for_a_spec_change_fails_the_job():
+    """The Job is suspended (the handover): exits 80 and 143 are the suspension's doing, a write error is not."""
+    running = _job(status=_running())
+    resized = _job(status=_running(phase="Restarting"), nodes=4, training={"globalBatchSize": 32})
+    stopping = _child(running, 0, suspend=True)
+    stopping["metadata"]["annotations"]["scaletrain.io/suspended-at-spec-generation"] = "1"
+    saved = [_pod(0, "Failed", exit_code=80), _pod(1, "Failed", exit_code=143)]
+    decision = decide(resized, _observed(resized, {0: stopping}, saved), NOW)
+    assert decision.status["phase"] == "Restarting" and [o["metadata"]["name"] for o in decision.create] == ["demo-g1"]
+    unsaved = [_pod(0, "Failed", exit_code=80), _pod(1, "Failed", exit_code=74, termination_message=WRITE_ERROR)]
+    decision = decide(resized, _observed(resized, {0: stopping}, unsaved), NOW)
+    assert decision.status["phase"] == "Failed" and decision.create == ()
+    assert "cannot write its checkpoints" in decision.status["message"]
+    assert not any(event.reason == "Resized" for event in decision.events)

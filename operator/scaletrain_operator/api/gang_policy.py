@@ -145,6 +145,12 @@ class PodOutcome:
         return result_of(self.exit_code, self.message) == PREEMPTED_RESULT
 
     @property
+    def named_failure(self) -> bool:
+        """Failed with a result the trainer named (a write error, a config error, a loss not finite, a hang),
+        not one a SIGTERM from outside explains."""
+        return self.failed and result_of(self.exit_code, self.message) not in (None, PREEMPTED_RESULT)
+
+    @property
     def finished_diverged(self) -> bool:
         """Succeeded, but its final summary says the loss is not finite."""
         return self.phase == "Succeeded" and final_progress(self.message).get("lossFinite") is False
@@ -347,8 +353,8 @@ def judge(
 
     `job_complete` and `job_failure` are the Job controller's word on the gang's Job (run-local's
     deadline timer speaks for it there), or the operator's (a Job deleted by hand, a silent gang).
-    While `suspended`, failed pods were stopped by the suspension, not crashed.
-    """
+    While `suspended`, failed pods were stopped by the suspension, not crashed, but for those whose trainer
+    named a failure (`named_failure`: a checkpoint it could not write on its way out, say)."""
     succeeded = {pod.index for pod in pods if pod.phase == "Succeeded"}
     if job_complete or len(succeeded) >= limits.nodes:
         cause = next((pod for pod in pods if pod.index == 0 and pod.finished_diverged), None)
@@ -359,7 +365,7 @@ def judge(
             Action.FAIL, f"activeDeadlineSeconds ({limits.active_deadline_seconds}) passed", DEADLINE_EXCEEDED
         )
     else:
-        cause = None if suspended else root_cause(pods)
+        cause = root_cause([pod for pod in pods if not suspended or pod.named_failure])
         if cause is None and job_failure is None:
             return Verdict(Action.KEEP_RUNNING)
     ended = GANG_ENDINGS.get(job_failure or "", f"the gang's Job failed ({job_failure})")

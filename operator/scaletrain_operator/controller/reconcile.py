@@ -5,21 +5,23 @@ calling it again after a repeated event, an operator restart or a lost status pa
 decision. It reads as a list of steps:
 
 1. a finished job is left alone (only its TTL, ttl.py, touches it now), but for a gang still running or
-   waiting for a node: its Job is suspended (with a queue: deleted), which ends those pods;
+   waiting for a node: its Job is suspended (where another controller owns that flag, such as Kueue:
+   deleted), which ends those pods;
 2. find the current gang generation and its size (with spec.elastic: the running gang's, or the size a
    resize under way goes to: `at_gang_size`), and render the one Job this call may create;
 3. create what is missing: the job's Workload (gang placement, api/gang_placement.py, before a gang's Job
    wherever it may be missing: `decide`), the Services, and the current generation's Job (kept off the
    nodes in status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
    (counted against maxRestarts);
-4. a spec change the running gang cannot take (another size, from kubectl scale, too) restarts it, after
+4. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods first, whatever else
+   changed in the same pass: succeeded, failed, or restart, counted as a restart or as a disruption, maybe
+   blaming a node the next gangs avoid;
+5. a spec change the running gang cannot take (another size, from kubectl scale, too) restarts it, after
    it stopped at a step boundary with a checkpoint, and so does resuming a suspended job (neither counted
-   against maxRestarts); a gang whose Job Kueue suspended after admitting it was preempted, which
-   ends it as a disruption;
-5. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods: succeeded, failed, or
-   restart, counted as a restart or as a disruption, maybe blaming a node the next gangs avoid; a Running
-   gang whose rank 0 answered, when read, that it made no progress by the time it promised
-   (progress.staleAfter, of this very gang) is hung, which ends it like a failure;
+   against maxRestarts); a gang whose Job its admission controller (Kueue) suspended after admitting it
+   was preempted, which ends it as a disruption; a Job suspended by anyone but the operator that never ran
+   waits for admission; a Running gang whose rank 0 answered, when read, that it made no progress by the
+   time it promised (progress.staleAfter, of this very gang) is hung, which ends it like a failure;
 6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
    the pods (Schedulable), shrink an elastic gang it could not place within elastic.scaleDownAfterSeconds,
    fail a gang it could not place within scheduleTimeoutSeconds, probe for room to grow an elastic gang
@@ -387,8 +389,9 @@ def judge_gang(
     stalled_gangs: int,
 ) -> Verdict:
     """The gang policy on the current generation: its pods, and the Job controller's conditions on its Job.
-    Suspending a Job (spec.suspend, or Kueue preempting it) terminates its pods, which may end Failed
-    (exit 143) on the way out: that is not a crash."""
+    Suspending a Job (spec.suspend, a handover to the next gang, or Kueue preempting it) terminates its pods,
+    which may end Failed (exit 143) on the way out: that is not a crash, unless the trainer named what failed
+    (a checkpoint it could not save)."""
     failed = job_condition(child_job, "Failed")
     return judge(
         [pod_outcome(pod) for pod in pods],
@@ -519,20 +522,8 @@ def _decide(
     if current is None:  # first start, or a restart whose create did not happen yet
         return _start_gang(job, draft, for_gang(job, desired, ledger))
     status.fields["currentJob"] = current["metadata"]["name"]
-    # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
-    # handover even should the spec have changed back to the running size meanwhile.
-    if _hash_of(current) != _hash_of(desired) or planned_resize(current)[0] is not None:
-        return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
-    if resumed(job, current, status.before.phase):
-        # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
-        # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
-        # after a moment, as a disruption. The next gang starts instead, counted as neither.
-        record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
-        return _restart(draft, current, for_gang(job, desired, ledger), RESUME_MESSAGE)
-    if preempted(job, current, observed.pods):
-        ending = this_gang(job, generation, observed.pods, "Failed")
-        message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
-        return _gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, ending)
+    # Judge first, then change: a pod that failed in the same pass as a spec change, or while its gang stops
+    # for one (a save that failed on the way out), is the gang's end, and its record says so.
     status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
     failing = this_gang(job, generation, observed.pods, "Failed")
     verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
@@ -544,6 +535,19 @@ def _decide(
         return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
         return _restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
+    # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
+    # handover even should the spec have changed back to the running size meanwhile.
+    if _hash_of(current) != _hash_of(desired) or planned_resize(current)[0] is not None:
+        return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
+    if resumed(job, current, status.before.phase):
+        # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
+        # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
+        # after a moment, as a disruption. The next gang starts instead, counted as neither.
+        record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
+        return _restart(draft, current, for_gang(job, desired, ledger), RESUME_MESSAGE)
+    if preempted(job, current, observed.pods):
+        message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
+        return _gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, failing)
     if (due := broken_promise(job, generation, settings.progress_timeout_seconds)) is not None:
         return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
     return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
