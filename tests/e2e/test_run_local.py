@@ -179,6 +179,22 @@ def test_a_passed_deadline_ends_the_run_without_restarts(tmp_path):
     assert processes_of("local-late") == []
 
 
+def test_a_gang_that_ends_at_once_again_and_again_backs_off_instead_of_spinning(tmp_path):
+    """A rule that ignores the restart limit, and a pod that exits at once: without a back-off that was 411 gang
+    restarts in 300 s. The first restart goes at once, the next ones wait, doubling; maxDisruptions ends it."""
+    rule = {"name": "sigterm", "action": "RestartGangIgnoreLimit", "onExitCodes": {"operator": "In", "values": [143]}}
+    job = base_job(nodes=1, training=DELETE, command=["sh", "-c", "exit 143"], maxDisruptions=3,
+                   failurePolicy={"rules": [rule]}, restartBackoff={"initialSeconds": 1, "maxSeconds": 2})  # fmt: skip
+    job["metadata"] = {"name": "local-spin"}
+    started = time.monotonic()
+    result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)
+    took = time.monotonic() - started
+    assert result.returncode == 143, result.stdout + result.stderr  # the failed pod's
+    assert "maxDisruptions (3) reached" in result.stdout
+    waits = re.findall(r"the next gang starts in (\d+) s", result.stderr)  # where run-local says how it goes
+    assert waits == ["1", "2"] and took >= 3, result.stderr
+
+
 def test_a_command_that_does_not_exist_is_a_clear_error(tmp_path):
     job = tiny_job("local-typo", command=["scaletrain-no-such-command"])
     result = run_local(write_job(tmp_path, job), "--workdir", tmp_path / "work", cwd=tmp_path)

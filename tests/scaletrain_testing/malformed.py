@@ -430,6 +430,13 @@ MALFORMED = [
         refused_by=Layer.CEL,
     ),
     MalformedCase(
+        name="restart-backoff-cap-below-its-start",
+        patch={"spec": {"restartBackoff": {"initialSeconds": 60, "maxSeconds": 30}}},
+        field_path="spec.restartBackoff.maxSeconds",
+        message_fragment="must be at least initialSeconds",
+        refused_by=Layer.CEL,
+    ),
+    MalformedCase(
         name="elastic-min-above-nodes",
         patch={"spec": {"elastic": {"minNodes": 3}}},
         field_path="spec.elastic.minNodes",

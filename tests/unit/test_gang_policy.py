@@ -18,9 +18,10 @@ from scaletrain_operator.api.gang_policy import (
     ended_gang,
     judge,
     pod_outcome,
+    restart_backoff,
     stalled,
 )
-from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, parse_job
+from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, RestartBackoff, parse_job
 from scaletrain_testing.jobs import DELETE, base_job
 from scaletrain_trainer.contract.exit_codes import (
     EXIT_CONFIG_ERROR,
@@ -375,3 +376,15 @@ def test_the_disrupted_pod_is_the_cause_of_an_eviction_not_the_first_rank_to_sto
     # A rank that crashed on its own is still the cause, evicted peer or not.
     crashed = on_node(pod(0, "Failed", 1, 4), "n1")
     assert judge([crashed, evicted], LIMITS_2, 0).root_cause.name == "demo-g0-0"
+
+
+def test_restarts_in_quick_succession_back_off_doubling_up_to_a_cap_and_a_gang_that_ran_resets_it():
+    backoff = RestartBackoff(initialSeconds=10, maxSeconds=60, resetAfterSeconds=600)
+    quick, waits = 0, []
+    for _ in range(6):
+        wait, quick = restart_backoff(backoff, quick, ran_seconds=5)
+        waits.append(wait)
+    assert waits == [0, 10, 20, 40, 60, 60] and quick == 6  # the first restart goes at once, as the kubelet's
+    assert restart_backoff(backoff, quick, ran_seconds=600) == (0, 0)
+    assert restart_backoff(RestartBackoff(initialSeconds=0), 5, ran_seconds=1) == (0, 6)
+    assert restart_backoff(backoff, 10_000, ran_seconds=1) == (60, 10_001)

@@ -764,3 +764,53 @@ def test_a_checkpoint_that_fails_to_save_while_the_gang_stops_for_a_spec_change_
     assert decision.status["phase"] == "Failed" and decision.create == ()
     assert "cannot write its checkpoints" in decision.status["message"]
     assert not any(event.reason == "Resized" for event in decision.events)
+
+
+def _crashed_gang(job, ran_s):
+    """Gang g0 of `job`, made `ran_s` before NOW, whose rank 1 crashed (exit 1)."""
+    child = _child(job, 0)
+    child["metadata"]["creationTimestamp"] = (NOW - timedelta(seconds=ran_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _observed(job, {0: child}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=1)])
+
+
+def test_quick_restarts_in_a_row_wait_doubling_and_the_next_gangs_job_holds_the_wait():
+    """411 gang restarts in 300 s, each a Job created and deleted, is what no back-off gives."""
+    first = decide(_job(status=_running()), _crashed_gang(_job(), ran_s=5), NOW)
+    assert first.create[0]["spec"]["suspend"] is False and first.status["quickRestarts"] == 1  # at once
+    job = _job(status=_running(quickRestarts=1))
+    decision = decide(job, _crashed_gang(job, ran_s=5), NOW)
+    held = decision.create[0]
+    assert held["spec"]["suspend"] is True and held["metadata"]["annotations"]["scaletrain.io/start-after"] == (
+        "2026-11-30T12:00:10Z"
+    )
+    assert decision.status["nextGangAt"] == "2026-11-30T12:00:10Z" and decision.status["quickRestarts"] == 2
+    assert decision.recheck_after == 10 and decision.status["restarts"] == 1
+    assert "the next gang starts in 10 s (spec.restartBackoff: 2 quick restarts in a row)" in decision.status["message"]
+    assert any(
+        "the next gang starts in 10 s" in event.message for event in decision.events if event.reason == "Restarting"
+    )
+    # It waits (the hold is on the Job: a lost status write cannot lose it), then its Job is un-suspended.
+    restarting = _job(status=decision.status | {"phase": "Restarting", "currentJob": "demo-g1"})
+    held["status"] = {}
+    waiting = decide(restarting, _observed(restarting, {1: held}), NOW + timedelta(seconds=4))
+    assert waiting.patch_child_job is None and waiting.create == () and waiting.recheck_after == 6
+    assert waiting.status is None or waiting.status.get("phase", "Restarting") == "Restarting"
+    started = decide(restarting, _observed(restarting, {1: held}), NOW + timedelta(seconds=10))
+    notes = {"scaletrain.io/suspended-at-spec-generation": None, "scaletrain.io/start-after": None}
+    assert started.patch_child_job == ChildJobPatch("demo-g1", {"suspend": False}, notes)
+    assert started.status["nextGangAt"] is None and started.create == ()
+    # The third quick one waits twice as long; a gang that ran resetAfterSeconds restarts at once, and resets.
+    third = _job(status=_running(quickRestarts=2))
+    assert decide(third, _crashed_gang(third, ran_s=5), NOW).status["nextGangAt"] == "2026-11-30T12:00:20Z"
+    long_run = decide(third, _crashed_gang(third, ran_s=600), NOW)
+    assert long_run.create[0]["spec"]["suspend"] is False and long_run.status["quickRestarts"] == 0
+    # With a queue, Kueue decides when the next gang starts.
+    queued = _job(status=_running(quickRestarts=2), queueName="team-a")
+    assert "nextGangAt" not in decide(queued, _crashed_gang(queued, ran_s=5), NOW).status
+
+
+def test_disruptions_have_a_finite_limit_by_default():
+    job = _job(status=_running(disruptions=30))
+    evicted = _pod(1, "Failed", exit_code=80)
+    decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), evicted]), NOW)
+    assert decision.status["phase"] == "Failed" and "maxDisruptions (30) reached" in decision.status["message"]

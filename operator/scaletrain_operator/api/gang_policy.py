@@ -51,7 +51,7 @@ from scaletrain_trainer.contract.exit_codes import (
 )
 
 from . import naming
-from .models import MAX_GANG_RECORDS, FailurePolicyRule, GangRecord, ScaleTrainJobSpec
+from .models import MAX_GANG_RECORDS, FailurePolicyRule, GangRecord, RestartBackoff, ScaleTrainJobSpec
 from .progress import final_progress
 from .timestamps import parse_timestamp
 
@@ -93,7 +93,7 @@ class GangLimits:
     nodes: int
     max_restarts: int
     active_deadline_seconds: int | None = None
-    max_disruptions: int | None = None
+    max_disruptions: int = naming.DEFAULT_MAX_DISRUPTIONS
     rules: tuple[FailurePolicyRule, ...] = ()
     max_restarts_without_progress: int | None = None
 
@@ -379,12 +379,12 @@ def judge(
         return Verdict(Action.FAIL, told(message, cause), meant.name, cause, avoid_node=avoid)
     what += f": {found}" if found else ""
     if meant.action == "RestartGangIgnoreLimit":
-        if limits.max_disruptions is not None and disruptions >= limits.max_disruptions:
+        if disruptions >= limits.max_disruptions:
             message = f"{what}{by_rule}; maxDisruptions ({limits.max_disruptions}) reached"
             return Verdict(Action.FAIL, told(message, cause), DISRUPTION_LIMIT_REACHED, cause, avoid_node=avoid)
         message = (
             f"{what}{by_rule}: a disruption, not counted against maxRestarts; gang restart from the last "
-            f"checkpoint (disruption {disruptions + 1}{_of(limits.max_disruptions)})"
+            f"checkpoint (disruption {disruptions + 1}/{limits.max_disruptions})"
         )
         return Verdict(Action.RESTART, told(message, cause), meant.name, cause, disruption=True, avoid_node=avoid)
     stalled_limit = limits.max_restarts_without_progress
@@ -460,5 +460,15 @@ def kept(gangs: Sequence[GangRecord]) -> list[GangRecord]:
     return list(gangs)[-MAX_GANG_RECORDS:]
 
 
-def _of(limit: int | None) -> str:
-    return f"/{limit}" if limit is not None else ""
+def restart_backoff(backoff: RestartBackoff, quick_before: int, ran_seconds: float) -> tuple[int, int]:
+    """How long the next gang waits after a restart or a disruption (spec.restartBackoff), and the restarts
+    in quick succession so far, this one included. As the kubelet backs off a container that keeps crashing:
+    a gang that ran resetAfterSeconds ends the run of quick restarts, the first quick restart goes at once,
+    and from the second (`quick_before`: those before it) the next gang waits initialSeconds, doubled for
+    each, up to maxSeconds."""
+    if ran_seconds >= backoff.reset_after_seconds:
+        return 0, 0
+    quick = quick_before + 1
+    if quick < 2 or backoff.initial_seconds == 0:
+        return 0, quick
+    return min(backoff.initial_seconds * 2 ** min(quick - 2, 32), backoff.max_seconds), quick

@@ -359,6 +359,32 @@ class Elastic(SpecModel):
     scale_up: ScaleUp = Field(default_factory=ScaleUp, description="Growing back to nodes.")
 
 
+class RestartBackoff(SpecModel):
+    """How long the next gang waits after restarts in quick succession, as the kubelet backs off a container
+    that keeps crashing: a gang that ran for resetAfterSeconds restarts at once."""
+
+    initial_seconds: int = Field(
+        10,
+        ge=0,
+        le=3600,
+        description="The wait before the next gang from the second gang in a row that ended within "
+        "resetAfterSeconds of its start (the first restarts at once); doubled for each more, up to maxSeconds. "
+        "0: no wait.",
+    )
+    max_seconds: int = Field(300, ge=1, le=86400, description="The longest wait.")
+    reset_after_seconds: int = Field(
+        600, ge=1, le=86400, description="A gang that ran this long before it ended restarts at once."
+    )
+
+    model_config = with_cel_rules(
+        cel_rule("self.maxSeconds >= self.initialSeconds", "maxSeconds must be at least initialSeconds", ".maxSeconds")
+    )
+
+    def problems(self) -> Iterator[Problem]:
+        if self.max_seconds < self.initial_seconds:
+            yield Problem(("maxSeconds",), f"must be at least initialSeconds ({self.initial_seconds})")
+
+
 class Topology(SpecModel):
     """All pods of the gang in one domain of a node label (a rack, a block, an NVLink domain)."""
 
@@ -506,12 +532,18 @@ class ScaleTrainJobSpec(SpecModel):
     max_restarts: int = Field(
         3, ge=0, le=naming.MAX_RESTARTS, description="Gang restarts on failure (disruptions not counted)."
     )
-    max_disruptions: int | None = Field(
-        None,
+    max_disruptions: int = Field(
+        naming.DEFAULT_MAX_DISRUPTIONS,
         ge=0,
+        le=naming.MAX_DISRUPTIONS,
         description="Gang restarts after disruptions (a pod evicted or preempted, its node lost, or the trainer "
         f"stopped by SIGTERM after a checkpoint: exit {EXIT_PREEMPTED}) before the job fails with reason "
-        "DisruptionLimitReached; unset: no limit.",
+        f"DisruptionLimitReached; default {naming.DEFAULT_MAX_DISRUPTIONS}.",
+    )
+    restart_backoff: RestartBackoff = Field(
+        default_factory=RestartBackoff,
+        description="The wait before the next gang after restarts and disruptions in quick succession (not with "
+        "a queue: Kueue decides when the next gang starts).",
     )
     max_restarts_without_progress: int | None = Field(
         None,
@@ -1061,6 +1093,16 @@ class ScaleTrainJobStatus(SpecModel):
         max_length=naming.MAX_NODES,
         description="With spec.elastic: the gang sizes the job may run at, smallest first (those from minNodes to "
         "nodes that keep the global batch exact).",
+    )
+    quick_restarts: int = Field(
+        0,
+        ge=0,
+        description="Gang restarts and disruptions in a row whose gangs ended within "
+        "spec.restartBackoff.resetAfterSeconds of their start; from the second, the next gang waits "
+        "(spec.restartBackoff).",
+    )
+    next_gang_at: Timestamp | None = Field(
+        None, description="While the next gang waits out spec.restartBackoff: when it starts (RFC 3339)."
     )
     capacity_probed_at: Timestamp | None = Field(
         None,

@@ -19,6 +19,10 @@ SHORT_NAMES = ("stj",)
 # "<job>-g<generation>-<index>" and must fit in 63 characters.
 MAX_NODES = 4096
 MAX_RESTARTS = 100
+# Disruptions (evictions, preemptions) are not the job's fault, but a job that is disrupted for ever makes a new Job
+# each time: the default bounds that, and the limit keeps the generation's digits within a few more.
+DEFAULT_MAX_DISRUPTIONS = 30
+MAX_DISRUPTIONS = 1000
 MAX_NAME_LENGTH = 63 - len(f"-g{MAX_RESTARTS}") - len(f"-{MAX_NODES - 1}")
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # Service names
 DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # volume names

@@ -53,7 +53,7 @@ class ChildJobPatch:
 
     job: str
     spec: dict[str, Any]
-    annotations: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str | None] = field(default_factory=dict)  # None: removed (a merge patch)
 
     def body(self) -> dict[str, Any]:
         return (

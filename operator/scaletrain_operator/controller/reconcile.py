@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from scaletrain_trainer.contract.exit_codes import HANG_RESULT
@@ -53,6 +54,7 @@ from ..api.gang_policy import (
     kept,
     pod_outcome,
     recomputed_steps,
+    restart_backoff,
     stalled,
 )
 from ..api.models import MAX_RESIZES, GangRecord, NodeCounts, Resize, ResizeReason, ScaleTrainJob
@@ -86,6 +88,9 @@ RESIZE_REASON_ANNOTATION = f"{naming.GROUP}/resize-reason"
 # suspended by someone else (Kueue, which creates every Job it manages suspended and admits it by un-suspending it,
 # or another admission controller): the gang waits for them, and that is never taken for the user's resume.
 SUSPENDED_BY_OPERATOR_ANNOTATION = f"{naming.GROUP}/suspended-at-spec-generation"
+# On a gang's Job made suspended to wait out spec.restartBackoff: when the operator un-suspends it (RFC 3339). On
+# the Job, so that a lost status write cannot lose the wait.
+START_AFTER_ANNOTATION = f"{naming.GROUP}/start-after"
 SPEC_CHANGE = "the spec changed in a way the running gang cannot take"
 STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
 RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
@@ -539,6 +544,8 @@ def _decide(
     # handover even should the spec have changed back to the running size meanwhile.
     if _hash_of(current) != _hash_of(desired) or planned_resize(current)[0] is not None:
         return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
+    if (until := _held_until(current)) is not None and not job.spec.suspend:
+        return _start_after_backoff(draft, current, until, job.spec.nodes)
     if resumed(job, current, status.before.phase):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
         # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
@@ -723,7 +730,59 @@ def _restart_after_failure(
     message = verdict.message
     if after.excluded_nodes != ledger.excluded_nodes:
         message += f"; the next gangs avoid node {verdict.avoid_node}"
-    return _restart(draft, current, for_gang(job, desired, after), message, warning=True, reason=verdict.reason)
+    next_gang, status = for_gang(job, desired, after), draft.status
+    # With a queue, Kueue decides when the next gang starts (it admits the Job).
+    queued = job.queue is not None or (current is not None and admission_managed(job.queue, current))
+    started = _gang_started(current) if current is not None else None
+    ran = (status.now - started).total_seconds() if started is not None else math.inf  # no time: no evidence
+    wait, quick = restart_backoff(job.spec.restart_backoff, status.before.quick_restarts, ran)
+    wait = 0 if queued else wait
+    status.fields["quickRestarts"] = quick
+    if wait:
+        until = status.now + timedelta(seconds=wait)
+        spec, annotations = next_gang["spec"], next_gang["metadata"]["annotations"]
+        spec["suspend"] = True  # for now: un-suspended at `until` (_start_after_backoff)
+        annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = str(status.generation)
+        annotations[START_AFTER_ANNOTATION] = timestamp(until)
+        status.fields["nextGangAt"] = timestamp(until)
+        draft.recheck_in(wait)
+        message += f"; the next gang starts in {wait} s (spec.restartBackoff: {quick} quick restarts in a row)"
+    return _restart(draft, current, next_gang, message, warning=True, reason=verdict.reason)
+
+
+def _gang_started(child_job: Mapping[str, Any]) -> datetime | None:
+    """When the gang of `child_job` started: its Job was made, or un-suspended after a restart backoff."""
+    created = child_job["metadata"].get("creationTimestamp")
+    moments = (parse_timestamp(created) if created else None, _start_after(child_job))
+    return max((moment for moment in moments if moment is not None), default=None)
+
+
+def _start_after(child_job: Mapping[str, Any]) -> datetime | None:
+    """START_AFTER_ANNOTATION's time; None without one, or for one that is not an RFC 3339 time in UTC (anyone
+    who may edit Jobs may write it)."""
+    text = (child_job["metadata"].get("annotations") or {}).get(START_AFTER_ANNOTATION)
+    try:
+        moment = parse_timestamp(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.utcoffset() is not None else None
+
+
+def _held_until(child_job: Mapping[str, Any]) -> datetime | None:
+    """When the operator un-suspends the gang's Job it made suspended to wait out spec.restartBackoff."""
+    return _start_after(child_job) if suspended_by_operator(child_job) else None
+
+
+def _start_after_backoff(draft: _Draft, current: Mapping[str, Any], until: datetime, nodes: int) -> Decision:
+    """The next gang waits out spec.restartBackoff (Restarting, saying until when), then its Job runs."""
+    status = draft.status
+    if status.now < until:
+        draft.recheck_in((until - status.now).total_seconds())
+        return draft.done(_waiting(status, ""))
+    notes: dict[str, str | None] = {SUSPENDED_BY_OPERATOR_ANNOTATION: None, START_AFTER_ANNOTATION: None}
+    status.fields["nextGangAt"] = None
+    started = ChildJobPatch(current["metadata"]["name"], {"suspend": False}, notes)
+    return draft.done(_waiting(status, waiting_for([], nodes)), started)
 
 
 def _restart(

@@ -40,6 +40,7 @@ from ..api.gang_policy import (
     judge,
     kept,
     pod_outcome,
+    restart_backoff,
     stalled,
 )
 from ..api.models import GangRecord, ScaleTrainJob
@@ -153,6 +154,7 @@ class Gang:
             _config_path(executor, rank_0, checkpoints, ("checkpoint", "dir")) if checkpoints else None
         )
         self.generation = generation
+        self.started = time.monotonic()  # restarted by start(): how long it ran decides the restart backoff
         self.pods: list[RunningPod] = []
         self.last_progress: dict[str, Any] | None = None  # rank 0's last /progress answer
         self.judged: list[PodOutcome] = []  # the pods as the last judgement saw them
@@ -163,6 +165,7 @@ class Gang:
         return f"http://{host}:{port}/progress"
 
     def start(self) -> None:
+        self.started = time.monotonic()
         for index, spec in enumerate(self.specs):
             # A device plugin's part: this node's slice of the GPUs run-local may use.
             slice_ = self.gpus[index * self.per_node : (index + 1) * self.per_node]
@@ -304,14 +307,16 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
         )
         view.say(f"pod network: {executor.network_mode} ({executor.network_reason})")
         view.say(f"pod filesystem: {executor.filesystem_mode} ({executor.filesystem_reason})")
-        gang = Gang(job, counted.generation, executor, gpus)
+        gang, quick = Gang(job, counted.generation, executor, gpus), 0
         first_metrics = gang.metrics_path
         offset = (
             first_metrics.stat().st_size if first_metrics and first_metrics.exists() else 0
         )  # earlier runs' records
         while (verdict := _run_gang(gang, view, limits, counted)).action is Action.RESTART:
             counted = counted.after(verdict, gang.record("Disrupted" if verdict.disruption else "Failed"))
-            view.say(verdict.message)
+            wait, quick = restart_backoff(spec.restart_backoff, quick, time.monotonic() - gang.started)
+            view.say(verdict.message + (f"; the next gang starts in {wait} s (spec.restartBackoff)" if wait else ""))
+            time.sleep(wait)
             gang = Gang(job, counted.generation, executor, gpus)
     result = RunResult(
         job,
