@@ -186,3 +186,20 @@ def test_without_the_workload_api_auto_places_pods_as_before_and_workload_fails_
         failed = team.wait_condition("insists", "Failed")
         assert failed["reason"] == "GangSchedulingUnavailable" and "set it to auto" in failed["message"]
         assert team.children("insists", "jobs") == []
+
+
+def test_an_elastic_gang_whose_pods_a_quota_refuses_shrinks_to_what_the_quota_allows(control_plane, team, tmp_path):
+    """A namespace quota of 2 pods and a gang of 3: the third pod is never made (the Job controller's create is
+    refused), so no scheduler says it cannot place it. It is unplaced all the same: the gang shrinks."""
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods", "namespace": team.namespace},
+             "spec": {"hard": {"pods": "2"}}}  # fmt: skip
+    team.kube.create("resourcequotas", quota)
+    pool = [node(f"{team.namespace}-{number}", team.namespace) for number in range(3)]
+    with Kubelet(control_plane.api_client(), pool, tmp_path / "kubelet", namespaces=[team.namespace]):
+        gang_job(team, "quota", nodes=3, elastic={"minNodes": 1, "scaleDownAfterSeconds": 2})
+        status = team.wait_status(
+            "quota", lambda s: s.get("phase") == "Running" and s["nodes"]["current"] == 2,
+            OPERATOR_REACTION_S + CONTROLLERS_REACTION_S, "the gang running at the 2 pods the quota allows",
+        )  # fmt: skip
+    assert [(r["fromNodes"], r["toNodes"], r["reason"]) for r in status["resizes"]] == [(3, 2, "Unschedulable")]
+    assert (status["restarts"], status.get("disruptions", 0)) == (0, 0)

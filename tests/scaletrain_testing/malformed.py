@@ -57,6 +57,30 @@ REFUSED_AT_JOB_CREATION = [
         refused_by=Layer.OPERATOR,
     ),
     MalformedCase(
+        name="sidecar-mounts-two-volumes-at-one-path",
+        patch={
+            "spec": {
+                "podTemplate": {
+                    "spec": {
+                        "containers": [
+                            _SIDECAR
+                            | {
+                                "volumeMounts": [
+                                    {"name": "a", "mountPath": "/data"},
+                                    {"name": "b", "mountPath": "/data"},
+                                ]
+                            }
+                        ],
+                        "volumes": [{"name": "a", "emptyDir": {}}, {"name": "b", "emptyDir": {}}],
+                    }
+                }
+            }
+        },  # fmt: skip
+        field_path="spec.podTemplate.spec.containers[0].volumeMounts[1].mountPath",
+        message_fragment="/data is mounted twice",
+        refused_by=Layer.OPERATOR,
+    ),
+    MalformedCase(
         name="toleration-value-not-a-label-value",
         patch={"spec": {"tolerations": [{"key": "team", "operator": "Equal", "value": "vision team"}]}},
         field_path="spec.tolerations[0].value",

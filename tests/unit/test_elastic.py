@@ -377,3 +377,37 @@ def test_a_save_that_fails_while_an_elastic_gang_stops_to_resize_is_judged_not_d
     decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Failed"), failed]), NOW)
     assert decision.status["phase"] == "Failed" and decision.create == ()
     assert "Read-only file system" in decision.status["message"]
+
+
+def _refused_since(moment):
+    """The condition housekeeping sets from the Job controller's FailedCreate Events (a quota refused a pod)."""
+    message = 'pods "demo-g0-2-x" is forbidden: exceeded quota: gpus, requested: pods=1, used: pods=2, limited: pods=2'
+    return {"type": "PodCreationFailed", "status": "True", "reason": "FailedCreate", "message": message,
+            "lastTransitionTime": rfc3339(moment)}  # fmt: skip
+
+
+def test_pods_a_quota_refuses_to_create_count_as_unplaced_and_shrink_the_gang():
+    """A ResourceQuota lets 2 of the gang's 3 pods be made: the third was never refused by the scheduler, it was
+    never made. Per-namespace GPU quotas are what elastic gangs exist for."""
+    made = [gang_pod(0, "Pending", scheduled=None), gang_pod(1, "Pending", scheduled=None)]  # gang placement waits
+    for waited_s, resized in ((100, False), (120, True)):
+        job = elastic_job(
+            status=RUNNING | {"phase": "Pending", "conditions": [_refused_since(NOW - timedelta(seconds=waited_s))]}
+        )
+        gang = gang_job(job, 0, 3, created=HOUR_AGO)
+        decision = decide(job, observed(job, {0: gang}, made), NOW)
+        if not resized:
+            assert decision.patch_child_job is None and decision.recheck_after == 20
+            continue
+        annotations = {RESIZE_TO_ANNOTATION: "2", RESIZE_REASON_ANNOTATION: "Unschedulable"}
+        assert decision.patch_child_job == operator_suspends("demo-g0", **annotations)
+        assert "the API server refused to create 1 pod of Job demo-g0: pods" in decision.status["message"]
+
+
+def test_a_gang_a_quota_holds_below_its_smallest_size_gets_the_schedule_timeout():
+    job = elastic_job(status=RUNNING | {"phase": "Pending", "conditions": [_refused_since(HOUR_AGO)]},
+                      elastic={"minNodes": 3}, scheduleTimeoutSeconds=600)  # fmt: skip
+    gang = gang_job(job, 0, 3, created=HOUR_AGO)
+    decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Pending", scheduled=None)]), NOW)
+    assert decision.status["phase"] == "Failed" and "scheduleTimeoutSeconds (600) passed" in decision.status["message"]
+    assert "the API server refused to create 2 pods of Job demo-g0" in decision.status["message"]

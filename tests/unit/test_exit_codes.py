@@ -17,5 +17,7 @@ def test_write_errors_are_named_in_one_line_even_inside_a_distributed_checkpoint
     refused = PermissionError(errno.EACCES, "Permission denied", "/checkpoints/run")
     assert write_error_cause(refused).startswith("permission denied: not writable by the container's user;")
     assert write_error_cause(refused).endswith("(EACCES) writing /checkpoints/run")
+    # fsGroup makes an emptyDir or a claim writable, never a hostPath directory: the fix named must be one that works.
+    assert "A hostPath directory keeps its owner and mode (fsGroup does not change them)" in write_error_cause(refused)
     assert write_error_cause(OSError(errno.ENOENT, "No such file")) is None
     assert write_error_cause(RuntimeError("boom")) is None

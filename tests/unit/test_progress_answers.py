@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from scaletrain_operator.api.progress import describe, is_whole
+from scaletrain_operator.api.progress import describe, is_whole, status_patch
+from scaletrain_operator.api.status_schema import fit_status
 
 HEAD = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
 
@@ -30,3 +31,11 @@ def test_a_failed_name_lookup_is_worded_not_numbered():
     error = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     assert describe(error) == "name or service not known"
     assert describe(ConnectionRefusedError(111, "Connection refused")) == "connection refused"
+
+
+def test_a_value_that_rounds_past_the_largest_float_replaces_the_last_answers_like_any_other():
+    """1.7976931348623157e308 rounds to 1.798e308, which is infinite: the status cannot hold it, so the field would
+    be left out of the merge patch, and the previous answer's value would stay beside this answer's."""
+    patch = status_patch({"tokensPerSecond": 1.7976931348623157e308, "step": 3}, generation=0)
+    kept, left_out = fit_status({"progress": patch})
+    assert left_out == [] and kept["progress"]["tokensPerSecond"] == 1.7976931348623157e308

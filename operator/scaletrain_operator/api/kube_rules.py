@@ -141,15 +141,24 @@ def resources_problems(sections: Mapping[str, Mapping[str, str]], where: tuple[P
 
 def mounts_problems(mounts: Iterable[Any], where: tuple[PathPart, ...]) -> Iterator[Problem]:
     """Each mountPath once; a subPath relative and inside its volume."""
-    seen: set[str] = set()
+    mounts = list(mounts)
+    yield from repeated_mount_paths([mount.mount_path for mount in mounts], where)
     for index, mount in enumerate(mounts):
-        path = mount.mount_path.rstrip("/") or "/"
-        if path in seen:
-            yield Problem((*where, index, "mountPath"), f"{mount.mount_path} is mounted twice; mount each path once")
-        seen.add(path)
         sub_path = mount.sub_path or ""
         if sub_path.startswith("/") or ".." in sub_path.split("/"):
             yield Problem((*where, index, "subPath"), "must be a relative path without '..'")
+
+
+def repeated_mount_paths(paths: Iterable[Any], where: tuple[PathPart, ...]) -> Iterator[Problem]:
+    """One container's volumeMounts by their mountPath (WHERE: the list's path): each path once, as the API
+    server requires."""
+    seen: set[str] = set()
+    for index, path in enumerate(paths):
+        if not isinstance(path, str):
+            continue
+        if (path.rstrip("/") or "/") in seen:
+            yield Problem((*where, index, "mountPath"), f"{path} is mounted twice; mount each path once")
+        seen.add(path.rstrip("/") or "/")
 
 
 def name_problems(names: Mapping[str, str | None]) -> Iterator[Problem]:

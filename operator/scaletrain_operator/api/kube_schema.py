@@ -334,7 +334,7 @@ def _problems(
     for index, toleration in enumerate(tolerations):
         yield from schema_problems(toleration, _definition("Toleration"), ("tolerations", index))
     if podTemplate is not None:
-        if duplicates := list(_names_given_twice(podTemplate)):
+        if duplicates := [*_names_given_twice(podTemplate), *_paths_mounted_twice(podTemplate)]:
             yield from duplicates  # the merge keeps one item per name: it would hide them, and shift indices
             return
         # Merged as the renderer merges it: podTemplate's own items keep their indices, ScaleTrain's come after.
@@ -360,6 +360,18 @@ def _names_given_twice(pod_template: dict[str, Any]) -> Iterator[Problem]:
                         ("podTemplate", "spec", field, index, "name"), f"{name!r} is used twice; names must be unique"
                     )
                 seen.add(name)
+
+
+def _paths_mounted_twice(pod_template: dict[str, Any]) -> Iterator[Problem]:
+    """A container of podTemplate (a sidecar, an init container) that mounts two volumes at one path."""
+    spec = pod_template.get("spec")
+    for field in ("initContainers", "containers"):
+        items = spec.get(field) if isinstance(spec, dict) else None
+        for index, container in enumerate(items if isinstance(items, list) else []):
+            mounts = container.get("volumeMounts") if isinstance(container, dict) else None
+            if isinstance(mounts, list):
+                paths = [mount.get("mountPath") if isinstance(mount, dict) else None for mount in mounts]
+                yield from kube_rules.repeated_mount_paths(paths, ("podTemplate", "spec", field, index, "volumeMounts"))
 
 
 def _definition(core_v1_type: str) -> dict[str, str]:

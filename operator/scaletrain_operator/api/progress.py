@@ -162,7 +162,10 @@ def status_patch(progress: dict[str, Any], generation: int, read_at: datetime | 
         if field.kind == "timestamp":
             patch[field.name] = timestamp(parse_timestamp(patch[field.name]).astimezone(timezone.utc))
         elif field.rounded:
-            patch[field.name] = float(f"{patch[field.name]:.{wire.SHOWN_DIGITS}g}")
+            rounded = float(f"{patch[field.name]:.{wire.SHOWN_DIGITS}g}")
+            # Near the largest float, rounding up overflows: the status could not hold that, and the field would
+            # be left out of the patch, keeping an older answer's value beside this one's.
+            patch[field.name] = rounded if math.isfinite(rounded) else patch[field.name]
     return patch
 
 

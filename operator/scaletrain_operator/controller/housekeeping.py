@@ -31,7 +31,7 @@ from . import metrics, peering
 from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
 from .decision import Event
-from .reconcile import suspended_by_operator
+from .reconcile import POD_CREATION_FAILED, suspended_by_operator
 from .settings import OperatorConfig
 from .status import bounded, condition, phase_of, with_condition
 from .ttl import decide_ttl
@@ -43,7 +43,6 @@ STATUS_WRITERS = 8  # status patches at once, after the pass's reads
 HOUSEKEEPING_CONNECTIONS = STATUS_WRITERS + 1  # API calls at once: the status writers, or the pass itself
 UNREACHABLE_AFTER_READS = 2  # failed reads in a row before ProgressUnreachable: one may meet a restarting server
 PROGRESS_UNREACHABLE = "ProgressUnreachable"
-POD_CREATION_FAILED = "PodCreationFailed"
 QUEUED = "Queued"  # Kueue holds the gang's Job back, and why
 POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; after that, a missing one has a reason
 

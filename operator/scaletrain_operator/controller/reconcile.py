@@ -98,6 +98,7 @@ SUSPENDED_MESSAGE = "spec.suspend is true"
 JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
 HANG = HANG_RESULT  # and of a Running gang whose progress stalled
 SCHEDULABLE = "Schedulable"
+POD_CREATION_FAILED = "PodCreationFailed"  # housekeeping's condition: the API server refused pods of the gang
 UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot place, and the job's when that lasts
 
 
@@ -241,14 +242,33 @@ def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
 
 @dataclass(frozen=True)
 class Unplaced:
-    """A pod of the gang that the scheduler cannot place on any node."""
+    """A pod of the gang that the scheduler cannot place on any node, or pods the API server refused to make."""
 
     pod: str
     message: str  # the scheduler's, e.g. "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     since: datetime  # when the first pod of the gang that the scheduler cannot place turned so (PodScheduled)
+    refused: bool = False  # `pod` names pods that were never made: the Job controller's create was refused
 
     def describe(self) -> str:
+        if self.refused:
+            return f"the API server refused to create {self.pod}: {self.message}"
         return f"the scheduler cannot place pod {self.pod}: {self.message}"
+
+
+def refused_pods(job: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Unplaced | None:
+    """The pods of the gang that do not exist because the API server refused to create them (a ResourceQuota,
+    an admission policy), as housekeeping found from the Job controller's FailedCreate Events (the condition
+    PodCreationFailed): as unplaced as a pod the scheduler finds no node for, since they were first refused
+    (or since this gang's Job was made: the condition may still be an earlier gang's)."""
+    missing = size_of(current) - len(pods)
+    conditions = job.status.conditions if job.status is not None else []
+    failed = next((c for c in conditions if c.type == POD_CREATION_FAILED and c.status == "True"), None)
+    if missing <= 0 or failed is None:
+        return None
+    created = current["metadata"].get("creationTimestamp")
+    since = max(failed.last_transition_time, parse_timestamp(created)) if created else failed.last_transition_time
+    what = f"{missing} pod{'s' * (missing > 1)} of Job {current['metadata']['name']}"
+    return Unplaced(what, failed.message, since, refused=True)
 
 
 def _pod_scheduled(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -922,7 +942,7 @@ def _keep_running(
         return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE), patch)
     if suspended:  # by someone else: resumed() and preempted() took the operator's own suspension and Kueue's
         return draft.done(status.phase("Pending", waiting_for_admission(job, current)), patch)
-    waiting = _report_placement(draft, pods, spec.nodes)
+    waiting = _report_placement(draft, pods, spec.nodes) or refused_pods(job, current, pods)
     if waiting is not None and (shrink := _shrink_target(asked, current, pods)) is not None:
         left = asked.spec.elastic.scale_down_after_seconds - (status.now - waiting.since).total_seconds()
         if left <= 0:

@@ -45,8 +45,10 @@ WRITE_ERRNOS = {
     errno.EDQUOT: "disk quota exceeded",
     errno.EROFS: "read-only file system",
     errno.EFBIG: "file too large",
-    errno.EACCES: "permission denied: not writable by the container's user; put it on a volume, which "
-    "spec.securityContext.fsGroup makes writable",
+    errno.EACCES: "permission denied: not writable by the container's user; put it on a volume that user may "
+    "write: an emptyDir, or a claim whose driver applies spec.securityContext.fsGroup. A hostPath directory keeps "
+    "its owner and mode (fsGroup does not change them): make it writable by the trainer's uid "
+    "(spec.securityContext.runAsUser)",
 }
 
 
