@@ -106,6 +106,14 @@ def test_a_status_outage_during_a_restart_restarts_once_and_the_new_gang_runs_on
     assert final["restarts"] == 1
     assert "Hang" not in reasons(team, "outage") and reasons(team, "outage").count("Restarting") == 1
     assert [job["metadata"]["name"] for job in team.children("outage", "jobs")] == ["outage-g1"]
+    failed_gang_recorded(team, "outage", final)
+
+
+def failed_gang_recorded(team: Team, name: str, final: dict) -> None:
+    """The record of g0, which failed (rank 1, exit code 1), and the one Restarting Event that names its pod."""
+    assert [(gang["generation"], gang["ended"]) for gang in final["gangs"]] == [(0, "Failed"), (1, "Succeeded")]
+    (restarting,) = [message for _, reason, message in team.events(name) if reason == "Restarting"]
+    assert f"pod {name}-g0-1-" in restarting and "exit code 1" in restarting, restarting
 
 
 @pytest.mark.parametrize(
@@ -145,3 +153,4 @@ def test_an_operator_killed_in_the_middle_of_a_restart_leaves_one_new_gang_and_o
             final = finish(team, "killed", "killed-g1")
     assert final["restarts"] == 1 and "Hang" not in reasons(team, "killed")
     assert [job["metadata"]["name"] for job in team.children("killed", "jobs")] == ["killed-g1"]
+    failed_gang_recorded(team, "killed", final)

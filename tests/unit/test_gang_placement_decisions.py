@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from scaletrain_operator.api import gang_placement
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import KUEUE_PREFERRED_TOPOLOGY, KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from scaletrain_operator.api.render import render_children, render_job, render_master_alias, render_service
+from scaletrain_operator.controller.cluster import Cluster, ObjectRef
 from scaletrain_operator.controller.handlers import decide_from
 from scaletrain_operator.controller.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, unplaced, with_spec_hash
 from scaletrain_operator.controller.settings import OperatorConfig
@@ -108,8 +110,9 @@ def test_a_gang_restart_reuses_the_workload_by_its_other_template():
     gang's stays while its pods stop: the next gang takes the other template, for a PodGroup of its own."""
     job = _job(status=RUNNING)
     decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
-    assert _kinds(decision.create) == [("Job", "demo-g1")] and decision.delete_child_jobs == ("demo-g0",)
-    assert decision.create[0]["metadata"]["annotations"][TEMPLATE] == "gang-odd"
+    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]  # made again if it went missing
+    assert decision.delete_child_jobs == ("demo-g0",)
+    assert decision.create[1]["metadata"]["annotations"][TEMPLATE] == "gang-odd"
     assert [render_job(job, g, gang=True)["metadata"]["annotations"][TEMPLATE] for g in (2, 3)] == [
         "gang-even", "gang-odd"
     ]  # fmt: skip
@@ -274,3 +277,45 @@ def test_a_queued_job_says_why_kueue_holds_it_back_once_housekeeping_found_out()
         "waiting for Kueue to admit it from queue team: couldn't assign flavors to pod set main: insufficient "
         "unused quota for cpu"
     )
+
+
+def test_a_workload_deleted_mid_run_is_made_again_before_the_next_gang_and_that_is_said_once_made():
+    """Someone deleted the job's Workload while g0 ran: g1's Job still names a template of it, and without it
+    the Job controller would make no PodGroup and the pods would be placed one by one."""
+    job = _job(status=RUNNING)
+    decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
+    workload = decision.create[0]
+    assert (workload["kind"], decision.create[1]["metadata"]["name"]) == ("Workload", "demo-g1")
+    said = decision.said_if_made(workload)
+    assert (said.type, said.reason) == (
+        "Warning",
+        "WorkloadRecreated",
+    ) and "made again before gang demo-g1" in said.message
+    assert said not in decision.events  # posted only if the create made it (cluster.apply): it may be there still
+    first = decide(_job(), Observed({}, {}, []), NOW, WITH_API)
+    (made,) = [child for child in first.create if child["kind"] == "Workload"]
+    assert first.said_if_made(made) is None  # the first gang's Workload is no news
+
+
+@pytest.mark.parametrize("there", [False, True], ids=["missing", "there"])
+def test_the_recreated_event_is_posted_only_when_the_workload_was_in_fact_made(there):
+    job = parse_job(base_job(maxRestarts=3) | {"metadata": {"name": "demo", "namespace": "ns", "uid": "stj-uid",
+                                                            "generation": 1}, "status": RUNNING})  # fmt: skip
+    decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
+    workload, posted = decision.create[0], []
+
+    def server(method, path, body=None, query=None, content_type=None):
+        if method == "POST" and path.endswith("/workloads") and there:
+            raise ApiException(status=409, reason="AlreadyExists")
+        if method == "GET":
+            return {"items": [workload]}  # ours: its ownerReferences name the job
+        if path.endswith("/events"):
+            posted.append(body["reason"])
+        return body | {
+            "metadata": {"name": "demo"} | body.get("metadata", {}) | {"namespace": "ns", "resourceVersion": "7"}
+        }
+
+    cluster = Cluster(api=None)
+    cluster._request = server
+    cluster.apply(ObjectRef("ns", "demo", "stj-uid", "5"), decision)
+    assert ("WorkloadRecreated" in posted) is not there and "Restarting" in posted

@@ -814,3 +814,21 @@ def test_disruptions_have_a_finite_limit_by_default():
     evicted = _pod(1, "Failed", exit_code=80)
     decision = decide(job, _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), evicted]), NOW)
     assert decision.status["phase"] == "Failed" and "maxDisruptions (30) reached" in decision.status["message"]
+
+
+def test_a_lost_status_write_of_a_restart_loses_neither_the_failed_gangs_record_nor_its_event():
+    """The restart's status patch failed (a burst of 500s), or the operator was killed before it: the next pass
+    finds g1 but a status that knows nothing of how g0 ended. The Job the restart made carries it."""
+    job = _job(status=_running())
+    crashed = _observed(job, {0: _child(job, 0)}, [_pod(0, "Running"), _pod(1, "Failed", exit_code=1)])
+    restart = decide(job, crashed, NOW)
+    (said,) = [event for event in restart.events if event.reason == "Restarting"]
+    (next_gang,) = restart.create
+    next_gang["status"] = {}
+    decision = decide(job, _observed(job, {1: next_gang}), NOW)  # the status as before the restart
+    assert decision.status["gangs"] == restart.status["gangs"] == [{"generation": 0, "ended": "Failed"}]
+    assert decision.status["phase"] == "Restarting" and "demo-g0-1-abcde failed (Error, exit code 1)" in said.message
+    assert decision.status["message"] == restart.status["message"] and decision.status["restarts"] == 1
+    assert [event for event in decision.events if event.reason == "Restarting"] == [said]  # the same Event: once
+    recorded = _job(status=decision.status)
+    assert "gangs" not in (decide(recorded, _observed(recorded, {1: next_gang}), NOW).status or {})

@@ -259,7 +259,10 @@ class Cluster:
         NetworkPolicy); the Jobs; the deletions of ended gangs' Jobs and the change to the running one; the
         status, which names the Jobs made, and the Events."""
         namespace, create = stj.namespace, functools.partial(self.create_child, stj.namespace)
-        self.at_once([functools.partial(create, obj) for obj in decision.create if obj["kind"] != "Job"])
+        needed_first = [obj for obj in decision.create if obj["kind"] != "Job"]
+        made = self.at_once([functools.partial(create, obj) for obj in needed_first])
+        made_now = [obj for obj, new in zip(needed_first, made, strict=True) if new]
+        news = [event for obj in made_now if (event := decision.said_if_made(obj)) is not None]
         jobs = [obj for obj in decision.create if obj["kind"] == "Job"]
         self.at_once(
             [functools.partial(create, obj) for obj in jobs if not is_probe(obj)]
@@ -269,7 +272,7 @@ class Cluster:
         if decision.patch_child_job is not None:
             changes.append(functools.partial(self.patch_child_job, namespace, decision.patch_child_job))
         self.at_once(changes)
-        said = [functools.partial(self.post_event, stj, event) for event in decision.events]
+        said = [functools.partial(self.post_event, stj, event) for event in (*decision.events, *news)]
         if decision.status is not None:
             said.append(functools.partial(self.patch_status, stj, decision.status))
         self.at_once(said)
@@ -287,9 +290,10 @@ class Cluster:
             return False
         return any(resource.get("name") == WORKLOADS.plural for resource in served.get("resources") or ())
 
-    def create_child(self, namespace: str, obj: dict[str, Any]) -> None:
-        """Create a rendered child. AlreadyExists is success when the object there is this ScaleTrainJob's
-        (an earlier reconcile made it), and NameConflict when it is not: it is never adopted."""
+    def create_child(self, namespace: str, obj: dict[str, Any]) -> bool:
+        """Create a rendered child; True if it was made (or made again, a Workload of an earlier spec replaced),
+        False if it was there. AlreadyExists is success when the object there is this ScaleTrainJob's (an
+        earlier reconcile made it), and NameConflict when it is not: it is never adopted."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         resource, store = {
             "Service": (SERVICES, self.cache.services),
@@ -302,6 +306,7 @@ class Cluster:
             if store is not None:
                 store.put(created)
             log.info("created %s %s/%s", kind, namespace, name)
+            return True
         except ApiException as error:
             if refused(error):
                 message = f"the API server refused {kind} {name}: {server_message(error)}"
@@ -311,11 +316,11 @@ class Cluster:
             query = [("fieldSelector", f"metadata.name={name}")]
             there = self._request("GET", resource.path(namespace), query=query)["items"]
             if not there:
-                return
+                return False
             if owned_by(there[0], owner_uid(obj)):
                 if kind == "Workload" and not gang_placement.same_gang(there[0], obj):
                     self._replace_workload(namespace, there[0], obj)
-                return
+                return False
             if (going := leftover_reason(there[0], obj)) is not None:
                 raise Leftover(f"{going}; waiting for its name to be free") from None
             message = f"{kind} {name} already exists and does not belong to this ScaleTrainJob; it is left alone"

@@ -28,6 +28,7 @@ EventReason = (
         "Hang",
         "CheckpointSetAside",
         "CapacityProbeFailed",
+        "WorkloadRecreated",
     ]
     | ControllerFailureReason
 )
@@ -71,9 +72,15 @@ class Decision:
     status: dict[str, Any] | None = None  # a merge patch of .status; None when nothing changed
     events: tuple[Event, ...] = ()
     delete_stj: bool = False  # the ScaleTrainJob itself (its children follow through ownerReferences)
+    # Events to post only if the child of that name was in fact made, not found there already (a create that
+    # may be a repeat: the decide layer cannot tell whether its object still exists).
+    if_made: dict[tuple[str, str], Event] = field(default_factory=dict)  # by the child's kind and name
     # Seconds until a timeout this decision waits on passes (scheduleTimeoutSeconds): decide again then,
     # even if no watch event comes. Not a change to carry out.
     recheck_after: float | None = None
+
+    def said_if_made(self, child: dict[str, Any]) -> Event | None:
+        return self.if_made.get((child["kind"], child["metadata"]["name"]))
 
     @property
     def changes_nothing(self) -> bool:

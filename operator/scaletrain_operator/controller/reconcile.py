@@ -57,7 +57,15 @@ from ..api.gang_policy import (
     restart_backoff,
     stalled,
 )
-from ..api.models import MAX_RESIZES, GangRecord, NodeCounts, Resize, ResizeReason, ScaleTrainJob
+from ..api.models import (
+    MAX_RESIZES,
+    GangRecord,
+    NodeCounts,
+    Resize,
+    ResizeReason,
+    ScaleTrainJob,
+    ScaleTrainJobStatus,
+)
 from ..api.node_exclusion import avoid_nodes, with_node_excluded
 from ..api.progress import final_progress, status_patch
 from ..api.render import (
@@ -91,6 +99,10 @@ SUSPENDED_BY_OPERATOR_ANNOTATION = f"{naming.GROUP}/suspended-at-spec-generation
 # On a gang's Job made suspended to wait out spec.restartBackoff: when the operator un-suspends it (RFC 3339). On
 # the Job, so that a lost status write cannot lose the wait.
 START_AFTER_ANNOTATION = f"{naming.GROUP}/start-after"
+# On the Job a restart after a failure made: how the gang before it ended (its record, and the restart's reason and
+# message, which name the failed pod and its exit). Made with the Job, in one write, as the Ledger is: a status
+# write that was lost, or an operator killed before it, cannot lose them (`_recover_gang_end`).
+ENDED_GANG_ANNOTATION = f"{naming.GROUP}/previous-gang-ended"
 SPEC_CHANGE = "the spec changed in a way the running gang cannot take"
 STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
 RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
@@ -459,7 +471,7 @@ class _Draft:
             delete_child_jobs=(*self.delete_child_jobs, *probe_ends),
             patch_child_job=patch_child_job,
             status=self.status.changes(status),
-            events=tuple(replace(event, occasion=when) for event in self.events),
+            events=tuple(replace(event, occasion=event.occasion or when) for event in self.events),
             recheck_after=self.recheck_after,
         )
 
@@ -477,32 +489,36 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
     """What to do next for `job`, given its children; see the module docstring. Whatever starts a gang first
     makes sure of what the gang needs beside its Services (creating either again is a no-op): the job's
     NetworkPolicy, with `settings.network_policy_from` (the operator's namespace); and its Workload, with
-    gang placement, unless the last gang was placed by it (it may be missing before a first gang, whose
-    Workload's create may have failed while the Services' went through, and before the first gang placed
-    by it after one that was not, when the cluster began to serve the API or the spec asked for it)."""
+    gang placement. The Workload is not read back, and it may be missing before any gang: its create failed
+    while the Services' went through, the cluster began to serve the API, or someone deleted it. A Workload
+    made again for a gang after the first says so in a Warning Event, once it was in fact made (`if_made`):
+    without it the gang's pods would be placed one by one."""
     sized = at_gang_size(job, observed)
     decision = _decide(sized, job, observed, now, settings)
-    first = []
+    first: list[dict[str, Any]] = []
+    if_made: dict[tuple[str, str], Event] = {}
     if settings.network_policy_from and decision.create:
         first.append(render_network_policy(job, settings.network_policy_from))
-    if _starts_a_gang(decision) and _workload_due(job, observed, settings, decision):
-        first.append(render_workload(sized))
-    return replace(decision, create=(*first, *decision.create)) if first else decision
+    gang = next((child for child in decision.create if _gang_job(child)), None)
+    made = any(child["kind"] == "Workload" for child in decision.create)  # a spec change makes it again
+    if gang is not None and not made and gang_placement.uses_workload(job.spec, settings.workload_api):
+        workload = render_workload(sized)
+        first.append(workload)
+        if naming.generation_of(gang["metadata"]["name"]) > 0:
+            name, gang_name = workload["metadata"]["name"], gang["metadata"]["name"]
+            message = (
+                f"Workload {name} was missing (deleted by someone else): made again before gang {gang_name}, which "
+                "it places as one gang"
+            )
+            when = occasion(gang_name, job.metadata.generation)
+            if_made["Workload", name] = Event("Warning", "WorkloadRecreated", message, when)
+    if not first:
+        return decision
+    return replace(decision, create=(*first, *decision.create), if_made={**decision.if_made, **if_made})
 
 
-def _starts_a_gang(decision: Decision) -> bool:
-    return any(child["kind"] == "Job" and not capacity_probe.is_probe(child) for child in decision.create)
-
-
-def _workload_due(job: ScaleTrainJob, observed: Observed, settings: OperatorConfig, decision: Decision) -> bool:
-    """Whether the job's gangs are placed by its Workload, which may be missing (see decide) and is not among
-    `decision`'s creates already (a spec change makes it again)."""
-    if not gang_placement.uses_workload(job.spec, settings.workload_api):
-        return False
-    if any(child["kind"] == "Workload" for child in decision.create):
-        return False
-    newest = observed.jobs[max(observed.jobs)] if observed.jobs else None
-    return newest is None or not gang_placement.placed_by_workload(newest)
+def _gang_job(child: Mapping[str, Any]) -> bool:
+    return child["kind"] == "Job" and not capacity_probe.is_probe(child)
 
 
 def _decide(
@@ -547,6 +563,7 @@ def _decide(
     if current is None:  # first start, or a restart whose create did not happen yet
         return _start_gang(job, draft, for_gang(job, desired, ledger))
     status.fields["currentJob"] = current["metadata"]["name"]
+    job, lost = _recover_gang_end(job, draft, current)
     # Judge first, then change: a pod that failed in the same pass as a spec change, or while its gang stops
     # for one (a save that failed on the way out), is the gang's end, and its record says so.
     status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
@@ -560,6 +577,8 @@ def _decide(
         return _fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
         return _restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
+    if lost is not None:
+        return draft.done(status.phase("Restarting", *lost))
     # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
     # handover even should the spec have changed back to the running size meanwhile.
     if _hash_of(current) != _hash_of(desired) or planned_resize(current)[0] is not None:
@@ -751,6 +770,8 @@ def _restart_after_failure(
     if after.excluded_nodes != ledger.excluded_nodes:
         message += f"; the next gangs avoid node {verdict.avoid_node}"
     next_gang, status = for_gang(job, desired, after), draft.status
+    note = {"gang": ended.model_dump(mode="json", by_alias=True, exclude_none=True), "reason": verdict.reason}
+    next_gang["metadata"]["annotations"][ENDED_GANG_ANNOTATION] = json.dumps(note | {"message": bounded(message)})
     # With a queue, Kueue decides when the next gang starts (it admits the Job).
     queued = job.queue is not None or (current is not None and admission_managed(job.queue, current))
     started = _gang_started(current) if current is not None else None
@@ -768,6 +789,30 @@ def _restart_after_failure(
         draft.recheck_in(wait)
         message += f"; the next gang starts in {wait} s (spec.restartBackoff: {quick} quick restarts in a row)"
     return _restart(draft, current, next_gang, message, warning=True, reason=verdict.reason)
+
+
+def _recover_gang_end(
+    job: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any]
+) -> tuple[ScaleTrainJob, tuple[str, str | None] | None]:
+    """The record of how the gang before `current` ended, and its Restarting Event, made again from what
+    `current` carries (ENDED_GANG_ANNOTATION) where the status lacks that gang: the status write of the restart
+    was lost, or the operator was killed before it. The Event is the one the restart posted, if it did (the same
+    occasion: posted once). Returns `job` with the record among its gangs, and the restart's message and reason
+    for the Restarting condition; `job` as it is and None where nothing was lost."""
+    try:
+        note = json.loads((current["metadata"].get("annotations") or {}).get(ENDED_GANG_ANNOTATION) or "null")
+        ended = GangRecord.model_validate(note["gang"]) if isinstance(note, dict) else None
+    except (ValueError, KeyError, TypeError):  # anyone who may edit Jobs may write it
+        return job, None
+    history = job.status.gangs if job.status is not None else []
+    if ended is None or any(gang.generation == ended.generation for gang in history):
+        return job, None
+    message, reason = bounded(str(note.get("message", ""))), note.get("reason")
+    record_gang_end(draft, job, ended)
+    gone = naming.child_job_name(job.name, ended.generation)
+    draft.events.append(Event("Warning", "Restarting", message, occasion(gone, draft.status.generation)))
+    status = (job.status or ScaleTrainJobStatus()).model_copy(update={"gangs": kept([*history, ended])})
+    return job.model_copy(update={"status": status}), (message, reason if isinstance(reason, str) else None)
 
 
 def _gang_started(child_job: Mapping[str, Any]) -> datetime | None:
