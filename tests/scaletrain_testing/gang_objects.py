@@ -16,6 +16,7 @@ from scaletrain_operator.controller.reconcile import Observed, with_spec_hash
 from .jobs import base_job
 
 ELASTIC = {"minNodes": 2, "scaleDownAfterSeconds": 120, "scaleUp": {"checkEverySeconds": 300}}
+PROBE_CLASS = "scaletrain-capacity-probe"  # the chart's PriorityClass for probes (value 0, preemptionPolicy Never)
 
 
 def operator_suspends(child_job: str, spec_generation: int = 1, **annotations: str) -> ChildJobPatch:
@@ -108,6 +109,6 @@ def observed(
 
 def probe_of(job: ScaleTrainJob, gang: dict[str, Any], pods: int, created: datetime) -> dict[str, Any]:
     """The capacity probe the operator made for `job`'s running gang `gang`, as the API server holds it."""
-    probe = render_probe(job, pods, gang)
+    probe = render_probe(job, pods, gang, PROBE_CLASS)
     probe["metadata"]["creationTimestamp"] = rfc3339(created)
     return probe

@@ -207,7 +207,8 @@ def test_bad_values_are_refused_with_the_field_named(chart, values, error, names
     ("values", "made", "named"),
     [
         ({}, True, "scaletrain-capacity-probe"),
-        ({"watchNamespaces": ["team-a"]}, False, None),  # nothing cluster-wide
+        # Cluster-scoped, named after the release's namespace: several namespaced releases do not claim one name.
+        ({"watchNamespaces": ["team-a"]}, True, "scaletrain-scaletrain-system-capacity-probe"),
         ({"watchNamespaces": ["team-a"], "capacityProbePriorityClass": "probes"}, False, "probes"),
     ],
 )

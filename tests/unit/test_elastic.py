@@ -24,6 +24,7 @@ from scaletrain_operator.controller.reconcile import (
 )
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_testing.gang_objects import (
+    PROBE_CLASS,
     elastic_job,
     gang_job,
     gang_pod,
@@ -38,6 +39,7 @@ from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 HOUR_AGO = NOW - timedelta(hours=1)
+PROBING = OperatorConfig(probe_priority_class=PROBE_CLASS)
 RUNNING = {"phase": "Running", "currentJob": "demo-g0", "startTime": rfc3339(HOUR_AGO)}
 
 
@@ -156,7 +158,7 @@ def test_a_gang_below_its_size_probes_for_room_every_check_interval():
     assert decision.create == () and decision.recheck_after == 100
     assert decision.status["message"] == "2 of 2 nodes active (spec.nodes is 3; growing back when there is room)"
     gang = gang_job(job, 0, 2, created=NOW - timedelta(seconds=300))
-    probing = decide(job, observed(job, {0: gang}, running), NOW)
+    probing = decide(job, observed(job, {0: gang}, running), NOW, PROBING)
     (probe,) = probing.create
     assert probing.status["capacityProbedAt"] == rfc3339(NOW) and probing.recheck_after == PROBE_TIMEOUT_S
     assert probe["metadata"]["name"] == "demo-probe" and probe["spec"]["completions"] == 1
@@ -164,17 +166,24 @@ def test_a_gang_below_its_size_probes_for_room_every_check_interval():
     gang_pod_spec = gang["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "a100"} and pod.get("tolerations") == gang_pod_spec.get("tolerations")
     assert [c["resources"] for c in pod["containers"]] == [c["resources"] for c in gang_pod_spec["containers"]]
-    assert pod["containers"][0]["command"] == ["sleep", "3600"] and "priorityClassName" not in pod
+    assert pod["containers"][0]["command"] == ["sleep", "3600"] and pod["priorityClassName"] == PROBE_CLASS
     # Not a pod of the gang (whose pods are found by their generation), nor of the gang's Job.
     labels = probe["spec"]["template"]["metadata"]["labels"]
     assert LABEL_GENERATION not in labels and "job-name" not in labels and "controller-uid" not in labels
-    settings = OperatorConfig(probe_priority_class="scaletrain-capacity-probe")
-    (classed,) = decide(job, observed(job, {0: gang}, running), NOW, settings).create
-    assert classed["spec"]["template"]["spec"]["priorityClassName"] == "scaletrain-capacity-probe"
     # The last probe ended 100 s ago: the next one is due in 200 s.
     probed_at = {"capacityProbedAt": rfc3339(NOW - timedelta(seconds=100))}
     probed = elastic_job(status=RUNNING | probed_at, nodeSelector={"pool": "a100"})
-    assert decide(probed, observed(probed, {0: gang}, running), NOW).recheck_after == 200
+    assert decide(probed, observed(probed, {0: gang}, running), NOW, PROBING).recheck_after == 200
+
+
+def test_without_a_class_that_preempts_nothing_no_probe_is_made_and_the_gang_does_not_grow():
+    """A probe of the gang's own class (say 1000) could preempt another tenant's pod and grow into its room."""
+    job = elastic_job(status=RUNNING, priorityClassName="team-high")
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Running"), gang_pod(1, "Running")]), NOW)
+    assert decision.create == () and decision.status["phase"] == "Running"
+    (said,) = decision.events
+    assert said.reason == "CapacityProbeFailed" and "the gang does not grow back" in said.message
 
 
 def test_a_probe_the_scheduler_placed_stops_the_gang_to_grow_it_and_goes():
@@ -324,7 +333,7 @@ class RefusingCluster(Cluster):
 def test_a_probe_the_api_server_refuses_fails_nothing_and_says_why():
     job = elastic_job(status=RUNNING)
     gang = gang_job(job, 0, 2, created=HOUR_AGO)
-    decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Running"), gang_pod(1, "Running")]), NOW)
+    decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Running"), gang_pod(1, "Running")]), NOW, PROBING)
     assert [child["metadata"]["name"] for child in decision.create] == ["demo-probe"]
     cluster = RefusingCluster()
     cluster.apply(ObjectRef("team-a", "demo", "6f1c2a7e-1111-4c3b-9a61-0123456789ab"), decision)

@@ -46,11 +46,14 @@ app.kubernetes.io/component: operator
 {{- .Files.Get "files/rbac-rules.yaml" -}}
 {{- end -}}
 
-{{/* The PriorityClass of capacity probes: the one named, else the chart's own (cluster-wide only), else none. */}}
+{{/* The PriorityClass of capacity probes: the one named, else the chart's own (a namespaced install's named after
+its namespace too: the class is cluster-wide). */}}
 {{- define "scaletrain.probePriorityClass" -}}
 {{- if .Values.capacityProbePriorityClass -}}
 {{- .Values.capacityProbePriorityClass -}}
-{{- else if not .Values.watchNamespaces -}}
+{{- else if .Values.watchNamespaces -}}
+{{- printf "%s-%s-capacity-probe" (include "scaletrain.fullname" .) .Release.Namespace | trunc 253 -}}
+{{- else -}}
 {{- include "scaletrain.fullname" . }}-capacity-probe
 {{- end -}}
 {{- end }}

@@ -62,13 +62,11 @@ def probe_name(job_name: str) -> str:
     return f"{job_name}-probe"
 
 
-def render_probe(
-    job: ScaleTrainJob, pods: int, gang_job: Mapping[str, Any], priority_class: str = ""
-) -> dict[str, Any]:
+def render_probe(job: ScaleTrainJob, pods: int, gang_job: Mapping[str, Any], priority_class: str) -> dict[str, Any]:
     """A Job of `pods` placeholder pods that are placed, and admitted, as a pod of `gang_job` (the current
     gang's Job: its pods' requests, placement and the nodes it avoids, their labels, annotations and service
     account) would be, each sleeping in the gang's image; of `priority_class` (the operator's, with
-    preemptionPolicy Never), else of the gang's (so that a quota or a policy keyed on it treats both alike)."""
+    preemptionPolicy Never: never the gang's, which may preempt other tenants' pods)."""
     template = gang_job["spec"]["template"]
     gang_pod = template["spec"]
     pod_spec: dict[str, Any] = {key: copy.deepcopy(gang_pod[key]) for key in KEPT_KEYS if key in gang_pod}
@@ -77,8 +75,7 @@ def render_probe(
         "terminationGracePeriodSeconds": 1,
         "containers": [_placeholder(container, SLEEP_S) for container in gang_pod["containers"]],
     }
-    if priority_class := priority_class or gang_pod.get("priorityClassName", ""):
-        pod_spec["priorityClassName"] = priority_class
+    pod_spec["priorityClassName"] = priority_class
     if init := gang_pod.get("initContainers"):
         # Init containers count towards the pod's requests too; a sidecar (restartPolicy Always) keeps running.
         pod_spec["initContainers"] = [

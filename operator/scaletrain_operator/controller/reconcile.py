@@ -1055,6 +1055,11 @@ def failed_growths(asked: ScaleTrainJob) -> int:
 
 
 MAX_PROBE_BACKOFF = 16  # times checkEverySeconds, at the most
+NO_PROBE_CLASS = (
+    "no capacity probe: the operator has no PriorityClass that preempts nothing for probes (--probe-priority-class; "
+    "the chart makes one, or capacityProbePriorityClass names one), and a probe of the gang's class could preempt "
+    "other tenants' pods: the gang does not grow back"
+)
 
 
 def _grow_back(
@@ -1070,6 +1075,9 @@ def _grow_back(
     if probe is None:
         if (due := _next_probe_in(asked, draft, current, spec.elastic.scale_up.check_every_seconds)) > 0:
             draft.recheck_in(due)
+            return None
+        if not priority_class:  # the gang's own class may preempt other tenants' pods: no probe at all
+            draft.events.append(Event("Warning", "CapacityProbeFailed", NO_PROBE_CLASS))
             return None
         draft.create.append(capacity_probe.render_probe(asked, spec.nodes - size, current, priority_class))
         # When it started: the next is due a check interval later, whether this one is judged or cannot be
