@@ -154,7 +154,7 @@ def test_a_gang_below_its_size_probes_for_room_every_check_interval():
     job = elastic_job(status=RUNNING, nodeSelector={"pool": "a100"})
     running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
     young = gang_job(job, 0, 2, created=NOW - timedelta(seconds=200))
-    decision = decide(job, observed(job, {0: young}, running), NOW)
+    decision = decide(job, observed(job, {0: young}, running), NOW, PROBING)
     assert decision.create == () and decision.recheck_after == 100
     assert decision.status["message"] == "2 of 2 nodes active (spec.nodes is 3; growing back when there is room)"
     gang = gang_job(job, 0, 2, created=NOW - timedelta(seconds=300))
@@ -304,7 +304,41 @@ def test_each_growth_that_could_not_be_placed_doubles_the_time_to_the_next_probe
     for flaps, due in ((1, 600), (2, 1200)):
         job = elastic_job(status=RUNNING | {"resizes": flapped * flaps})
         gang = gang_job(job, 0, 2, created=NOW)
-        assert decide(job, observed(job, {0: gang}, running), NOW).recheck_after == due
+        assert decide(job, observed(job, {0: gang}, running), NOW, PROBING).recheck_after == due
+
+
+def test_after_four_growths_in_a_row_that_could_not_be_placed_the_probes_stop_and_say_so():
+    """A probe that always fits where the gang never does (a host port it lacked, say) made the gang flap for ever."""
+    flapped = [_resized(2, 3, "CapacityReturned"), _resized(3, 2, "CapacityTaken")]
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    job = elastic_job(status=RUNNING | {"resizes": flapped * 4})
+    decision = decide(job, observed(job, {0: gang_job(job, 0, 2, created=HOUR_AGO)}, running), NOW, PROBING)
+    assert decision.create == () and decision.status["phase"] == "Running"
+    (said,) = decision.events
+    assert (
+        said.reason == "CapacityProbeFailed" and "4 times in a row" in said.message and "kubectl scale" in said.message
+    )
+    # kubectl scale, a resize of another kind, ends the run of failed growths: the probes come again.
+    scaled = elastic_job(status=RUNNING | {"resizes": [*flapped * 4, _resized(3, 2, "Scaled")]})
+    again = decide(scaled, observed(scaled, {0: gang_job(scaled, 0, 2, created=HOUR_AGO)}, running), NOW, PROBING)
+    assert [child["metadata"]["name"] for child in again.create] == ["demo-probe"]
+
+
+def test_a_probe_asks_for_the_gangs_host_ports_and_claims_or_there_is_none():
+    """A probe that dropped the gang's host port fitted on nodes where the gang could not, for ever."""
+    template = {"spec": {"containers": [{"name": "trainer", "ports": [{"containerPort": 7000, "hostPort": 7000}]}]}}
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": "shards"}}
+    job = elastic_job(status=RUNNING, podTemplate=template, volumes=[claim],
+                      volumeMounts=[{"name": "data", "mountPath": "/data"}])  # fmt: skip
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    (probe,) = decide(job, observed(job, {0: gang_job(job, 0, 2, created=HOUR_AGO)}, running), NOW, PROBING).create
+    pod = probe["spec"]["template"]["spec"]
+    trainer = next(container for container in pod["containers"] if container["name"] == "trainer")
+    assert {"containerPort": 7000, "hostPort": 7000} in trainer["ports"] and pod["volumes"] == [claim]
+    claims = {"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}}
+    devices = elastic_job(status=RUNNING, podTemplate=claims)
+    decision = decide(devices, observed(devices, {0: gang_job(devices, 0, 2, created=HOUR_AGO)}, running), NOW, PROBING)
+    assert decision.create == () and "resourceClaims" in decision.events[0].message
 
 
 def test_a_gang_whose_job_was_deleted_restarts_at_the_size_it_had():

@@ -2,12 +2,14 @@
 
 It asks the scheduler itself, so that nothing here re-implements it: a Job of placeholder pods, one for
 each node the gang lacks, with the gang's own placement (node selector, affinity, tolerations, scheduler,
-the nodes it avoids) and the same requests as a pod of the gang. Each pod the scheduler places is room for
+the nodes it avoids), the same requests, host ports and volume claims as a pod of the gang. A gang whose
+pods need what a placeholder cannot ask for as well (devices claimed through resourceClaims, generic
+ephemeral volumes) is not probed for (`cannot_speak_for`). Each pod the scheduler places is room for
 one more node. The probe is deleted as soon as the scheduler placed every pod of it or said it cannot (or
 after PROBE_TIMEOUT_S); its pods only sleep until then.
 
 The pods take the operator's probe PriorityClass (the chart makes it, with preemptionPolicy Never): a
-probe never preempts anything. Without one (a namespaced install that names none) they take the gang's.
+probe never preempts anything. Without one there is no probe.
 Each is placed on its own (not as a gang), so the scheduler says how many fit, and the gang grows to the
 largest allowed size that does. The running gang keeps training all the while: if no room is found, or
 the API server refuses the probe, nothing changes; if room is found, the gang stops at a step boundary
@@ -44,6 +46,7 @@ KEPT_KEYS = (
     "securityContext",
     "serviceAccountName",
     "automountServiceAccountToken",
+    "hostNetwork",  # with the containers' ports: a host port taken on a node keeps a pod off it
 )
 # Labels of the gang's pod template that are not the probe's: its generation and rank (which would make the
 # probe's pods the gang's), and the ones the Job controller adds to its own Job's template (the API server
@@ -70,6 +73,9 @@ def render_probe(job: ScaleTrainJob, pods: int, gang_job: Mapping[str, Any], pri
     template = gang_job["spec"]["template"]
     gang_pod = template["spec"]
     pod_spec: dict[str, Any] = {key: copy.deepcopy(gang_pod[key]) for key in KEPT_KEYS if key in gang_pod}
+    # A claim's volume may be reachable from some nodes only (its PersistentVolume's node affinity, a zone).
+    if claims := [volume for volume in gang_pod.get("volumes") or () if "persistentVolumeClaim" in volume]:
+        pod_spec["volumes"] = copy.deepcopy(claims)
     pod_spec |= {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 1,
@@ -101,10 +107,22 @@ def render_probe(job: ScaleTrainJob, pods: int, gang_job: Mapping[str, Any], pri
 def _placeholder(container: Mapping[str, Any], seconds: int) -> dict[str, Any]:
     kept = {
         key: container[key]
-        for key in ("name", "image", "resources", "restartPolicy", "securityContext")
+        for key in ("name", "image", "resources", "restartPolicy", "securityContext", "ports")
         if key in container
     }
     return kept | {"command": ["sleep", str(seconds)]}
+
+
+def cannot_speak_for(gang_job: Mapping[str, Any]) -> str | None:
+    """Why a probe's word would not hold for the gang of `gang_job`, whose pods need what a placeholder pod
+    cannot ask for as well: devices claimed through resourceClaims (a claim is shared or made per pod), or
+    generic ephemeral volumes (each makes a claim of its own). None: a probe asks what the gang would."""
+    pod = gang_job["spec"]["template"]["spec"]
+    if pod.get("resourceClaims"):
+        return "its pods claim devices (resourceClaims), which a probe's placeholder pods cannot claim as well"
+    if any("ephemeral" in volume for volume in pod.get("volumes") or ()):
+        return "its pods have generic ephemeral volumes, which a probe's placeholder pods would make claims for"
+    return None
 
 
 def is_probe(obj: Mapping[str, Any]) -> bool:

@@ -1108,7 +1108,7 @@ class ScaleTrainJobStatus(SpecModel):
         None,
         description="With spec.elastic, while the gang runs below nodes: when the last capacity probe started "
         "(RFC 3339); the next starts elastic.scaleUp.checkEverySeconds later (doubled for each growth in a row "
-        "that could not be placed, up to 16 times).",
+        "that could not be placed; after 4 in a row, no more probes until kubectl scale sets a size).",
     )
     gangs: list[GangRecord] = Field(
         default_factory=list,

@@ -1054,12 +1054,27 @@ def failed_growths(asked: ScaleTrainJob) -> int:
     return count
 
 
-MAX_PROBE_BACKOFF = 16  # times checkEverySeconds, at the most
+MAX_FAILED_GROWTHS = 4  # in a row (each doubles the time to the next probe): then the probes stop
 NO_PROBE_CLASS = (
-    "no capacity probe: the operator has no PriorityClass that preempts nothing for probes (--probe-priority-class; "
-    "the chart makes one, or capacityProbePriorityClass names one), and a probe of the gang's class could preempt "
-    "other tenants' pods: the gang does not grow back"
+    "the operator has no PriorityClass that preempts nothing for probes (--probe-priority-class; the chart makes "
+    "one, or capacityProbePriorityClass names one), and a probe of the gang's class could preempt other tenants' "
+    "pods: the gang does not grow back"
 )
+
+
+def _no_probe(asked: ScaleTrainJob, current: Mapping[str, Any], priority_class: str) -> str | None:
+    """Why the gang is not probed for room at all (None: it is): a probe could preempt, could not ask what the
+    gang would, or its word did not hold MAX_FAILED_GROWTHS times in a row (kubectl scale starts them again)."""
+    if not priority_class:
+        return NO_PROBE_CLASS
+    if (why := capacity_probe.cannot_speak_for(current)) is not None:
+        return f"{why}: the gang does not grow back on a probe's word"
+    if (failed := failed_growths(asked)) >= MAX_FAILED_GROWTHS:
+        return (
+            f"the gang grew on a probe's word {failed} times in a row and could not be placed (the probe's pods fit "
+            "where the gang's do not): no more probes until kubectl scale sets a size"
+        )
+    return None
 
 
 def _grow_back(
@@ -1073,11 +1088,11 @@ def _grow_back(
         return None
     probe, now = observed.probe, status.now
     if probe is None:
+        if (why_not := _no_probe(asked, current, priority_class)) is not None:
+            draft.events.append(Event("Warning", "CapacityProbeFailed", f"no capacity probe: {why_not}"))
+            return None
         if (due := _next_probe_in(asked, draft, current, spec.elastic.scale_up.check_every_seconds)) > 0:
             draft.recheck_in(due)
-            return None
-        if not priority_class:  # the gang's own class may preempt other tenants' pods: no probe at all
-            draft.events.append(Event("Warning", "CapacityProbeFailed", NO_PROBE_CLASS))
             return None
         draft.create.append(capacity_probe.render_probe(asked, spec.nodes - size, current, priority_class))
         # When it started: the next is due a check interval later, whether this one is judged or cannot be
@@ -1112,7 +1127,7 @@ def _grow_back(
 def _next_probe_in(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], check_every: int) -> float:
     """Seconds until the next capacity probe is due: `check_every` (doubled for each failed growth in a row,
     `failed_growths`) after the last probe started, or after the gang's Job was made."""
-    every = check_every * min(2 ** failed_growths(asked), MAX_PROBE_BACKOFF)
+    every = check_every * 2 ** min(failed_growths(asked), MAX_FAILED_GROWTHS)
     now, created = draft.status.now, current["metadata"].get("creationTimestamp")
     last = max(filter(None, (draft.status.before.capacity_probed_at, parse_timestamp(created) if created else now)))
     return every - (now - min(last, now)).total_seconds()  # a clock ahead of ours delays no probe
