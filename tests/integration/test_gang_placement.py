@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from scaletrain_operator.api.gang_placement import pod_group_name
 from scaletrain_testing.control_plane import ControlPlane, unavailable_reason
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kube import Kube
@@ -83,7 +84,10 @@ def test_a_gang_that_does_not_fit_binds_no_pod_and_starts_whole_once_it_fits(con
         gang_job(team, "whole", nodes=2)
         looked = wait_until(lambda: looked_at_by_the_scheduler(team, "whole-g0", 2), CONTROLLERS_REACTION_S,
                             "the scheduler to try both pods of whole")  # fmt: skip
-        assert all(pod["spec"]["schedulingGroup"]["podGroupName"] for pod in looked)  # the Job's PodGroup
+        # The Job's PodGroup, of the job's Workload: named as the operator expects (foreign_pod_group).
+        assert {pod["spec"]["schedulingGroup"]["podGroupName"] for pod in looked} == {
+            pod_group_name("whole", "gang-even")
+        }
         (workload,) = team.children("whole", "workloads")
         assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"] == 2
         never_bound(team, "whole-g0")

@@ -319,3 +319,27 @@ def test_the_recreated_event_is_posted_only_when_the_workload_was_in_fact_made(t
     cluster._request = server
     cluster.apply(ObjectRef("ns", "demo", "stj-uid", "5"), decision)
     assert ("WorkloadRecreated" in posted) is not there and "Restarting" in posted
+
+
+def test_a_gang_that_the_job_controller_put_in_another_workloads_pod_group_restarts_to_be_placed_by_the_jobs():
+    """A co-tenant's Workload "decoy" names the job in its controllerRef, with minCount 1: the Job controller took
+    it for the job's and the pods landed in its PodGroup, to be placed one by one."""
+    job = _job(status=RUNNING)
+    theirs, ours = [_pod(0, "Running"), _pod(1, "Pending")], [_pod(0, "Running"), _pod(1, "Running")]
+    for pod in theirs:
+        pod["spec"] = {"schedulingGroup": {"podGroupName": gang_placement.pod_group_name("decoy", "gang-even")}}
+    for pod in ours:
+        pod["spec"] = {"schedulingGroup": {"podGroupName": gang_placement.pod_group_name("demo", "gang-even")}}
+    assert decide(job, _running_observed(job, ours), NOW, WITH_API).create == ()
+    decision = decide(job, _running_observed(job, theirs), NOW, WITH_API)
+    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
+    assert decision.status["disruptions"] == 1 and decision.status["restarts"] == 0  # not the job's doing
+    (said,) = [event for event in decision.events if event.reason == "ForeignWorkload"]
+    assert "PodGroup decoy-gang-even-" in said.message and "delete the other Workload" in said.message
+
+
+def test_the_pod_group_name_is_the_job_controllers():
+    """computePodGroupName of Kubernetes 1.37 (pkg/controller/job): the names, and an FNV-1a hash of both, in the
+    alphabet of rand.SafeEncodeString; the integration tier compares it with what the Job controller made."""
+    assert gang_placement.pod_group_name("whole", "gang-even") == "whole-gang-even-6c46c56894"  # Go's hash/fnv
+    assert gang_placement.pod_group_name("demo", "gang-odd") == "demo-gang-odd-7578f5bc8f"

@@ -24,6 +24,7 @@ the operator's start), workload requires it, none leaves each pod to the schedul
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import naming
@@ -105,6 +106,34 @@ def delegated(rendered_job: dict[str, Any], job: ScaleTrainJob, generation: int)
     if (topology := workload_topology(job)) is not None:
         annotations[GANG_TOPOLOGY_ANNOTATION] = topology
     return rendered_job
+
+
+# kube's rand.SafeEncodeString alphabet (k8s.io/apimachinery/pkg/util/rand), which the Job controller's PodGroup
+# names end in.
+_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def pod_group_name(workload: str, template: str) -> str:
+    """The name the Job controller gives the PodGroup it makes from `template` of Workload `workload`
+    (computePodGroupName in pkg/controller/job of Kubernetes 1.37): both names, and an FNV-1a hash of them.
+    The names here are short enough never to be cut."""
+    hashed = 0x811C9DC5
+    for byte in (workload + template).encode():
+        hashed = ((hashed ^ byte) * 0x01000193) & 0xFFFFFFFF
+    encoded = "".join(_SAFE_ALPHABET[ord(char) % len(_SAFE_ALPHABET)] for char in str(hashed))
+    return f"{workload}-{template}-{encoded}"
+
+
+def foreign_pod_group(child_job: dict[str, Any], workload: str, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The PodGroup of a pod of `child_job`'s gang that Workload `workload` did not make: the Job controller
+    takes the first Workload whose spec.controllerRef names the job, and anyone who may create Workloads in the
+    namespace can make one that does (with another gang size). None: every pod is in the job's own group."""
+    template = ((child_job.get("metadata") or {}).get("annotations") or {}).get(GROUP_TEMPLATE_ANNOTATION)
+    if template is None:
+        return None
+    ours = pod_group_name(workload, template)
+    groups = {((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") for pod in pods}
+    return next((group for group in sorted(groups - {None, ours})), None)
 
 
 def placed_by_workload(child_job: dict[str, Any]) -> bool:

@@ -306,8 +306,9 @@ def meaning(cause: PodOutcome | None, job_failure: str | None, rules: Sequence[F
         for rule in rules:
             if rule_matches(rule, cause):
                 return Meaning(rule.action, rule.name, rule.exclude_node, rule=True)
-    # The disrupted pod is gone already; or Kueue took the gang's quota back (it suspended the Job).
-    if cause is None and job_failure in (naming.DISRUPTED_JOB, naming.QUEUE_PREEMPTED):
+    # The disrupted pod is gone already; Kueue took the gang's quota back (it suspended the Job); or another
+    # Workload took the gang (not the job's doing).
+    if cause is None and job_failure in (naming.DISRUPTED_JOB, naming.QUEUE_PREEMPTED, naming.FOREIGN_WORKLOAD):
         return Meaning(BUILT_IN_MEANINGS[DISRUPTION], DISRUPTION)
     if cause is None:
         return Meaning("RestartGang", job_failure, job_failure == HANG_RESULT)
@@ -333,7 +334,10 @@ def rule_matches(rule: FailurePolicyRule, pod: PodOutcome) -> bool:
 
 
 # A gang that ended with no pod to blame, in words, where "the gang's Job failed (REASON)" would mislead.
-GANG_ENDINGS = {naming.QUEUE_PREEMPTED: "Kueue preempted the gang (it suspended the gang's Job to free its quota)"}
+GANG_ENDINGS = {
+    naming.QUEUE_PREEMPTED: "Kueue preempted the gang (it suspended the gang's Job to free its quota)",
+    naming.FOREIGN_WORKLOAD: "the gang was placed through another Workload than the job's",
+}
 
 
 def judge(

@@ -29,6 +29,7 @@ EventReason = (
         "CheckpointSetAside",
         "CapacityProbeFailed",
         "WorkloadRecreated",
+        "ForeignWorkload",
     ]
     | ControllerFailureReason
 )

@@ -594,6 +594,14 @@ def _decide(
     if preempted(job, current, observed.pods):
         message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
         return _gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, failing)
+    if gang and (foreign := gang_placement.foreign_pod_group(current, job.name, observed.pods)) is not None:
+        message = (
+            f"pods of Job {current['metadata']['name']} are in PodGroup {foreign}, not one of the job's Workload "
+            f"{job.name}: another Workload in the namespace names this job in its spec.controllerRef, and the Job "
+            "controller took it (its gang may be of another size). The gang restarts to be placed by the job's own; "
+            "delete the other Workload"
+        )
+        return _gang_ended(job, draft, current, desired, ledger, naming.FOREIGN_WORKLOAD, message, failing)
     if (due := broken_promise(job, generation, settings.progress_timeout_seconds)) is not None:
         return _gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
     return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
@@ -667,9 +675,9 @@ def _gang_ended(
     why: str,
     ending: GangRecord,
 ) -> Decision:
-    """The gang ended with no pod failing: someone else deleted its Job (and so its pods), it hung, or Kueue
-    preempted it. The gang policy takes the first two as failures, counted against maxRestarts, and a
-    preemption as a disruption; the next generation starts."""
+    """The gang ended with no pod failing: someone else deleted its Job (and so its pods), it hung, Kueue
+    preempted it, or another Workload took it. The gang policy takes the first two as failures, counted
+    against maxRestarts, and the others as disruptions; the next generation starts."""
     verdict = judge(
         [],
         GangLimits.of(job.spec),
