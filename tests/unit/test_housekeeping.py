@@ -150,18 +150,12 @@ def test_the_newest_failed_create_of_each_job_is_its_reason():
 
 def test_a_new_reason_to_wait_for_admission_keeps_when_the_job_began_to_wait():
     """metav1 conditions: lastTransitionTime changes with the status, not with the message."""
-    cache, patches = Cache(), []
     waiting = {"type": "Queued", "status": "True", "reason": "WaitingForAdmission", "message": "insufficient quota",
                "lastTransitionTime": "2026-12-02T11:00:00Z"}  # fmt: skip
     stj = _stj(current_job="demo-g0")
     stj["spec"]["queueName"] = "team"
     stj["status"] = {"phase": "Pending", "currentJob": "demo-g0", "conditions": [waiting]}
-    cache.scaletrainjobs.put(stj)
-    cache.jobs.put(_job(0) | {"spec": {"suspend": True}})
-    cluster = SimpleNamespace(cache=cache, patch_status=lambda where, status: patches.append(status))
-    housekeeping = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None)
-    housekeeping.report_queue_wait(stj, lambda namespace: {"job-uid-0": "no domain of the topology holds the gang"})
-    ((queued,),) = [status["conditions"] for status in patches]
+    queued = _queue_wait_reported(stj, "no domain of the topology holds the gang")
     assert queued["message"] == "no domain of the topology holds the gang"
     assert queued["lastTransitionTime"] == "2026-12-02T11:00:00Z"
 
@@ -182,14 +176,21 @@ def test_a_gang_smaller_than_nodes_with_all_its_pods_lacks_none():
 
 def test_a_job_without_a_queue_whose_job_kueue_suspended_says_why_it_waits():
     """Where Kueue manages every Job, a job that names no queue waits for admission all the same."""
-    cache, patches = Cache(), []
     stj = _stj(current_job="demo-g0")
     stj["status"] = {"phase": "Pending", "currentJob": "demo-g0", "conditions": []}
+    queued = _queue_wait_reported(stj, "LocalQueue default doesn't exist")
+    assert (queued["type"], queued["reason"]) == ("Queued", "WaitingForAdmission")
+    assert queued["message"] == "LocalQueue default doesn't exist"
+
+
+def _queue_wait_reported(stj, reason):
+    """The condition Queued that housekeeping writes for `stj`, whose gang's Job demo-g0 is suspended, when
+    Kueue's Workload of it says `reason`."""
+    cache, patches = Cache(), []
     cache.scaletrainjobs.put(stj)
     cache.jobs.put(_job(0) | {"spec": {"suspend": True}})
     cluster = SimpleNamespace(cache=cache, patch_status=lambda where, status: patches.append(status))
     housekeeping = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None)
-    housekeeping.report_queue_wait(stj, lambda namespace: {"job-uid-0": "LocalQueue default doesn't exist"})
+    housekeeping.report_queue_wait(stj, lambda namespace: {"job-uid-0": reason})
     ((queued,),) = [status["conditions"] for status in patches]
-    assert (queued["type"], queued["reason"]) == ("Queued", "WaitingForAdmission")
-    assert queued["message"] == "LocalQueue default doesn't exist"
+    return queued
