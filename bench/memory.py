@@ -49,7 +49,7 @@ def state_bytes_worker(strategy: str, result_file: Path) -> None:
     seed_everything(0)
     precision = resolve_precision("fp32", runtime.device)
     model = apply_parallelism(build_model(config.model), strategy, precision, runtime, config)
-    optimizer = build_optimizer(model, config.optimizer)
+    optimizer = build_optimizer(model, config.optimizer, runtime.device)
     state = TrainState(model, optimizer, build_scheduler(optimizer, config.scheduler, 1), precision.grad_scaler())
     dataset = build_dataset(config.data, config.model, 0)
     batches = GlobalBatches(len(dataset), 8, 2, runtime.world_size, runtime.rank, 0)

@@ -58,8 +58,12 @@ def test_the_checkpoint_blocking_benchmark_trains_valid_configs(monkeypatch):
 
 
 def test_gpu_benchmark_code_path_runs_on_cpu(tmp_path):
-    report = _bench("gpu.py", tmp_path, "--tiny", "--allow-cpu", "--steps", "2", "--warmup", "1")
-    assert set(report["results"]) == {"fp32", "bf16"} and report["bf16Speedup"] > 0
+    report = _bench("gpu.py", tmp_path, "--tiny", "--allow-cpu")
+    assert set(report["speed"]) == {"124M eager", "124M compiled", "1.3B compiled"}
+    assert all(row["ratio"] > 0 for row in report["speed"].values())
+    assert len(report["checkpoints"]["async"]["blockedSeconds"]) == 3 and report["checkpoints"]["asyncOverSync"] > 0
+    assert report["precision"]["bf16TokensPerSecondOverFp32"] > 0
+    assert (tmp_path / "gpu.md").read_text().startswith("cpu, torch ")
 
 
 def test_hostile_inputs_are_all_refused_without_a_traceback_within_the_memory_target(tmp_path):

@@ -85,6 +85,7 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "tokensPerSecond",
         "tflopsPerDevice",
         "mfu",
+        "peakMemoryBytes",
         "etaSeconds",
         "updatedAt",
         "staleAfter",

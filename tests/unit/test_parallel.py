@@ -19,5 +19,5 @@ def test_activation_checkpointing_wraps_every_block():
 
     config = parse_training_config({"globalBatchSize": 2, "microBatchSize": 1, "activationCheckpointing": True})
     model = apply_parallelism(build_model(config.model), "ddp", resolve_precision("fp32", CPU), RUNTIME, config)
-    blocks = model.module.blocks
+    blocks = model.blocks  # at world size 1, not wrapped in DDP: there is nothing to all-reduce
     assert len(blocks) == config.model.layers and all(isinstance(b, CheckpointWrapper) for b in blocks)

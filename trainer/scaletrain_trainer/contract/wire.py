@@ -130,6 +130,13 @@ PROGRESS_FIELDS = (
         gauge=Gauge("scaletrain_mfu", "Model FLOPs utilization: a fraction of the device's dense 16-bit peak."),
     ),
     ProgressField(
+        "peakMemoryBytes", "integer", "step record",
+        "The largest GPU memory allocated by the trainer (torch.cuda.max_memory_allocated) on any rank since the "
+        "last log line: what sizes the micro-batch. Absent on CPUs.",
+        minimum=0, gauge=Gauge("scaletrain_peak_memory_bytes", "The largest GPU memory allocated on any rank since "
+                                                                "the last log line."),
+    ),
+    ProgressField(
         "etaSeconds", "number", "trainer",
         "Estimated seconds until maxSteps, at the average step time since the trainer (re)started; removed "
         "once the job succeeded.",

@@ -14,9 +14,9 @@ tried. A checkpoint written from non-finite state never exists (loop.stop_if_non
 Resuming refuses, as a config error, a checkpoint written by a different model or optimizer, and a
 checkpoint directory that some ranks cannot see (node-local storage in a multi-node job).
 
-With `checkpoint.async`, a save only copies the state to host memory (DCP's staging, the first half of
-dcp.async_save) and returns; a background thread writes that copy (dcp.save, the second half), verifies
-it and renames it into place, over a gloo process group of its own, so that none of its collectives
+With `checkpoint.async`, a save only copies the state to host memory (staging.HostCopy: buffers allocated
+once, pinned on GPUs) and returns; a background thread writes that copy (dcp.save), verifies it and renames
+it into place, over a gloo process group of its own, so that none of its collectives
 interleave with the training loop's on the default group. The next save waits for it first, so saves
 never overlap, and the same rename keeps a crash meanwhile from leaving anything but `step-N.partial`.
 """
@@ -40,13 +40,13 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ..contract.config import CheckpointConfig
 from ..contract.exit_codes import WriteError, write_error_cause
 from ..contract.validation import Problem, ProblemsError
 from .distributed import Runtime, agree
+from .staging import HostCopy
 
 log = logging.getLogger(__name__)
 
@@ -147,21 +147,12 @@ class CheckpointManager:
         self.last_saved_step: int | None = None  # the same on every rank, unlike a file-system check
         self.set_aside: list[str] = []  # damaged checkpoints moved aside while resuming (rank 0)
         self._pending: PendingSave | None = None
-        self._stager: DefaultStager | None = None
+        self._stager: HostCopy | None = None
         self._group: dist.ProcessGroup | None = None  # None: the default group
         if self.asynchronous:
-            # Reuses its host buffers from save to save: one copy of the state, held for the run. Pinned on GPUs,
-            # for fast copies from the device.
-            on_gpu = runtime.device.type == "cuda"
-            self._stager = DefaultStager(
-                StagingOptions(
-                    use_pinned_memory=on_gpu,
-                    use_shared_memory=False,
-                    use_async_staging=False,  # the copy is complete when save returns
-                    use_non_blocking_copy=on_gpu,
-                )
-            )
             self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_seconds))
+            # Reuses its host buffers from save to save: one copy of the state, held for the run.
+            self._stager = HostCopy(self._group, pinned=runtime.device.type == "cuda")
 
     @property
     def enabled(self) -> bool:
@@ -256,9 +247,7 @@ class CheckpointManager:
             self.finish()
         except Exception as error:  # whatever failed the save, the run's own outcome stands
             log.warning("the checkpoint being written when the run ended was not saved: %s", error)
-        if self._stager is not None:
-            self._stager.close()
-            self._stager = None
+        self._stager = None  # its host buffers go with it
 
     def _save_retrying(self, state_dict: dict[str, Any], step: int, started: float) -> None:
         try:

@@ -77,6 +77,9 @@ def agree(value: T, group: dist.ProcessGroup | None = None) -> T:
 
 
 def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    """The sum of `value` over the ranks (a new tensor, or `value` itself alone: no collective to launch)."""
+    if dist.get_world_size() == 1:
+        return value
     reduced = value.clone()
     dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
     return reduced
@@ -93,6 +96,8 @@ class HostMax:
         self.value = torch.zeros((), dtype=torch.int64)
 
     def __call__(self, value: int) -> int:
+        if dist.get_world_size() == 1:
+            return value
         self.value.fill_(value)
         dist.all_reduce(self.value, op=dist.ReduceOp.MAX, group=self.group)
         return int(self.value)

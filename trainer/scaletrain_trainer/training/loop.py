@@ -115,7 +115,7 @@ def set_up(config: TrainingConfig, runtime: Runtime) -> Run:
         config.global_batch_size,
         resolve_workers(config.data.workers, runtime.device),
     )
-    optimizer = build_optimizer(model, config.optimizer)
+    optimizer = build_optimizer(model, config.optimizer, runtime.device)
     scheduler = build_scheduler(optimizer, config.scheduler, config.max_steps)
     state = TrainState(model, optimizer, scheduler, precision.grad_scaler())
     model_flops = ModelFlops(
@@ -504,6 +504,8 @@ def _step_record(
     if is_lm:  # FLOPs are counted per token: a classifier gets no TFLOP/s either
         record["tokensPerSecond"] = tokens / seconds
         record |= model_flops.utilization(record["tokensPerSecond"])
+    if (peak := peak_memory_since_last_log(result.loss_sum.device)) is not None:
+        record["peakMemoryBytes"] = peak
     if result.loss_scale is not None:
         record |= {"lossScale": result.loss_scale}
     if result.loss_scale is not None or result.dropped:
@@ -511,14 +513,28 @@ def _step_record(
     return record
 
 
-def build_optimizer(model: nn.Module, config: OptimizerConfig) -> torch.optim.Optimizer:
-    """Weight decay on matrices only (not on biases, norms or other vectors), as in GPT-2."""
+def peak_memory_since_last_log(device: torch.device) -> int | None:
+    """The largest GPU memory allocated on any rank since the last call (a log step's, which syncs anyway: one
+    small all-reduce), the counters then reset; None on a CPU."""
+    if device.type != "cuda":
+        return None
+    peak = torch.tensor(torch.cuda.max_memory_allocated(device), dtype=torch.int64, device=device)
+    if dist.get_world_size() > 1:
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(peak)
+
+
+def build_optimizer(model: nn.Module, config: OptimizerConfig, device: torch.device) -> torch.optim.Optimizer:
+    """Weight decay on matrices only (not on biases, norms or other vectors), as in GPT-2. On GPUs AdamW is
+    fused: one kernel for all of its update, where the default (foreach) launches several per step."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if config.name == "sgd":
         return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), eps=config.eps)
+    betas, fused = (config.beta1, config.beta2), device.type == "cuda"
+    return torch.optim.AdamW(groups, lr=config.lr, betas=betas, eps=config.eps, fused=fused)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, config: SchedulerConfig, max_steps: int):

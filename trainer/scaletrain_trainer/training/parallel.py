@@ -128,6 +128,8 @@ def apply_parallelism(
             fully_shard(block, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
         return model
+    if runtime.world_size == 1:  # nothing to all-reduce: DDP's hooks and bucket copies would only cost time
+        return model
     device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids)
 
@@ -180,9 +182,10 @@ def gradient_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextMan
     if isinstance(model, FSDPModule):
         model.set_requires_gradient_sync(sync)
         return contextlib.nullcontext()
-    return contextlib.nullcontext() if sync else model.no_sync()
+    return model.no_sync() if isinstance(model, DistributedDataParallel) and not sync else contextlib.nullcontext()
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
-    """The model itself, with its own methods: DDP wraps it; FSDP2 and compile change it in place."""
+    """The model itself, with its own methods: DDP wraps it (at world size 2 and more); FSDP2 and compile change
+    it in place."""
     return model.module if isinstance(model, DistributedDataParallel) else model
