@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run-local lint control-plane images node-packages cluster cluster-down test test-fast test-node generate render clean
+.PHONY: setup run-local lint control-plane images node-packages cluster cluster-down test test-fast test-node generate render clean test-torch-floor
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,21 @@ test: lint control-plane images node-packages
 # The node tier alone: the images in containers on a real kubelet (on `make cluster`'s cluster if one is up).
 test-node: setup images node-packages
 	$(BIN)/python -m pytest tests/node $(PYTEST_ARGS)
+
+# The trainer's tests at the oldest torch it supports (pyproject's range), in a venv of their own: the unit tier
+# and the trainer's integration tests (processes, checkpoints, compile). Not part of `make test`: another torch
+# is another multi-GB install.
+TORCH_FLOOR ?= 2.11.0
+FLOOR_VENV ?= .venv-torch-floor
+TRAINER_TESTS := tests/integration/test_trainer_*.py tests/integration/test_async_checkpoints.py \
+	tests/integration/test_checkpoint_damage.py tests/integration/test_compile.py
+test-torch-floor:
+	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet torch==$(TORCH_FLOOR)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet -e '.[train,dev]'
+	$(FLOOR_VENV)/bin/python -c 'import torch; assert torch.__version__.startswith("$(TORCH_FLOOR)"), torch.__version__'
+	$(FLOOR_VENV)/bin/python -m pytest tests/unit -m unit $(PYTEST_ARGS)
+	$(FLOOR_VENV)/bin/python -m pytest $(TRAINER_TESTS) $(PYTEST_ARGS)
 
 # The fast lane: the unit tier alone (pure, no processes), well under a minute.
 test-fast: setup
