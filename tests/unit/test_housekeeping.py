@@ -116,7 +116,8 @@ def _pending_without_pods(cluster: FailedCreates, name: str) -> None:
     cluster.cache.scaletrainjobs.put(base_job() | {"metadata": metadata, "status": status})
     labels = {naming.LABEL_JOB_NAME: name, naming.LABEL_GENERATION: "0"}
     metadata = {"name": f"{name}-g0", "namespace": NAMESPACE, "uid": f"{name}-job", "resourceVersion": "2",
-                "labels": labels, "creationTimestamp": "2026-12-01T00:00:00Z"}  # fmt: skip
+                "labels": labels, "creationTimestamp": "2026-12-01T00:00:00Z",
+                "ownerReferences": [{"uid": f"{name}-uid", "controller": True}]}  # fmt: skip
     cluster.cache.jobs.put({"metadata": metadata, "spec": {}})
 
 
@@ -194,3 +195,22 @@ def _queue_wait_reported(stj, reason):
     housekeeping.report_queue_wait(stj, lambda namespace: {"job-uid-0": reason})
     ((queued,),) = [status["conditions"] for status in patches]
     return queued
+
+
+def test_a_job_whose_status_names_no_gang_of_ours_stops_no_other_jobs_progress_reads():
+    """status.currentJob is anyone's to write who may write the status: a name that is no gang Job's is
+    no gang, and costs that job its progress read alone, never the pass of every other job."""
+    cache = Cache()
+    forged = _stj(current_job="not-a-gang") | {
+        "metadata": {"name": "forged", "namespace": NAMESPACE, "uid": "forged-uid", "resourceVersion": "1"}
+    }
+    cache.scaletrainjobs.put(forged)
+    cache.scaletrainjobs.put(_stj(current_job="demo-g0"))
+    cache.jobs.put(_job(0))
+    cache.pods.put(_pod("demo-g0-0-a", 0, 0, "10.0.0.1", owner_uid="job-uid-0", version=20))
+    housekeeping = _housekeeping(cache)
+    assert housekeeping.rank_0_of(forged) is None
+    found = housekeeping.rank_0s([forged, cache.scaletrainjobs.get(NAMESPACE, "demo")])
+    assert [(raw["metadata"]["name"], rank_0.url) for raw, rank_0 in found] == [
+        ("demo", "http://10.0.0.1:9555/progress")
+    ]

@@ -1129,6 +1129,11 @@ class ScaleTrainJob(SpecModel):
     def name(self) -> str:
         return self.metadata.name
 
+    @property
+    def current_job(self) -> str | None:
+        """The Job of the current gang, as the status says (None before the first)."""
+        return self.status.current_job if self.status is not None else None
+
     def at_size(self, nodes: int) -> ScaleTrainJob:
         """The job as a gang of `nodes` renders and is judged (an elastic gang below or above spec.nodes)."""
         if nodes == self.spec.nodes:

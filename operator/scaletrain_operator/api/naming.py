@@ -105,9 +105,13 @@ def whole_number(text: str | None) -> int | None:
     return int(text) if text and text.isascii() and text.isdigit() else None
 
 
-def generation_of(child_job: str) -> int:
-    """The gang generation in a child Job's name (the inverse of child_job_name)."""
-    return int(child_job.rsplit("-g", 1)[1])
+def generation_of(job_name: str, child_job: Any) -> int | None:
+    """The gang generation of job `job_name` that a child Job's name says (the inverse of child_job_name);
+    None when it names no gang of that job. status.currentJob is anyone's to write who may write the status."""
+    prefix = f"{job_name}-g"
+    if not isinstance(child_job, str) or not child_job.startswith(prefix):
+        return None
+    return whole_number(child_job[len(prefix) :])
 
 
 def child_job_name(job_name: str, generation: int) -> str:

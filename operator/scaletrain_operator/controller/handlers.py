@@ -230,7 +230,7 @@ def decide_from(
     """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
     (not at all for an invalid spec)."""
     stored_status, generation = raw.get("status") or {}, raw["metadata"].get("generation")
-    hint = generation_hint(stored_status.get("currentJob"))
+    hint = naming.generation_of(raw["metadata"]["name"], stored_status.get("currentJob"))
     try:
         job = parse_job(raw)
     except ProblemsError as error:
@@ -249,14 +249,6 @@ def decide_from(
             "Change the spec, or report this as a bug"
         )
         return decide_failed("ReconcileError", message, stored_status, generation, now)
-
-
-def generation_hint(current_job: Any) -> int | None:
-    """The gang generation the status names (None: none, or not a Job name of ours)."""
-    try:
-        return naming.generation_of(current_job) if isinstance(current_job, str) and current_job else None
-    except (ValueError, IndexError):
-        return None
 
 
 def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:

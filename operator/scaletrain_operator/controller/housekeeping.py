@@ -31,7 +31,7 @@ from . import metrics, peering
 from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
 from .decision import Event
-from .reconcile import POD_CREATION_FAILED, suspended_by_operator
+from .reconcile import POD_CREATION_FAILED, Observed, current_gang, suspended_by_operator
 from .settings import OperatorConfig
 from .status import bounded, condition, phase_of, with_condition
 from .ttl import decide_ttl
@@ -85,7 +85,9 @@ class Housekeeping:
                 isolated("queue", raw, functools.partial(self.report_queue_wait, waits=waits))
         running_keys = {(raw["metadata"]["namespace"], raw["metadata"]["name"]) for raw in running}
         self._unread = {key: failures for key, failures in self._unread.items() if key in running_keys}
-        read = self.read_rank_0s(running)
+        found = self.rank_0s(running)
+        answers = read_all_progress([rank_0.url for _, rank_0 in found], self.config.progress_timeout_seconds)
+        read = [(raw, rank_0, answer) for (raw, rank_0), answer in zip(found, answers, strict=True)]
         if read:
             with ThreadPoolExecutor(min(len(read), STATUS_WRITERS), thread_name_prefix="progress") as writers:
                 for raw, rank_0, answer in read:
@@ -120,12 +122,12 @@ class Housekeeping:
         nothing else would show on the job; once the pods are there the condition turns False. The Events
         come from `failures(namespace)`: the messages by Job name (Cluster.pod_creation_failures)."""
         metadata, status = raw["metadata"], raw.get("status") or {}
-        namespace, current_job = metadata["namespace"], status.get("currentJob")
-        child = self.cluster.cache.jobs.get(namespace, current_job) if current_job else None
+        generation, observed = self.current_gang_of(raw)
+        child = observed.jobs.get(generation)
         if child is None or (child.get("spec") or {}).get("suspend"):
             return
+        namespace, current_job, pods = metadata["namespace"], child["metadata"]["name"], observed.pods
         held = next((c for c in status.get("conditions") or [] if c["type"] == POD_CREATION_FAILED), None)
-        pods = self.cluster.cache.observed(namespace, metadata["name"]).pods
         if len(pods) >= (child.get("spec") or {}).get("completions", 1):  # the gang's size (elastic: not nodes)
             message = None
         elif datetime.now(timezone.utc) - parse_timestamp(child["metadata"]["creationTimestamp"]) < POD_CREATION_GRACE:
@@ -158,43 +160,48 @@ class Housekeeping:
         message: a quota, or a topology no domain of which holds the gang), as the condition Queued, which
         the job's status message repeats (reconcile.waiting_for_admission). Queued turns False once Kueue
         admitted the Job."""
-        metadata, status, spec = raw["metadata"], raw.get("status") or {}, raw.get("spec") or {}
-        current_job, namespace = status.get("currentJob"), metadata["namespace"]
-        child = self.cluster.cache.jobs.get(namespace, current_job) if current_job else None
+        status, spec = raw.get("status") or {}, raw.get("spec") or {}
+        generation, observed = self.current_gang_of(raw)
+        child = observed.jobs.get(generation)
         if child is None or spec.get("suspend") or suspended_by_operator(child):
             return
+        current_job = child["metadata"]["name"]
         held = next((c for c in status.get("conditions") or [] if c["type"] == QUEUED), None)
         if not (child.get("spec") or {}).get("suspend"):
             if held is not None and held["status"] == "True":
                 self.set_condition(raw, QUEUED, False, "Admitted", f"Kueue admitted Job {current_job}")
             return
-        reason = waits(namespace).get(child["metadata"]["uid"])
+        reason = waits(raw["metadata"]["namespace"]).get(child["metadata"]["uid"])
         if reason is not None and (held is None or held["message"] != bounded(reason)):
             self.set_condition(raw, QUEUED, True, "WaitingForAdmission", reason, rewrite=True)
 
-    def read_rank_0s(self, running: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Rank0, Answer]]:
-        """Each Running job's rank 0 read at once: a pass costs about one read's deadline, however many
-        jobs there are and however slowly their endpoints answer."""
-        found = [(raw, rank_0) for raw in running if (rank_0 := self.rank_0_of(raw)) is not None]
-        answers = read_all_progress([rank_0.url for _, rank_0 in found], self.config.progress_timeout_seconds)
-        return [(raw, rank_0, answer) for (raw, rank_0), answer in zip(found, answers, strict=True)]
+    def rank_0s(self, running: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Rank0]]:
+        """Where each Running job's rank 0 serves its progress, found job by job (isolated), so that no job
+        stops the others' reads; run_pass then reads them all at once: a pass costs about one read's deadline,
+        however many jobs there are and however slowly their endpoints answer."""
+        found: list[tuple[dict[str, Any], Rank0]] = []
+
+        def find(raw: dict[str, Any]) -> None:
+            if (rank_0 := self.rank_0_of(raw)) is not None:
+                found.append((raw, rank_0))
+
+        for raw in running:
+            isolated("progress", raw, find)
+        return found
 
     def rank_0_of(self, raw: dict[str, Any]) -> Rank0 | None:
         """Where rank 0 of the job's newest gang serves its progress: only a Running pod of index 0 that the
         gang's own Job owns (cache.children_view); anyone can give a pod its labels, and a forged rank 0 must
-        never be read. None while there is no such pod. The newest gang is the newest Job found, not the
-        status's currentJob, which a lost status write leaves behind."""
+        never be read. None while there is no such pod. The gang is reconcile.current_gang: the newest Job
+        found, not the status's currentJob, which a lost status write leaves behind."""
         try:
             job = parse_job(raw)
         except ProblemsError:  # an edited spec that reconciling is about to mark invalid
             return None
-        current_job = job.status.current_job if job.status else None
-        hint = naming.generation_of(current_job) if current_job else None
-        observed = self.cluster.cache.observed(job.metadata.namespace, job.name, hint)
-        generation = max(observed.jobs, default=None)
+        generation, observed = self.current_gang_of(raw)
         rank_0 = next((pod for pod in observed.pods if pod_index(pod) == 0 and pod_phase(pod) == "Running"), None)
         pod_ip = ((rank_0 or {}).get("status") or {}).get("podIP")
-        if generation is None or not pod_ip:
+        if generation not in observed.jobs or not pod_ip:
             return None
         url = self.config.progress_url.format(
             pod=f"{naming.child_job_name(job.name, generation)}-0",
@@ -204,6 +211,13 @@ class Housekeeping:
             port=job.spec.metrics_port,
         )
         return Rank0(job, generation, url)
+
+    def current_gang_of(self, raw: dict[str, Any]) -> tuple[int | None, Observed]:
+        """The stored job `raw`'s current gang generation (reconcile.current_gang), and its children."""
+        metadata, current_job = raw["metadata"], (raw.get("status") or {}).get("currentJob")
+        hint = naming.generation_of(metadata["name"], current_job)
+        observed = self.cluster.cache.observed(metadata["namespace"], metadata["name"], hint)
+        return current_gang(metadata["name"], current_job, observed), observed
 
     def record_progress(self, raw: dict[str, Any], rank_0: Rank0, answer: Answer) -> None:
         """Rank 0's answer into status.progress, replacing what an earlier answer said (api/progress.py

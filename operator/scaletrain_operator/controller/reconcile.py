@@ -234,11 +234,12 @@ def for_gang(job: ScaleTrainJob, child_job: dict[str, Any], ledger: Ledger) -> d
     return child_job
 
 
-def current_generation(job: ScaleTrainJob, observed: Observed) -> int:
-    """The newest gang generation: from the Jobs that exist, or the status if they are gone."""
-    recorded = job.status.current_job if job.status else None
-    from_status = naming.generation_of(recorded) if recorded else 0
-    return max([from_status, *observed.jobs])
+def current_gang(job_name: str, current_job: Any, observed: Observed) -> int | None:
+    """The newest gang generation of job `job_name`: of its Jobs that exist, or the one its status.currentJob
+    (`current_job`) names if they are gone. None while neither names one: before the first gang, or when the
+    status names no gang of this job (anyone who may write the status may write any name there)."""
+    named = naming.generation_of(job_name, current_job)
+    return max([*observed.jobs, *([] if named is None else [named])], default=None)
 
 
 def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
@@ -350,7 +351,7 @@ def at_gang_size(job: ScaleTrainJob, observed: Observed) -> ScaleTrainJob:
     """`job` as its current gang renders and is judged: spec.nodes is the gang's size (elastic.gang_size)."""
     if job.spec.elastic is None:
         return job
-    current = observed.jobs.get(current_generation(job, observed))
+    current = observed.jobs.get(current_gang(job.name, job.current_job, observed))
     # A gang whose Job is gone (deleted by someone else) had the size the status says.
     recorded = job.status.nodes.current if job.status is not None and job.status.nodes.current else None
     running = size_of(current) if current is not None else recorded
@@ -414,8 +415,7 @@ def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[st
     patch, and the event of the Job it created is still on its way): the decision a deletion leads to
     creates a Job, or finishes the job, and handlers.needs_fresh_look makes either again from fresh reads:
     a GET of the job, then a LIST of its Jobs, which holds every Job created before the status naming it."""
-    recorded = job.status.current_job if job.status else None
-    return current is None and recorded is not None and naming.generation_of(recorded) == generation
+    return current is None and naming.generation_of(job.name, job.current_job) == generation
 
 
 def judge_gang(
@@ -504,7 +504,7 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
     if gang is not None and not made and gang_placement.uses_workload(job.spec, settings.workload_api):
         workload = render_workload(sized)
         first.append(workload)
-        if naming.generation_of(gang["metadata"]["name"]) > 0:
+        if gang["metadata"]["name"] != naming.child_job_name(job.name, 0):
             name, gang_name = workload["metadata"]["name"], gang["metadata"]["name"]
             message = (
                 f"Workload {name} was missing (deleted by someone else): made again before gang {gang_name}, which "
@@ -531,7 +531,8 @@ def _decide(
     if (unavailable := gang_placement.unavailable(job, settings.workload_api)) is not None:
         stored = job.status.model_dump(mode="json", by_alias=True, exclude_none=True) if job.status else {}
         return decide_failed("GangSchedulingUnavailable", unavailable, stored, job.metadata.generation, now)
-    generation = current_generation(job, observed)
+    generation = current_gang(job.name, job.current_job, observed)
+    generation = 0 if generation is None else generation  # none yet: the first gang's
     current = observed.jobs.get(generation)
     gone = current_job_deleted(job, generation, current)
     # Where another controller owns the Job's suspend flag, the operator suspends a gang by deleting its Job.
@@ -980,7 +981,7 @@ def _keep_running(
     if spec.suspend and admission_managed(job.queue, current):
         # Kueue would start the Job again: it goes instead (its pods save a checkpoint on their SIGTERM), which
         # also has Kueue release its quota; the next gang starts once spec.suspend is false.
-        record_gang_end(draft, job, this_gang(job, naming.generation_of(name), pods, "SpecChanged"))
+        record_gang_end(draft, job, this_gang(job, naming.generation_of(job.name, name), pods, "SpecChanged"))
         draft.delete_child_jobs.append(name)
         return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE))
     in_place: dict[str, Any] = {}
