@@ -80,8 +80,12 @@ test-fast: setup
 	$(BIN)/python -m pytest tests/unit -m unit $(PYTEST_ARGS)
 
 # Regenerate the checked-in files made from code (tests fail while any is stale): the CRD from the
-# pydantic models, its copy in the Helm chart, and the chart's RBAC rules from the operator's table.
+# pydantic models, its copy in the Helm chart, the chart's RBAC rules from the operator's table, and the
+# Kubernetes schemas the operator vendors (from kubernetes-validate's, of the pinned version).
+OPENAPI_SUBSET = operator/scaletrain_operator/validation/zz_generated_kube_openapi.py
 generate: setup
+	$(BIN)/python -m scaletrain_operator.validation.openapi_subset > $(OPENAPI_SUBSET)
+	$(BIN)/ruff format --quiet $(OPENAPI_SUBSET)
 	$(BIN)/scaletrain crd > crds/scaletrainjob.yaml
 	cp crds/scaletrainjob.yaml charts/scaletrain/crds/scaletrainjob.yaml
 	$(BIN)/python -m scaletrain_operator.controller.rbac > charts/scaletrain/files/rbac-rules.yaml

@@ -14,12 +14,12 @@ import yaml
 from scaletrain_trainer.contract.documents import EXPONENT_FLOAT, DocumentError, load_documents, read_bounded
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
-from .api.convert import ConversionError, Finding, convert
 from .api.crd import crd_yaml
-from .api.kube_rules import is_dns_label
 from .api.models import ScaleTrainJob, parse_job
 from .api.naming import MAX_RESTARTS, whole_number
-from .api.render import render_children
+from .convert import ConversionError, Finding, convert
+from .render.children import render_children
+from .validation.kube_rules import is_dns_label
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2

@@ -1,5 +1,5 @@
 """`scaletrain validate` agrees with the real API server about the children: for each spec the CRD lets
-through but api/kube_schema.py refuses, the server refuses the Job the operator would create from it
+through but validation/kube_schema.py refuses, the server refuses the Job the operator would create from it
 (a server-side dry-run create, with strict field validation as `kubectl apply` asks for), while the
 base job's Job and Services are accepted. That the CRD stores these specs, and that the operator fails
 them with InvalidSpec, test_crd_server.py and test_operator.py check (they are OPERATOR cases)."""
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.rest import ApiException
 
-from scaletrain_operator.api import kube_schema
 from scaletrain_operator.api.models import ScaleTrainJob
-from scaletrain_operator.api.render import render_children, render_job
+from scaletrain_operator.render.children import render_children, render_job
+from scaletrain_operator.validation import kube_schema
 from scaletrain_testing.jobs import base_job, patched
 from scaletrain_testing.kube import RESOURCES, Kube
 from scaletrain_testing.malformed import REFUSED_AT_JOB_CREATION

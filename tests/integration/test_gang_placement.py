@@ -1,4 +1,4 @@
-"""Gang placement by the real kube-scheduler, through the Workload API (api/gang_placement.py).
+"""Gang placement by the real kube-scheduler, through the Workload API (policy/placement.py and render/workload.py).
 
 The tests' control plane turns the API's feature gates on; a second control plane without them is a
 cluster as most are today. Fake nodes (the kubelet stand-in) each fit exactly one pod of a gang, are
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from scaletrain_operator.api.gang_placement import pod_group_name
+from scaletrain_operator.policy.placement import pod_group_name
 from scaletrain_testing.control_plane import ControlPlane, unavailable_reason
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kube import Kube

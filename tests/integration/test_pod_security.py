@@ -12,7 +12,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_job
+from scaletrain_operator.render.children import render_job
 from scaletrain_testing.jobs import REPO, base_job
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import Team, install_watching, operator_process

@@ -1,4 +1,4 @@
-"""Reading rank 0's /progress (api/progress.py) from a pod that answers badly, on purpose or not: each
+"""Reading rank 0's /progress (progress.py) from a pod that answers badly, on purpose or not: each
 read ends within its deadline, holds at most its size cap, raises nothing, and lets through only
 fields the status schema takes (never a NaN, which the API server refuses in a status patch)."""
 
@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 
-from scaletrain_operator.api.progress import read_progress
+from scaletrain_operator.progress import read_progress
 from scaletrain_testing.hostile_http import SHAPES, HostileServer
 
 DEADLINE = 1.0

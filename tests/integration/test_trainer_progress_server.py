@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from scaletrain_operator.api.progress import read_progress
+from scaletrain_operator.progress import read_progress
 from scaletrain_testing.hostile_http import Slowloris
 from scaletrain_testing.trainer_runs import free_port
 from scaletrain_trainer.reporting.metrics import MAX_CONNECTIONS, REQUEST_DEADLINE_SECONDS, MetricsReporter

@@ -46,7 +46,7 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 # kube-root-ca.crt, pods left on a deleted fake Node are cleaned up, a PersistentVolumeClaim binds
 # to its PersistentVolume (the scheduler holds back pods with unbound claims), and a ResourceQuota
 # counts what it limits (its admission plugin enforces only a quota whose usage is known). Services
-# get their EndpointSlices, which a cluster's DNS answers from (the master alias, api/render.py).
+# get their EndpointSlices, which a cluster's DNS answers from (the master alias, render/children.py).
 CONTROLLERS = (
     "job-controller",
     "endpointslice-controller",
@@ -161,7 +161,7 @@ class ControlPlane(StartedWhileEntered):
         self.host = host
         self.detached = detached
         # A PodGroup keeps a finalizer while pods of it are active; this controller lifts it afterwards, so
-        # that a gang restart's Job can make its PodGroup, of the same name (gang_placement.py).
+        # that a gang restart's Job can make its PodGroup, of the same name (render/workload.py).
         gangs = ("podgroup-protection-controller",) if workload_api else ()
         self.controllers = CONTROLLERS + gangs + extra_controllers
         self.workload_api = workload_api

@@ -62,7 +62,8 @@ def is_trainer_beyond_contract(module: str) -> bool:
     return module.startswith("scaletrain_trainer.") and not module.startswith("scaletrain_trainer.contract")
 
 
-def wing(module: str) -> str:
-    """api, controller, local or cli (the package's top-level modules other than its wings)."""
+def room(module: str) -> str:
+    """The operator's room of `module`: its folder (api, validation, policy, ...) or its top-level module
+    (cli, progress, convert); "package" for the package itself."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "package"

@@ -46,7 +46,7 @@ class MalformedCase:
 _SIDECAR = {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"}
 
 # What the CRD lets through (its schemaless pass-throughs) and the API server refuses in the Job the operator
-# creates: validate and the operator refuse them first (api/kube_schema.py). tests/integration/
+# creates: validate and the operator refuse them first (validation/kube_schema.py). tests/integration/
 # test_child_validation_server.py checks that the server refuses each rendered Job.
 REFUSED_AT_JOB_CREATION = [
     MalformedCase(
@@ -755,7 +755,7 @@ MALFORMED = [
         message_fragment="a pod template has metadata and spec",
         refused_by=Layer.OPERATOR,
     ),
-    # Kubernetes' rules for what the pods get (api/kube_rules.py): resources.
+    # Kubernetes' rules for what the pods get (validation/kube_rules.py): resources.
     MalformedCase(
         name="requests-above-limits",
         patch={"spec": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}},

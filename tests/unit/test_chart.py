@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_network_policy
 from scaletrain_operator.controller import rbac
 from scaletrain_operator.controller.main import build_parser
+from scaletrain_operator.render.children import render_network_policy
 from scaletrain_testing.chart import CHART, RELEASE_NAMESPACE, load_chart, of_kind, render
 from scaletrain_testing.jobs import base_job
 from scaletrain_testing.kube_schema import schema_errors

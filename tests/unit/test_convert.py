@@ -10,9 +10,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from scaletrain_operator.api.convert import Conversion, ConversionError, convert
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_children
+from scaletrain_operator.convert import Conversion, ConversionError, convert
+from scaletrain_operator.render.children import render_children
 from scaletrain_testing.cli import run_cli
 from scaletrain_testing.kube_schema import schema_errors
 from scaletrain_testing.kubeflow_jobs import (

@@ -7,11 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from scaletrain_operator.api import elastic
-from scaletrain_operator.api.capacity_probe import PROBE_TIMEOUT_S
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import LABEL_GENERATION, LABEL_JOB_NAME
-from scaletrain_operator.api.render import render_job
 from scaletrain_operator.controller.cache import children_view
 from scaletrain_operator.controller.cluster import ChildRejected, Cluster, ObjectRef
 from scaletrain_operator.controller.reconcile import (
@@ -23,6 +20,10 @@ from scaletrain_operator.controller.reconcile import (
     with_spec_hash,
 )
 from scaletrain_operator.controller.settings import OperatorConfig
+from scaletrain_operator.policy import elastic
+from scaletrain_operator.render.capacity_probe import PROBE_TIMEOUT_S
+from scaletrain_operator.render.children import render_job
+from scaletrain_operator.validation import elastic_sizes
 from scaletrain_testing.gang_objects import (
     PROBE_CLASS,
     elastic_job,
@@ -54,10 +55,10 @@ def _spec(**spec):
 
 def test_the_sizes_are_those_of_the_range_that_keep_the_global_batch_exact():
     spec = _spec(nodes=6, elastic={"minNodes": 2}, training={"globalBatchSize": 48, "microBatchSize": 4})
-    assert elastic.sizes(spec) == [2, 3, 4, 6]  # 5 ranks would need 9.6 samples each
-    assert elastic.sizes(_spec(nodes=4)) == [4]  # not elastic: the one size
+    assert elastic_sizes.sizes(spec) == [2, 3, 4, 6]  # 5 ranks would need 9.6 samples each
+    assert elastic_sizes.sizes(_spec(nodes=4)) == [4]  # not elastic: the one size
     script = parse_job(base_job(nodes=5, elastic={"minNodes": 3}, training=None, command=["python", "x.py"])).spec
-    assert elastic.sizes(script) == [3, 4, 5]  # a script of one's own keeps its maths itself
+    assert elastic_sizes.sizes(script) == [3, 4, 5]  # a script of one's own keeps its maths itself
 
 
 def test_a_range_whose_smallest_gang_changes_the_batch_is_refused_naming_the_sizes_that_keep_it():
@@ -68,7 +69,7 @@ def test_a_range_whose_smallest_gang_changes_the_batch_is_refused_naming_the_siz
     assert problem.path == ("spec", "elastic", "minNodes")
     assert "The sizes up to 6 that keep it: 1, 2, 3, 4, 6" in problem.message
     assert "make globalBatchSize a multiple of 120" in problem.message  # 4 samples × lcm(5, 6)
-    assert elastic.problems(_spec(nodes=6, elastic={"minNodes": 2}, training=training)) == []
+    assert elastic_sizes.problems(_spec(nodes=6, elastic={"minNodes": 2}, training=training)) == []
 
 
 @pytest.mark.parametrize(

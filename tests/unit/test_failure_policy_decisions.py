@@ -10,8 +10,6 @@ from prometheus_client import REGISTRY
 
 from scaletrain_operator.api.models import ExcludeNodes, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
-from scaletrain_operator.api.node_exclusion import avoid_nodes, with_node_excluded
-from scaletrain_operator.api.render import render_job, render_master_alias, render_service
 from scaletrain_operator.controller import metrics
 from scaletrain_operator.controller.cluster import EVENT_MESSAGE_LIMIT
 from scaletrain_operator.controller.reconcile import (
@@ -24,6 +22,8 @@ from scaletrain_operator.controller.reconcile import (
     with_spec_hash,
 )
 from scaletrain_operator.controller.status import StatusBuilder, bounded
+from scaletrain_operator.policy.node_exclusion import avoid_nodes, with_node_excluded
+from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job
 from scaletrain_trainer.contract.exit_codes import EXIT_HANG, EXIT_NON_FINITE, EXIT_PREEMPTED
 from scaletrain_trainer.contract.validation import ProblemsError

@@ -1,5 +1,5 @@
-"""Gang placement (api/gang_placement.py): the Workload, the Jobs that delegate to it, and the operator's
-decisions with and without the Workload API; topology placement for Kueue."""
+"""Gang placement (render/workload.py, policy/placement.py): the Workload, the Jobs that delegate to
+it, and the operator's decisions with and without the Workload API; topology placement for Kueue."""
 
 from __future__ import annotations
 
@@ -8,20 +8,21 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes.client.rest import ApiException
 
-from scaletrain_operator.api import gang_placement
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import KUEUE_PREFERRED_TOPOLOGY, KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
-from scaletrain_operator.api.render import render_children, render_job, render_master_alias, render_service
 from scaletrain_operator.controller.cluster import Cluster, ObjectRef
 from scaletrain_operator.controller.handlers import decide_from
 from scaletrain_operator.controller.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, unplaced, with_spec_hash
 from scaletrain_operator.controller.settings import OperatorConfig
+from scaletrain_operator.policy import placement as gang_placement
+from scaletrain_operator.render import workload as gang_workload
+from scaletrain_operator.render.children import render_children, render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job, patched
 from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 WITH_API, WITHOUT_API = OperatorConfig(workload_api=True), OperatorConfig(workload_api=False)
-TEMPLATE = gang_placement.GROUP_TEMPLATE_ANNOTATION
+TEMPLATE = gang_workload.GROUP_TEMPLATE_ANNOTATION
 
 
 def _job(status=None, metadata=None, **spec):
@@ -327,9 +328,9 @@ def test_a_gang_that_the_job_controller_put_in_another_workloads_pod_group_resta
     job = _job(status=RUNNING)
     theirs, ours = [_pod(0, "Running"), _pod(1, "Pending")], [_pod(0, "Running"), _pod(1, "Running")]
     for pod in theirs:
-        pod["spec"] = {"schedulingGroup": {"podGroupName": gang_placement.pod_group_name("decoy", "gang-even")}}
+        pod["spec"] = {"schedulingGroup": {"podGroupName": gang_workload.pod_group_name("decoy", "gang-even")}}
     for pod in ours:
-        pod["spec"] = {"schedulingGroup": {"podGroupName": gang_placement.pod_group_name("demo", "gang-even")}}
+        pod["spec"] = {"schedulingGroup": {"podGroupName": gang_workload.pod_group_name("demo", "gang-even")}}
     assert decide(job, _running_observed(job, ours), NOW, WITH_API).create == ()
     decision = decide(job, _running_observed(job, theirs), NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
@@ -341,5 +342,5 @@ def test_a_gang_that_the_job_controller_put_in_another_workloads_pod_group_resta
 def test_the_pod_group_name_is_the_job_controllers():
     """computePodGroupName of Kubernetes 1.37 (pkg/controller/job): the names, and an FNV-1a hash of both, in the
     alphabet of rand.SafeEncodeString; the integration tier compares it with what the Job controller made."""
-    assert gang_placement.pod_group_name("whole", "gang-even") == "whole-gang-even-6c46c56894"  # Go's hash/fnv
-    assert gang_placement.pod_group_name("demo", "gang-odd") == "demo-gang-odd-7578f5bc8f"
+    assert gang_workload.pod_group_name("whole", "gang-even") == "whole-gang-even-6c46c56894"  # Go's hash/fnv
+    assert gang_workload.pod_group_name("demo", "gang-odd") == "demo-gang-odd-7578f5bc8f"

@@ -1,4 +1,4 @@
-"""The one gang policy (api/gang_policy.py), table-driven: what a set of pod outcomes means for the job."""
+"""The one gang policy (policy/gang_policy.py), table-driven: what a set of pod outcomes means for the job."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from scaletrain_operator.api import naming
-from scaletrain_operator.api.gang_policy import (
+from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, RestartBackoff, parse_job
+from scaletrain_operator.policy.gang_policy import (
     DEADLINE_EXCEEDED,
     DISRUPTION_TARGET,
     NON_FINITE_LOSS,
@@ -21,7 +22,6 @@ from scaletrain_operator.api.gang_policy import (
     restart_backoff,
     stalled,
 )
-from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, RestartBackoff, parse_job
 from scaletrain_testing.jobs import DELETE, base_job
 from scaletrain_trainer.contract.exit_codes import (
     EXIT_CONFIG_ERROR,

@@ -1,29 +1,33 @@
-"""The seams, read from the source (no import runs): the operator's wings import in one direction,
-cli -> {controller, local} -> api, the operator takes nothing of the trainer but its contract, and the
-contract imports nothing of torch or of the rest of the trainer. No module imports itself through a cycle.
-Importing the operator as a process is checked in tests/integration/test_contract_imports.py."""
+"""The seams, read from the source (no import runs): the operator's rooms import in one direction,
+cli -> {controller, local, convert} -> {policy, render, progress} -> {validation, api} -> the trainer's
+contract, the operator takes nothing of the trainer but its contract, and the contract imports nothing of
+torch or of the rest of the trainer. No module imports itself through a cycle. Importing the operator as a
+process is checked in tests/integration/test_contract_imports.py."""
 
 from __future__ import annotations
 
-from scaletrain_testing.imports import import_graph, is_torch, is_trainer_beyond_contract, trainer_import_graph, wing
+from scaletrain_testing.imports import import_graph, is_torch, is_trainer_beyond_contract, room, trainer_import_graph
 
-ALLOWED_WINGS = {
+# Each tier imports the tiers below it. Within a tier: a decision may read how its objects are rendered
+# (policy -> render), and the types check themselves with the validation (api <-> validation).
+TIERS = ({"cli"}, {"controller", "local", "convert"}, {"policy", "render", "progress"}, {"validation", "api"})
+ALLOWED_ROOMS = {
     "package": set(),
-    "cli": {"api", "controller", "local"},
-    "controller": {"api"},
-    "local": {"api"},
-    "api": set(),
+    **{name: set().union(*TIERS[depth + 1 :]) for depth, tier in enumerate(TIERS) for name in tier},
+    "policy": {"render", *TIERS[3]},
+    "validation": {"api"},
+    "api": {"validation"},
 }
 
 
-def test_each_wing_imports_only_the_wings_below_it():
+def test_each_room_imports_only_the_rooms_below_it():
     wrong = [
         f"{module} imports {imported}"
         for module, imports in import_graph().items()
         for imported in imports
         if imported.startswith("scaletrain_operator.")
-        and wing(imported) != wing(module)
-        and wing(imported) not in ALLOWED_WINGS[wing(module)]
+        and room(imported) != room(module)
+        and room(imported) not in ALLOWED_ROOMS[room(module)]
     ]
     assert wrong == []
 
@@ -70,10 +74,10 @@ def test_the_graphs_see_the_imports():
     """The checks above would pass vacuously if the graphs missed the imports."""
     graph = import_graph()
     assert "scaletrain_operator.api.models" in graph["scaletrain_operator.controller.reconcile"]
-    assert "scaletrain_operator.api.gang_policy" in graph["scaletrain_operator.local.gang"]
-    assert "scaletrain_operator.api.naming" in graph["scaletrain_operator.api.render"]  # `from . import naming`
-    assert "scaletrain_trainer.contract.exit_codes" in graph["scaletrain_operator.api.gang_policy"]
-    assert {wing(m) for m in graph} == {"package", "cli", "api", "controller", "local"}
+    assert "scaletrain_operator.policy.gang_policy" in graph["scaletrain_operator.local.gang"]
+    assert "scaletrain_operator.api.naming" in graph["scaletrain_operator.render.children"]  # `from . import naming`
+    assert "scaletrain_trainer.contract.exit_codes" in graph["scaletrain_operator.policy.gang_policy"]
+    assert {room(m) for m in graph} == {"package", "cli", "convert", "progress", *set().union(*TIERS[1:])}
     trainer = trainer_import_graph()
     assert (
         "scaletrain_trainer.contract.wire" in trainer["scaletrain_trainer.reporting.metrics"]

@@ -1,4 +1,4 @@
-"""The check of the rendered children against the Kubernetes schemas (api/kube_schema.py): its vendored
+"""The check of the rendered children against the Kubernetes schemas (validation/kube_schema.py): its vendored
 schema is the pinned version's, it covers every keyword that schema uses, and a spec the API server would
 refuse at Job creation ends as InvalidSpec in the operator, naming the field, instead of an exception
 further on. The table of such specs is checked through `scaletrain validate` in test_validate.py."""
@@ -10,14 +10,14 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from scaletrain_operator.api import kube_openapi
-from scaletrain_operator.api.kube_schema import DEFINITION_RULES, schema_problems
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.controller.handlers import decide_from
 from scaletrain_operator.controller.reconcile import Observed
+from scaletrain_operator.validation import zz_generated_kube_openapi as kube_openapi
+from scaletrain_operator.validation.kube_schema import DEFINITION_RULES, schema_problems
+from scaletrain_operator.validation.openapi_subset import KUBERNETES_VERSION, ROOTS, pinned_definitions
 from scaletrain_testing.cli import run_cli
 from scaletrain_testing.jobs import base_job, patched
-from scaletrain_testing.kube_openapi import KUBERNETES_VERSION, ROOTS, pinned_definitions
 from scaletrain_testing.malformed import REFUSED_AT_JOB_CREATION
 from scaletrain_trainer.contract.validation import ProblemsError
 
@@ -38,7 +38,7 @@ HANDLED_KEYWORDS = {
 
 def test_the_vendored_schema_is_the_pinned_versions():
     assert (kube_openapi.KUBERNETES_VERSION, kube_openapi.ROOTS) == (KUBERNETES_VERSION, ROOTS)
-    assert kube_openapi.DEFINITIONS == pinned_definitions(), "regenerate it: tests/scaletrain_testing/kube_openapi.py"
+    assert kube_openapi.DEFINITIONS == pinned_definitions(), "regenerate it: make generate"
 
 
 def _keywords(schema):

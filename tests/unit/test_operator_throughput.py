@@ -17,13 +17,13 @@ import pytest
 
 from scaletrain_operator.api import naming
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_job, render_master_alias, render_service
 from scaletrain_operator.controller import cluster as cluster_module
 from scaletrain_operator.controller import main
 from scaletrain_operator.controller.cache import Cache
 from scaletrain_operator.controller.cluster import Cluster, ObjectRef
 from scaletrain_operator.controller.decision import Decision, Event
 from scaletrain_operator.controller.handlers import CHILD_FOLD_SECONDS, NoDiffBase, on_pod, on_scaletrainjob
+from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job
 from scaletrain_testing.timeouts import WORK_QUEUE_REACTION_S
 

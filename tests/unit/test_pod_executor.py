@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import render_job
 from scaletrain_operator.local.executor import PodExecutor, PodExtras, find_executable
 from scaletrain_operator.local.expansion import expand
 from scaletrain_operator.local.job_controller import indexed_pods
@@ -42,6 +41,7 @@ from scaletrain_operator.local.pod_spec import (
     working_dir,
 )
 from scaletrain_operator.local.processes import exit_code
+from scaletrain_operator.render.children import render_job
 from scaletrain_testing.jobs import base_job
 from scaletrain_trainer.contract.validation import ProblemsError
 
@@ -456,7 +456,7 @@ def test_a_pods_hosts_file_names_it_and_the_other_pods_of_its_namespace():
 
 
 def test_a_headless_service_names_the_pods_it_selects_in_every_hosts_file():
-    """The master alias: a name for rank 0 of whichever generation is running (api/render.py)."""
+    """The master alias: a name for rank 0 of whichever generation is running (render/children.py)."""
     index_0 = (("batch.kubernetes.io/job-completion-index", "0"), ("scaletrain.io/job-name", "job"))
     rank_0 = PodSandbox(PodIdentity("team-a", "job-g1-0", "job", index_0), "10.244.3.2")
     rank_1 = PodSandbox(PodIdentity("team-a", "job-g1-1", "job", (("scaletrain.io/job-name", "job"),)), "10.244.3.3")

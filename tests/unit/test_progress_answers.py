@@ -1,4 +1,4 @@
-"""How the operator's progress reader (api/progress.py) tells an answer is whole, and words a failure."""
+"""How the operator's progress reader (progress.py) tells an answer is whole, and words a failure."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
-from scaletrain_operator.api.progress import describe, is_whole, status_patch
 from scaletrain_operator.api.status_schema import fit_status
+from scaletrain_operator.progress import describe, is_whole
+from scaletrain_operator.validation.progress_answer import status_patch
 
 HEAD = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
 

@@ -9,8 +9,6 @@ import pytest
 
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
-from scaletrain_operator.api.progress import parse_progress, status_patch
-from scaletrain_operator.api.render import render_job, render_master_alias, render_service
 from scaletrain_operator.controller import peering
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event
 from scaletrain_operator.controller.reconcile import (
@@ -23,6 +21,8 @@ from scaletrain_operator.controller.reconcile import (
 )
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.controller.ttl import decide_ttl
+from scaletrain_operator.render.children import render_job, render_master_alias, render_service
+from scaletrain_operator.validation.progress_answer import parse_progress, status_patch
 from scaletrain_testing.gang_objects import operator_suspends
 from scaletrain_testing.jobs import EXAMPLES, base_job, load_yaml, merge_patched
 from scaletrain_trainer.contract.validation import Problem

@@ -8,9 +8,9 @@ import copy
 import kubernetes_validate
 import pytest
 
-from scaletrain_operator.api.merge import merge_under
 from scaletrain_operator.api.models import parse_job
-from scaletrain_operator.api.render import generation_free, render_children, render_job
+from scaletrain_operator.render.children import generation_free, render_children, render_job
+from scaletrain_operator.validation.merge import merge_under
 from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO, base_job, load_yaml
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import ProblemsError

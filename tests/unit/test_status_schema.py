@@ -9,8 +9,8 @@ import json
 import pytest
 
 from scaletrain_operator.api.crd import build_crd
-from scaletrain_operator.api.progress import final_progress, parse_progress, status_patch
 from scaletrain_operator.api.status_schema import fit_status, schema_problem
+from scaletrain_operator.validation.progress_answer import final_progress, parse_progress, status_patch
 
 HUGE = 10**400  # an integer JSON allows, and float64 does not hold
 

@@ -11,7 +11,7 @@ import tokenize
 import pytest
 
 from scaletrain_operator.api.crd import build_crd
-from scaletrain_operator.api.progress import parse_progress, status_patch
+from scaletrain_operator.validation.progress_answer import parse_progress, status_patch
 from scaletrain_testing.jobs import REPO
 from scaletrain_trainer.contract import exit_codes, wire
 

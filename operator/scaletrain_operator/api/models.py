@@ -34,8 +34,9 @@ from scaletrain_trainer.contract.validation import (
     problems_from_validation_error,
 )
 
-from . import elastic, kube_rules, kube_schema, naming
-from .bounds import spec_bound_problems
+from ..validation import elastic_sizes, kube_rules, kube_schema
+from ..validation.bounds import spec_bound_problems
+from . import naming
 from .cel import cel_rule, with_cel_rules
 
 # Kubernetes' resource.Quantity, as its own OpenAPI schema spells it.
@@ -695,7 +696,7 @@ class ScaleTrainJobSpec(SpecModel):
         for problem in self.failure_policy.problems():
             yield Problem(("failurePolicy",) + problem.path, problem.message)
         yield from self._placement_problems()
-        yield from elastic.problems(self)
+        yield from elastic_sizes.problems(self)
         if self.backend == "nccl" and self.gpus_per_node == 0:
             yield Problem(("backend",), "nccl needs GPUs: set gpusPerNode > 0, or use backend gloo (or auto) on CPU")
         if self.procs_per_node is not None and 0 < self.gpus_per_node < self.procs_per_node:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import naming
-from ..api.capacity_probe import is_probe
+from ..render.capacity_probe import is_probe
 from .reconcile import Observed
 
 Key = tuple[str, str]  # namespace, name

@@ -29,9 +29,11 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from ..api import gang_placement, naming
-from ..api.capacity_probe import is_probe
+from ..api import naming
 from ..api.status_schema import fit_status
+from ..policy.placement import same_gang
+from ..render.capacity_probe import is_probe
+from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
 from . import metrics
 from .cache import Cache, owned_by, version_of
 from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event
@@ -62,7 +64,7 @@ JOBS = Resource("/apis/batch/v1", "jobs")
 PODS = Resource("/api/v1", "pods")
 EVENTS = Resource("/api/v1", "events")
 NETWORK_POLICIES = Resource("/apis/networking.k8s.io/v1", "networkpolicies")
-WORKLOADS = Resource(f"/apis/{gang_placement.WORKLOAD_API_VERSION}", gang_placement.WORKLOAD_PLURAL)
+WORKLOADS = Resource(f"/apis/{WORKLOAD_API_VERSION}", WORKLOAD_PLURAL)
 KUEUE_WORKLOADS = Resource("/apis/kueue.x-k8s.io/v1beta2", "workloads")  # Kueue's own, one per queued Job
 KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on each of Kueue's Workloads: the Job it queues
 KOPF_PEERINGS = Resource(f"/apis/{KOPF_GROUP}/{KOPF_VERSION}", "kopfpeerings")
@@ -318,7 +320,7 @@ class Cluster:
             if not there:
                 return False
             if owned_by(there[0], owner_uid(obj)):
-                if kind == "Workload" and not gang_placement.same_gang(there[0], obj):
+                if kind == "Workload" and not same_gang(there[0], obj):
                     self._replace_workload(namespace, there[0], obj)
                 return False
             if (going := leftover_reason(there[0], obj)) is not None:
@@ -327,7 +329,7 @@ class Cluster:
             raise ChildRejected("NameConflict", message) from None
 
     def create_probe(self, stj: ObjectRef, probe: dict[str, Any]) -> None:
-        """An elastic gang's capacity probe (api/capacity_probe.py). One the API server refuses (a policy, a
+        """An elastic gang's capacity probe (render/capacity_probe.py). One the API server refuses (a policy, a
         quota, a name taken) fails nothing: the gang trains on at its size, the next probe is due a check
         interval later (the status says when this one started), and a Warning Event says why."""
         try:

@@ -25,8 +25,9 @@ from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
 from ..api.models import ScaleTrainJob, parse_job
-from ..api.progress import Unreadable, read_all_progress, status_patch
 from ..api.timestamps import parse_timestamp
+from ..progress import read_all_progress
+from ..validation.progress_answer import Unreadable, status_patch
 from . import metrics, peering
 from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
@@ -220,7 +221,7 @@ class Housekeeping:
         return current_gang(metadata["name"], current_job, observed), observed
 
     def record_progress(self, raw: dict[str, Any], rank_0: Rank0, answer: Answer) -> None:
-        """Rank 0's answer into status.progress, replacing what an earlier answer said (api/progress.py
+        """Rank 0's answer into status.progress, replacing what an earlier answer said (progress.py
         status_patch), with when it was read; or, when it could not be read twice in a row after this gang
         had answered, the condition ProgressUnreachable with why. An unreadable endpoint is not a silent
         trainer: it is never taken for a hang. A loss that turned non-finite and damaged checkpoints the

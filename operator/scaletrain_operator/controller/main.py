@@ -20,7 +20,7 @@ from .settings import OperatorConfig
 # json.loads, which gives up at Python's recursion limit (1,000 by default): a single deep object ended
 # the watch, and with it the operator, for every namespace. Sized to decode, compare and copy any object
 # the API server can hold (each level costs up to two frames, e.g. in copy.deepcopy), and the C stacks
-# to carry that (about 200 bytes a level); api/bounds.py then refuses the spec with its field path.
+# to carry that (about 200 bytes a level); validation/bounds.py then refuses the spec with its field path.
 API_SERVER_MAX_NESTING = 10_000
 RECURSION_LIMIT = 2 * API_SERVER_MAX_NESTING + 1_000
 STACK_BYTES = 32 * 1024 * 1024  # for the main thread (kopf's event loop) and every thread started later

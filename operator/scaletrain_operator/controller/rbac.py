@@ -69,8 +69,8 @@ OPERATOR = (
         "scheduling.k8s.io",
         "workloads",
         ("create", "list", "delete"),
-        "each job's Workload, for gang placement (api/gang_placement.py); listed when its create finds one, and"
-        " replaced when the job's gang changed",
+        "each job's Workload, for gang placement (render/workload.py); listed when its create finds one, and replaced"
+        " when the job's gang changed",
     ),
     Permission(
         "",

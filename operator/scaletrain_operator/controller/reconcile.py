@@ -9,11 +9,11 @@ decision. It reads as a list of steps:
    deleted), which ends those pods;
 2. find the current gang generation and its size (with spec.elastic: the running gang's, or the size a
    resize under way goes to: `at_gang_size`), and render the one Job this call may create;
-3. create what is missing: the job's Workload (gang placement, api/gang_placement.py, before a gang's Job
+3. create what is missing: the job's Workload (gang placement, render/workload.py, before a gang's Job
    wherever it may be missing: `decide`), the Services, and the current generation's Job (kept off the
    nodes in status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
    (counted against maxRestarts);
-4. the gang policy (api/gang_policy.py, with spec.failurePolicy) judges the pods first, whatever else
+4. the gang policy (policy/gang_policy.py, with spec.failurePolicy) judges the pods first, whatever else
    changed in the same pass: succeeded, failed, or restart, counted as a restart or as a disruption, maybe
    blaming a node the next gangs avoid;
 5. a spec change the running gang cannot take (another size, from kubectl scale, too) restarts it, after
@@ -25,7 +25,7 @@ decision. It reads as a list of steps:
 6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
    the pods (Schedulable), shrink an elastic gang it could not place within elastic.scaleDownAfterSeconds,
    fail a gang it could not place within scheduleTimeoutSeconds, probe for room to grow an elastic gang
-   below spec.nodes (api/capacity_probe.py), and report the running status.
+   below spec.nodes (render/capacity_probe.py), and report the running status.
 
 An invalid spec gets its own decision (`decide_invalid`), and so does a child the API server refuses
 (`decide_failed`): Failed once, never retried.
@@ -44,8 +44,20 @@ from typing import Any
 from scaletrain_trainer.contract.exit_codes import HANG_RESULT
 from scaletrain_trainer.contract.validation import Problem
 
-from ..api import capacity_probe, elastic, gang_placement, naming
-from ..api.gang_policy import (
+from ..api import naming
+from ..api.models import (
+    MAX_RESIZES,
+    GangRecord,
+    NodeCounts,
+    Resize,
+    ResizeReason,
+    ScaleTrainJob,
+    ScaleTrainJobStatus,
+)
+from ..api.timestamps import parse_timestamp, timestamp
+from ..policy import elastic
+from ..policy import placement as gang_placement
+from ..policy.gang_policy import (
     Action,
     GangLimits,
     Verdict,
@@ -57,18 +69,9 @@ from ..api.gang_policy import (
     restart_backoff,
     stalled,
 )
-from ..api.models import (
-    MAX_RESIZES,
-    GangRecord,
-    NodeCounts,
-    Resize,
-    ResizeReason,
-    ScaleTrainJob,
-    ScaleTrainJobStatus,
-)
-from ..api.node_exclusion import avoid_nodes, with_node_excluded
-from ..api.progress import final_progress, status_patch
-from ..api.render import (
+from ..policy.node_exclusion import avoid_nodes, with_node_excluded
+from ..render import capacity_probe
+from ..render.children import (
     generation_free,
     render_job,
     render_master_alias,
@@ -76,7 +79,9 @@ from ..api.render import (
     render_service,
     render_workload,
 )
-from ..api.timestamps import parse_timestamp, timestamp
+from ..render.workload import GROUP_TEMPLATE_ANNOTATION, uses_workload
+from ..validation import elastic_sizes
+from ..validation.progress_answer import final_progress, status_patch
 from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event
 from .settings import DEFAULTS, OperatorConfig
 from .status import StatusBuilder, bounded, condition
@@ -135,7 +140,7 @@ def spec_hash(rendered_job: Mapping[str, Any]) -> str:
     # Whether the cluster serves the Workload API (found at the operator's start) is no change of the job's:
     # an operator that starts on an upgraded cluster must not restart every running gang for it.
     annotations = shape["metadata"].pop("annotations", {})
-    annotations.pop(gang_placement.GROUP_TEMPLATE_ANNOTATION, None)
+    annotations.pop(GROUP_TEMPLATE_ANNOTATION, None)
     if annotations:
         shape["metadata"]["annotations"] = annotations
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
@@ -501,7 +506,7 @@ def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: Oper
         first.append(render_network_policy(job, settings.network_policy_from))
     gang = next((child for child in decision.create if _gang_job(child)), None)
     made = any(child["kind"] == "Workload" for child in decision.create)  # a spec change makes it again
-    if gang is not None and not made and gang_placement.uses_workload(job.spec, settings.workload_api):
+    if gang is not None and not made and uses_workload(job.spec, settings.workload_api):
         workload = render_workload(sized)
         first.append(workload)
         if gang["metadata"]["name"] != naming.child_job_name(job.name, 0):
@@ -538,7 +543,7 @@ def _decide(
     # Where another controller owns the Job's suspend flag, the operator suspends a gang by deleting its Job.
     suspended_away = gone and (job.spec.suspend or status.before.phase == "Suspended")
     deleted = gone and not suspended_away
-    gang = gang_placement.uses_workload(job.spec, settings.workload_api)
+    gang = uses_workload(job.spec, settings.workload_api)
     # The one render of this call: the Job it would create. That is the current generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
     next_generation = generation if current is None and not gone else generation + 1
@@ -553,7 +558,7 @@ def _decide(
     ledger = ledger_of(job, current)
     status.fields.update(ledger.status_fields())
     status.fields["selector"] = f"{naming.LABEL_JOB_NAME}={job.name}"  # the scale subresource's
-    status.fields["elasticSizes"] = elastic.sizes(asked.spec) if asked.spec.elastic is not None else []
+    status.fields["elasticSizes"] = elastic_sizes.sizes(asked.spec) if asked.spec.elastic is not None else []
     if deleted:
         gone = naming.child_job_name(job.name, generation)
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
@@ -1039,7 +1044,7 @@ def _shrink_target(
         and grown.to_nodes == size
         and not _ran_since(asked, grown.time)
     ):
-        if grown.from_nodes in elastic.sizes(asked.spec):
+        if grown.from_nodes in elastic_sizes.sizes(asked.spec):
             return grown.from_nodes, "CapacityTaken"
     smaller = elastic.smaller(asked.spec, size, sum(_placed(pod) for pod in pods))
     return (smaller, "Unschedulable") if smaller is not None else None
@@ -1090,7 +1095,7 @@ def _grow_back(
     asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], observed: Observed, priority_class: str
 ) -> Decision | None:
     """A running elastic gang below spec.nodes probes for room every elastic.scaleUp.checkEverySeconds
-    (api/capacity_probe.py); when the scheduler placed pods of the probe, the gang stops at a step boundary
+    (render/capacity_probe.py); when the scheduler placed pods of the probe, the gang stops at a step boundary
     and the next one is as large as fits. None: it goes on as it is (a probe may be under way)."""
     spec, status, size = asked.spec, draft.status, size_of(current)
     if spec.elastic is None or elastic.larger(spec, size, spec.nodes - size) is None:

@@ -29,10 +29,10 @@ class OperatorConfig:
     # The operator's namespace, to give each job a NetworkPolicy (render.render_network_policy) whose pods
     # only its own pods and the operator's reach; "" makes none.
     network_policy_from: str = ""
-    # The PriorityClass of elastic gangs' capacity probes (api/capacity_probe.py), whose preemptionPolicy
+    # The PriorityClass of elastic gangs' capacity probes (render/capacity_probe.py), whose preemptionPolicy
     # Never keeps a probe from preempting anything (the chart makes it); "": none, so the cluster's default.
     probe_priority_class: str = ""
-    # Whether the API server serves the Workload API (gang placement, api/gang_placement.py): found by
+    # Whether the API server serves the Workload API (gang placement, render/workload.py): found by
     # discovery when the operator starts (handlers.configure), so the environment does not set it.
     workload_api: bool = field(default=False, metadata={"discovered": True})
 

@@ -44,7 +44,7 @@ from typing import IO, Any
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
-from ..api.gang_policy import PodPhase
+from ..policy.gang_policy import PodPhase
 from .pod_filesystem import ContainerFiles, PodFilesystem, open_filesystem
 from .pod_network import PodIdentity, PodNetwork, PodSandbox, open_network
 from .pod_spec import (

@@ -6,7 +6,7 @@ GPUs per node. As root each pod has a network namespace of its own; otherwise th
 machine's loopback (SCALETRAIN_POD_NETWORK=auto, namespaces or loopback chooses; the run says which).
 As root each container has a filesystem of its own too, with the volumes at their mountPaths;
 otherwise the pods write this machine's files (SCALETRAIN_POD_FILESYSTEM=auto, contained or shared).
-The gang policy (api/gang_policy.py) judges the pods exactly as the operator does: a failed node
+The gang policy (policy/gang_policy.py) judges the pods exactly as the operator does: a failed node
 stops the others and the gang restarts from the last checkpoint, up to maxRestarts; exit code 78 (an
 invalid training config) and a passed activeDeadlineSeconds (per gang, as each generation is a new
 Job) are final. Every process is stopped on the way out, also on Ctrl-C, SIGTERM or SIGHUP, and a
@@ -29,8 +29,10 @@ from typing import Any
 
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
-from ..api import elastic, naming
-from ..api.gang_policy import (
+from ..api import naming
+from ..api.models import GangRecord, ScaleTrainJob
+from ..policy import elastic
+from ..policy.gang_policy import (
     DEADLINE_EXCEEDED,
     Action,
     GangLimits,
@@ -43,9 +45,9 @@ from ..api.gang_policy import (
     restart_backoff,
     stalled,
 )
-from ..api.models import GangRecord, ScaleTrainJob
-from ..api.progress import read_progress
-from ..api.render import render_job, render_master_alias, render_service
+from ..progress import read_progress
+from ..render.children import render_job, render_master_alias, render_service
+from ..validation import elastic_sizes
 from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
 from .job_controller import indexed_pods
 from .pod_filesystem import FilesystemError, PodFilesystem, open_filesystem
@@ -205,7 +207,7 @@ class Gang:
 
 def at_available_size(job: ScaleTrainJob, nodes_available: int | None) -> ScaleTrainJob:
     """`job` as a cluster with only `nodes_available` nodes for it runs it: an elastic gang at the largest size
-    that fits (api/elastic.py), as the operator shrinks one the scheduler cannot place; raises ProblemsError
+    that fits (policy/elastic.py), as the operator shrinks one the scheduler cannot place; raises ProblemsError
     where a cluster would leave the gang waiting."""
     spec = job.spec
     if nodes_available is None or nodes_available >= spec.nodes:
@@ -220,7 +222,7 @@ def at_available_size(job: ScaleTrainJob, nodes_available: int | None) -> ScaleT
     if size is None:
         message = (
             f"{spec.elastic.min_nodes} exceeds --nodes-available ({nodes_available}): on a cluster the gang would wait "
-            f"for room (sizes it may run at: {elastic.named(elastic.sizes(spec))})"
+            f"for room (sizes it may run at: {elastic_sizes.named(elastic_sizes.sizes(spec))})"
         )
         raise ProblemsError([Problem(("spec", "elastic", "minNodes"), message)])
     return job.at_size(size)
@@ -231,7 +233,7 @@ def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False, nodes_a
     `nodes_available`, as a cluster with only that many nodes for it would (at_available_size)."""
     sized = at_available_size(job, nodes_available)
     if sized is not job:
-        sizes = elastic.named(elastic.sizes(job.spec))
+        sizes = elastic_sizes.named(elastic_sizes.sizes(job.spec))
         available = f"{nodes_available} of {job.spec.nodes} nodes available"
         print(f"{job.name}: {available}; the gang runs at {sized.spec.nodes} (its sizes: {sizes})")
     job = sized

@@ -35,7 +35,7 @@ from typing import Any
 
 from scaletrain_trainer.contract import wire
 
-from ..api.kube_rules import parse_quantity
+from ..validation.kube_rules import parse_quantity
 from . import container_root
 from .pod_spec import (
     SHM_PATH,

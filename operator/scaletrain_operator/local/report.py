@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..api.gang_policy import Action, Verdict
 from ..api.models import ScaleTrainJob
+from ..policy.gang_policy import Action, Verdict
 from .executor import RunningPod
 
 

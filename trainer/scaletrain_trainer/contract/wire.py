@@ -2,7 +2,7 @@
 the termination message, and rank 0's progress report.
 
 Everything that carries a progress field is derived from `PROGRESS_FIELDS`: the trainer's /progress and
-/metrics answers (reporting/metrics.py), the operator's reader (api/progress.py), its `Progress` model
+/metrics answers (reporting/metrics.py), the operator's reader (progress.py), its `Progress` model
 and so the CRD's status.progress schema, and kubectl's columns. A new field is one `ProgressField` here
 and the trainer code that produces its value.
 """

@@ -20,10 +20,11 @@ from typing import Any
 
 from scaletrain_trainer.contract.validation import PathPart, ProblemsError, format_path
 
-from . import kube_rules, naming
-from .merge import merge_under
-from .models import PodSecurity, ScaleTrainJobSpec, VolumeMount, parse_job
-from .render import TRAINER_SECURITY
+from .api import naming
+from .api.models import PodSecurity, ScaleTrainJobSpec, VolumeMount, parse_job
+from .render.children import TRAINER_SECURITY
+from .validation import kube_rules
+from .validation.merge import merge_under
 
 PYTORCHJOB_API_VERSION = "kubeflow.org/v1"
 TRAINJOB_API_VERSION = "trainer.kubeflow.org/v1alpha1"

@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from . import naming
-from .models import ScaleTrainJob
-from .render import child_metadata, job_labels
-from .timestamps import parse_timestamp
+from ..api import naming
+from ..api.models import ScaleTrainJob
+from ..api.timestamps import parse_timestamp
+from .children import child_metadata, job_labels
 
 PROBE_LABEL = f"{naming.GROUP}/capacity-probe"
 PROBE_TIMEOUT_S = 60  # a probe the scheduler did not judge by then is taken for no room

@@ -30,9 +30,10 @@ from typing import Any
 
 from scaletrain_trainer.contract.validation import PathPart, Problem
 
-from . import kube_rules, naming
-from .kube_openapi import DEFINITIONS
+from ..api import naming
+from . import kube_rules
 from .merge import merge_under
+from .zz_generated_kube_openapi import DEFINITIONS
 
 Path = tuple[PathPart, ...]
 

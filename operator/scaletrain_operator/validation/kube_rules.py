@@ -15,7 +15,7 @@ from typing import Any
 
 from scaletrain_trainer.contract.validation import PathPart, Problem
 
-from . import naming
+from ..api import naming
 
 DNS_SUBDOMAIN_MAX = 253
 LABEL_MAX = 63

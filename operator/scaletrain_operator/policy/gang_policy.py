@@ -50,10 +50,10 @@ from scaletrain_trainer.contract.exit_codes import (
     waited_on_peers,
 )
 
-from . import naming
-from .models import MAX_GANG_RECORDS, FailurePolicyRule, GangRecord, RestartBackoff, ScaleTrainJobSpec
-from .progress import final_progress
-from .timestamps import parse_timestamp
+from ..api import naming
+from ..api.models import MAX_GANG_RECORDS, FailurePolicyRule, GangRecord, RestartBackoff, ScaleTrainJobSpec
+from ..api.timestamps import parse_timestamp
+from ..validation.progress_answer import final_progress
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"  # the Job controller's reason when activeDeadlineSeconds passed
 RESTART_LIMIT_REACHED = "RestartLimitReached"

@@ -14,9 +14,10 @@ from typing import Any
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 
-from . import gang_placement, naming
-from .merge import merge_under
-from .models import ScaleTrainJob, ScaleTrainJobSpec
+from ..api import naming
+from ..api.models import ScaleTrainJob, ScaleTrainJobSpec
+from ..validation.merge import merge_under
+from .workload import delegated, uses_workload, workload_of
 
 # The trainer's pod launcher checks the training config (exiting 78 on a config error, which the
 # operator does not retry), then runs torchrun (`python -m scaletrain_trainer.torchrun`) as a child with these
@@ -32,7 +33,7 @@ def render_children(
     """The Workload (with gang placement), the Services and the generation's Job, in creation order: the
     Workload first, since the Job controller looks for it when it first sees the Job. `workload_api`:
     whether the cluster serves the Workload API (spec.scheduling.gang auto uses it then)."""
-    gang = gang_placement.uses_workload(job.spec, workload_api)
+    gang = uses_workload(job.spec, workload_api)
     workload = [render_workload(job, namespace)] if gang else []
     services = [render_service(job, namespace), render_master_alias(job, namespace)]
     return [*workload, *services, render_job(job, generation, namespace, gang=gang)]
@@ -40,7 +41,7 @@ def render_children(
 
 def render_workload(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
     """The job's one Workload, which every gang generation's Job delegates its PodGroup to."""
-    return gang_placement.render_workload(job, child_metadata(job, job.name, namespace, job_labels(job)))
+    return workload_of(job, child_metadata(job, job.name, namespace, job_labels(job)))
 
 
 def render_service(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
@@ -100,7 +101,7 @@ def render_network_policy(job: ScaleTrainJob, operator_namespace: str, namespace
 def render_job(
     job: ScaleTrainJob, generation: int = 0, namespace: str | None = None, gang: bool = False
 ) -> dict[str, Any]:
-    """The generation's Indexed Job; with `gang`, its pods are placed as one gang (gang_placement.py)."""
+    """The generation's Indexed Job; with `gang`, its pods are placed as one gang (workload.py)."""
     spec, queue = job.spec, job.queue
     labels = generation_labels(job, generation)
     if queue:
@@ -124,7 +125,7 @@ def render_job(
         "metadata": child_metadata(job, naming.child_job_name(job.name, generation), namespace, labels),
         "spec": job_spec,
     }
-    return gang_placement.delegated(rendered, job, generation) if gang else rendered
+    return delegated(rendered, job, generation) if gang else rendered
 
 
 # A disrupted pod (evicted, preempted, its node lost; or the trainer's exit 80 after a SIGTERM) fails the

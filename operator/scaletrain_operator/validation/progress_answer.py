@@ -1,0 +1,105 @@
+"""What of rank 0's progress answer (its /progress body, or its termination message after it succeeded) status.progress
+takes: only the known fields, each of its type and range (contract/wire.py defines them), so that a status patch is
+never refused. A non-finite number never gets through: Go's JSON decoder, and so the API server, refuses NaN in a
+status patch."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from scaletrain_operator.api.timestamps import parse_timestamp, timestamp
+from scaletrain_trainer.contract import wire
+
+# The fields rank 0 reports, by name (contract/wire.py defines each: its type and range).
+REPORTED = {field.name: field for field in wire.REPORTED}
+SET_ASIDE_NAME = re.compile(wire.SET_ASIDE_NAME)
+
+
+class Unreadable(Exception):
+    """The endpoint answered, or failed to, in a way that is not progress."""
+
+
+def parse_progress(body: bytes) -> dict[str, Any]:
+    """status.progress from a /progress body: a JSON object, of which only the known fields are kept,
+    each only when it is of its type and range (status.progress's schema, so that the status patch is
+    never refused). A loss that is not finite, or that the trainer says is not (`lossFinite: false`, its
+    loss then null), is left out and reported as `lossFinite: false`."""
+    raw = json.loads(body)
+    if not isinstance(raw, dict):
+        raise Unreadable(f"a JSON {type(raw).__name__}, not an object")
+    progress = {key: raw[key] for key in REPORTED if key in raw and fits(REPORTED[key], raw[key])}
+    loss = raw.get("loss")
+    diverged = raw.get("lossFinite") is False or (isinstance(loss, float) and not math.isfinite(loss))
+    if diverged:
+        progress.pop("loss", None)
+        progress["lossFinite"] = False
+    return progress
+
+
+def status_patch(progress: dict[str, Any], generation: int, read_at: datetime | None = None) -> dict[str, Any]:
+    """`progress`, reported by rank 0 of gang `generation` and read at `read_at` (None: from its termination
+    message), as the operator writes it to status.progress: a merge patch that replaces it whole (its
+    nulls remove every field this answer lacks, so that no field of an older answer, or of an earlier
+    gang, stays beside it), with timestamps in RFC 3339 and the numbers kubectl shows rounded to
+    SHOWN_DIGITS significant digits (metrics.jsonl keeps them whole)."""
+    patch = {field.name: None for field in wire.PROGRESS_FIELDS} | progress | {"generation": generation}
+    if read_at is not None:
+        patch["readAt"] = timestamp(read_at)
+    for field in wire.PROGRESS_FIELDS:
+        if patch[field.name] is None:
+            continue
+        if field.kind == "timestamp":
+            patch[field.name] = timestamp(parse_timestamp(patch[field.name]).astimezone(timezone.utc))
+        elif field.rounded:
+            rounded = float(f"{patch[field.name]:.{wire.SHOWN_DIGITS}g}")
+            # Near the largest float, rounding up overflows: the status could not hold that, and the field would
+            # be left out of the patch, keeping an older answer's value beside this one's.
+            patch[field.name] = rounded if math.isfinite(rounded) else patch[field.name]
+    return patch
+
+
+def final_progress(termination_message: str) -> dict[str, Any]:
+    """status.progress from rank 0's termination message after it succeeded: the trainer's summary
+    (`{"result": "Succeeded", "step", "maxSteps", "loss", ...}`), kept and checked as a /progress answer
+    is. {} when the message holds no progress (a custom command's, or none)."""
+    try:
+        return parse_progress(termination_message.encode())
+    except (Unreadable, ValueError, RecursionError):  # the message is the tenant's too
+        return {}
+
+
+def fits(field: wire.ProgressField, value: Any) -> bool:
+    """Whether `value` is of `field`'s type and within its range."""
+    if field.kind == "set-aside names":
+        names = value if isinstance(value, list) and len(value) <= wire.MAX_SET_ASIDE else [None]
+        return all(
+            isinstance(name, str) and len(name) <= wire.MAX_TEXT and SET_ASIDE_NAME.match(name) for name in names
+        )
+    if field.kind == "timestamp":
+        return isinstance(value, str) and len(value) <= wire.MAX_TEXT and is_timestamp(value)
+    if field.kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    minimum = -math.inf if field.minimum is None else field.minimum
+    maximum = math.inf if field.maximum is None else field.maximum
+    if field.kind == "integer":
+        return isinstance(value, int) and minimum <= value < 2**63
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float64, which no status field can hold
+        return False
+    return math.isfinite(number) and minimum <= number <= maximum
+
+
+def is_timestamp(text: str) -> bool:
+    try:
+        moment = parse_timestamp(text)
+        moment.astimezone(timezone.utc)  # written in UTC (status_patch); a year 1 or 9999 may not convert
+    except (ValueError, OverflowError):
+        return False
+    return moment.tzinfo is not None  # RFC 3339 requires the offset
