@@ -8,9 +8,9 @@ from typing import Any
 
 from scaletrain_operator.api.models import ScaleTrainJob, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, LABEL_GENERATION
-from scaletrain_operator.controller.decision import ChildJobPatch
-from scaletrain_operator.controller.reconcile import Observed, with_spec_hash
+from scaletrain_operator.controller.decision import ChildJobPatch, Observed
 from scaletrain_operator.render.capacity_probe import render_probe
+from scaletrain_operator.render.child_annotations import with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 
 from .jobs import base_job

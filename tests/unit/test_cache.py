@@ -12,8 +12,8 @@ from scaletrain_operator.controller import cache as cache_module
 from scaletrain_operator.controller.cache import Cache, Store, children_view
 from scaletrain_operator.controller.decision import Decision, Event
 from scaletrain_operator.controller.handlers import _reconcile, needs_fresh_look
-from scaletrain_operator.controller.reconcile import with_spec_hash
 from scaletrain_operator.controller.workqueue import Outcome
+from scaletrain_operator.render.child_annotations import with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job
 

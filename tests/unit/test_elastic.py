@@ -11,17 +11,11 @@ from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.cache import children_view
 from scaletrain_operator.controller.cluster import ChildRejected, Cluster, ObjectRef
-from scaletrain_operator.controller.reconcile import (
-    RESIZE_REASON_ANNOTATION,
-    RESIZE_TO_ANNOTATION,
-    STOPPING,
-    at_gang_size,
-    decide,
-    with_spec_hash,
-)
+from scaletrain_operator.controller.reconcile import STOPPING, at_gang_size, decide
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy import elastic
 from scaletrain_operator.render.capacity_probe import PROBE_TIMEOUT_S
+from scaletrain_operator.render.child_annotations import RESIZE_REASON_ANNOTATION, RESIZE_TO_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job
 from scaletrain_operator.validation import elastic_sizes
 from scaletrain_testing.gang_objects import (

@@ -12,17 +12,17 @@ from scaletrain_operator.api.models import ExcludeNodes, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
 from scaletrain_operator.controller import metrics
 from scaletrain_operator.controller.cluster import EVENT_MESSAGE_LIMIT
-from scaletrain_operator.controller.reconcile import (
+from scaletrain_operator.controller.decision import Observed
+from scaletrain_operator.controller.reconcile import decide
+from scaletrain_operator.controller.status import StatusBuilder, bounded
+from scaletrain_operator.policy.node_exclusion import avoid_nodes, with_node_excluded
+from scaletrain_operator.render.child_annotations import (
     DISRUPTIONS_ANNOTATION,
     EXCLUDED_NODES_ANNOTATION,
     RESTARTS_ANNOTATION,
     SPEC_HASH_ANNOTATION,
-    Observed,
-    decide,
     with_spec_hash,
 )
-from scaletrain_operator.controller.status import StatusBuilder, bounded
-from scaletrain_operator.policy.node_exclusion import avoid_nodes, with_node_excluded
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job
 from scaletrain_trainer.contract.exit_codes import EXIT_HANG, EXIT_NON_FINITE, EXIT_PREEMPTED

@@ -11,11 +11,14 @@ from kubernetes.client.rest import ApiException
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import KUEUE_PREFERRED_TOPOLOGY, KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from scaletrain_operator.controller.cluster import Cluster, ObjectRef
+from scaletrain_operator.controller.decision import Observed
 from scaletrain_operator.controller.handlers import decide_from
-from scaletrain_operator.controller.reconcile import SPEC_HASH_ANNOTATION, Observed, decide, unplaced, with_spec_hash
+from scaletrain_operator.controller.reconcile import decide
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy import placement as gang_placement
+from scaletrain_operator.policy.pods import unplaced
 from scaletrain_operator.render import workload as gang_workload
+from scaletrain_operator.render.child_annotations import SPEC_HASH_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_children, render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job, patched
 from scaletrain_trainer.contract.validation import ProblemsError

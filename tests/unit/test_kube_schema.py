@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.controller.decision import Observed
 from scaletrain_operator.controller.handlers import decide_from
-from scaletrain_operator.controller.reconcile import Observed
 from scaletrain_operator.validation import zz_generated_kube_openapi as kube_openapi
 from scaletrain_operator.validation.kube_schema import DEFINITION_RULES, schema_problems
 from scaletrain_operator.validation.openapi_subset import KUBERNETES_VERSION, ROOTS, pinned_definitions

@@ -10,17 +10,11 @@ import pytest
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
 from scaletrain_operator.controller import peering
-from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event
-from scaletrain_operator.controller.reconcile import (
-    RESTARTS_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
-    Observed,
-    decide,
-    decide_invalid,
-    with_spec_hash,
-)
+from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event, Observed
+from scaletrain_operator.controller.reconcile import decide, decide_invalid
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.controller.ttl import decide_ttl
+from scaletrain_operator.render.child_annotations import RESTARTS_ANNOTATION, SPEC_HASH_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 from scaletrain_operator.validation.progress_answer import parse_progress, status_patch
 from scaletrain_testing.gang_objects import operator_suspends

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..api import naming
 from ..render.capacity_probe import is_probe
-from .reconcile import Observed
+from .decision import Observed
 
 Key = tuple[str, str]  # namespace, name
 TOMBSTONE_SECONDS = 300.0  # far longer than a write's answer or a watch event can be late

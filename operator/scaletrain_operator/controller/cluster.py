@@ -36,9 +36,8 @@ from ..render.capacity_probe import is_probe
 from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
 from . import metrics
 from .cache import Cache, owned_by, version_of
-from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event
+from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event, Observed
 from .peering import KOPF_GROUP, KOPF_VERSION
-from .reconcile import Observed
 from .status import bounded
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,14 @@
-"""What the controller's pure layer decides and the cluster layer carries out: typed and immutable, so
-the handlers can only apply a Decision, never edit one."""
+"""What the controller's pure layer decides from (Observed: a job's children as found) and what it decides
+(a Decision, which the cluster layer carries out): typed and immutable, so the handlers can only apply a
+Decision, never edit one. A Draft is a Decision in the making."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from ..api import naming
+from .status import StatusBuilder
 
 # Why the controller fails a job outside the gang policy (api/gang_policy.GangFailureReason has the rest)
 ControllerFailureReason = Literal[
@@ -86,3 +90,65 @@ class Decision:
     @property
     def changes_nothing(self) -> bool:
         return replace(self, recheck_after=None) == Decision()
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The children of one ScaleTrainJob, as listed from the API server."""
+
+    services: dict[str, dict[str, Any]]  # by name: the headless Service and the master alias
+    jobs: dict[int, dict[str, Any]]  # by gang generation
+    pods: list[dict[str, Any]]  # of the current generation
+    probe: dict[str, Any] | None = None  # the elastic gang's capacity probe, while one runs
+    probe_pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+def current_gang(job_name: str, current_job: Any, observed: Observed) -> int | None:
+    """The newest gang generation of job `job_name`: of its Jobs that exist, or the one its status.currentJob
+    (`current_job`) names if they are gone. None while neither names one: before the first gang, or when the
+    status names no gang of this job (anyone who may write the status may write any name there)."""
+    named = naming.generation_of(job_name, current_job)
+    return max([*observed.jobs, *([] if named is None else [named])], default=None)
+
+
+@dataclass
+class Draft:
+    """A decision in the making; `done` freezes it."""
+
+    status: StatusBuilder
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete_child_jobs: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    recheck_after: float | None = None
+    gang: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
+    probe: str | None = None  # the capacity probe's Job, if one exists: deleted unless `keep_probe`
+    keep_probe: bool = False
+
+    def recheck_in(self, seconds: float) -> None:
+        """Decide again in `seconds` at the latest: a timeout this decision waits on passes then."""
+        self.recheck_after = seconds if self.recheck_after is None else min(self.recheck_after, seconds)
+
+    def done(self, status: dict[str, Any], patch_child_job: ChildJobPatch | None = None) -> Decision:
+        before = self.status.before.phase
+        phase = status["phase"]
+        if phase != before and phase in ("Running", "Suspended", "Succeeded"):
+            self.events.append(Event("Normal", phase, status["message"]))
+        when = occasion(self.gang or self.status.before.current_job, self.status.generation)
+        probe_ends = [self.probe] if self.probe is not None and not self.keep_probe else []
+        return Decision(
+            create=tuple(self.create),
+            delete_child_jobs=(*self.delete_child_jobs, *probe_ends),
+            patch_child_job=patch_child_job,
+            status=self.status.changes(status),
+            events=tuple(replace(event, occasion=event.occasion or when) for event in self.events),
+            recheck_after=self.recheck_after,
+        )
+
+
+def occasion(current_job: str | None, generation: int | None) -> str:
+    """What a decision's Events are about: the gang it was decided about (the newest Job found, which a
+    restart or a deletion ends, not the one it starts; not the status's, which a lost write leaves behind)
+    and the spec generation (so that a resumed job gets a Running Event again). Each reason is posted once
+    per occasion; a decision carried out again after its status patch failed is about the same gang, so
+    its Events are the same ones."""
+    return f"{current_job}, spec generation {generation}"

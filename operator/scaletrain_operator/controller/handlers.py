@@ -41,9 +41,9 @@ from ..api.models import parse_job
 from . import metrics
 from .cache import Cache, Key, Store
 from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
-from .decision import Decision, Event
+from .decision import Decision, Event, Observed
 from .housekeeping import HOUSEKEEPING_CONNECTIONS, Housekeeping
-from .reconcile import Observed, decide, decide_failed, decide_invalid, stop_what_runs
+from .reconcile import decide, decide_failed, decide_invalid, stop_what_runs
 from .settings import DEFAULTS, OperatorConfig
 from .status import FINISHED, phase_of
 from .workqueue import Outcome, WorkQueue

@@ -26,13 +26,14 @@ from scaletrain_trainer.contract.validation import ProblemsError
 from ..api import naming
 from ..api.models import ScaleTrainJob, parse_job
 from ..api.timestamps import parse_timestamp
+from ..policy.pods import POD_CREATION_FAILED
 from ..progress import read_all_progress
+from ..render.child_annotations import suspended_by_operator
 from ..validation.progress_answer import Unreadable, status_patch
 from . import metrics, peering
 from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
-from .decision import Event
-from .reconcile import POD_CREATION_FAILED, Observed, current_gang, suspended_by_operator
+from .decision import Event, Observed, current_gang
 from .settings import OperatorConfig
 from .status import bounded, condition, phase_of, with_condition
 from .ttl import decide_ttl

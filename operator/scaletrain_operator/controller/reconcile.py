@@ -33,11 +33,10 @@ An invalid spec gets its own decision (`decide_invalid`), and so does a child th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,15 +44,7 @@ from scaletrain_trainer.contract.exit_codes import HANG_RESULT
 from scaletrain_trainer.contract.validation import Problem
 
 from ..api import naming
-from ..api.models import (
-    MAX_RESIZES,
-    GangRecord,
-    NodeCounts,
-    Resize,
-    ResizeReason,
-    ScaleTrainJob,
-    ScaleTrainJobStatus,
-)
+from ..api.models import MAX_RESIZES, GangRecord, NodeCounts, Resize, ResizeReason, ScaleTrainJob, ScaleTrainJobStatus
 from ..api.timestamps import parse_timestamp, timestamp
 from ..policy import elastic
 from ..policy import placement as gang_placement
@@ -69,45 +60,51 @@ from ..policy.gang_policy import (
     restart_backoff,
     stalled,
 )
-from ..policy.node_exclusion import avoid_nodes, with_node_excluded
-from ..render import capacity_probe
-from ..render.children import (
-    generation_free,
-    render_job,
-    render_master_alias,
-    render_network_policy,
-    render_service,
-    render_workload,
+from ..policy.hang import broken_promise, stalled_message
+from ..policy.ledger import Ledger, ledger_of
+from ..policy.node_exclusion import avoid_nodes
+from ..policy.pods import (
+    UNSCHEDULABLE,
+    Unplaced,
+    all_placed,
+    being_deleted,
+    holds_a_node,
+    job_condition,
+    node_counts,
+    placed,
+    pod_scheduled,
+    refused_pods,
+    still_saving,
+    unplaced,
+    waiting_for,
+    whole_gang_up,
 )
-from ..render.workload import GROUP_TEMPLATE_ANNOTATION, uses_workload
+from ..render import capacity_probe
+from ..render.child_annotations import (
+    ENDED_GANG_ANNOTATION,
+    RESIZE_REASON_ANNOTATION,
+    RESIZE_TO_ANNOTATION,
+    RESIZE_WHY,
+    START_AFTER_ANNOTATION,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+    child_job_suspended,
+    gang_started,
+    hash_of,
+    held_until,
+    planned_resize,
+    size_of,
+    suspended_by_operator,
+    suspension_note,
+    with_spec_hash,
+)
+from ..render.children import render_job, render_master_alias, render_network_policy, render_service, render_workload
+from ..render.workload import uses_workload
 from ..validation import elastic_sizes
 from ..validation.progress_answer import final_progress, status_patch
-from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event
+from .decision import ChildJobPatch, ControllerFailureReason, Decision, Draft, Event, Observed, current_gang, occasion
 from .settings import DEFAULTS, OperatorConfig
 from .status import StatusBuilder, bounded, condition
 
-SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
-# On each child Job: what the job had counted when it was made (Ledger). They are created with the Job,
-# in one write, so a status patch that was lost cannot lose a restart (and so allow one more than
-# maxRestarts), a disruption, or a node to avoid.
-RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
-DISRUPTIONS_ANNOTATION = f"{naming.GROUP}/disruptions"
-EXCLUDED_NODES_ANNOTATION = f"{naming.GROUP}/excluded-nodes"  # a JSON list
-# On a gang's Job, with the suspension that stops it: the size the next gang has, and why (an elastic
-# resize). One patch sets both, so the resize cannot be lost or half made.
-RESIZE_TO_ANNOTATION = f"{naming.GROUP}/resize-to"
-RESIZE_REASON_ANNOTATION = f"{naming.GROUP}/resize-reason"
-# On a gang's Job the operator suspended: the spec generation that asked for it. A Job suspended without it was
-# suspended by someone else (Kueue, which creates every Job it manages suspended and admits it by un-suspending it,
-# or another admission controller): the gang waits for them, and that is never taken for the user's resume.
-SUSPENDED_BY_OPERATOR_ANNOTATION = f"{naming.GROUP}/suspended-at-spec-generation"
-# On a gang's Job made suspended to wait out spec.restartBackoff: when the operator un-suspends it (RFC 3339). On
-# the Job, so that a lost status write cannot lose the wait.
-START_AFTER_ANNOTATION = f"{naming.GROUP}/start-after"
-# On the Job a restart after a failure made: how the gang before it ended (its record, and the restart's reason and
-# message, which name the failed pod and its exit). Made with the Job, in one write, as the Ledger is: a status
-# write that was lost, or an operator killed before it, cannot lose them (`_recover_gang_end`).
-ENDED_GANG_ANNOTATION = f"{naming.GROUP}/previous-gang-ended"
 SPEC_CHANGE = "the spec changed in a way the running gang cannot take"
 STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
 RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
@@ -115,96 +112,6 @@ SUSPENDED_MESSAGE = "spec.suspend is true"
 JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
 HANG = HANG_RESULT  # and of a Running gang whose progress stalled
 SCHEDULABLE = "Schedulable"
-POD_CREATION_FAILED = "PodCreationFailed"  # housekeeping's condition: the API server refused pods of the gang
-UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot place, and the job's when that lasts
-
-
-@dataclass(frozen=True)
-class Observed:
-    """The children of one ScaleTrainJob, as listed from the API server."""
-
-    services: dict[str, dict[str, Any]]  # by name: the headless Service and the master alias
-    jobs: dict[int, dict[str, Any]]  # by gang generation
-    pods: list[dict[str, Any]]  # of the current generation
-    probe: dict[str, Any] | None = None  # the elastic gang's capacity probe, while one runs
-    probe_pods: list[dict[str, Any]] = field(default_factory=list)
-
-
-def spec_hash(rendered_job: Mapping[str, Any]) -> str:
-    """What a running gang cannot take in place: the rendered Job without what each generation has of
-    its own, its owner, and the suspend flag and deadline (which a Job accepts as updates)."""
-    shape = generation_free(rendered_job)
-    shape["spec"].pop("suspend", None)
-    shape["spec"].pop("activeDeadlineSeconds", None)
-    shape["metadata"].pop("ownerReferences", None)
-    # Whether the cluster serves the Workload API (found at the operator's start) is no change of the job's:
-    # an operator that starts on an upgraded cluster must not restart every running gang for it.
-    annotations = shape["metadata"].pop("annotations", {})
-    annotations.pop(GROUP_TEMPLATE_ANNOTATION, None)
-    if annotations:
-        shape["metadata"]["annotations"] = annotations
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def with_spec_hash(rendered_job: dict[str, Any]) -> dict[str, Any]:
-    rendered_job["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(rendered_job)
-    return rendered_job
-
-
-def _hash_of(child_job: Mapping[str, Any]) -> str | None:
-    return (child_job["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """What the job has counted across its gangs: restarts (against maxRestarts), disruptions (against
-    maxDisruptions), and the nodes its next gangs avoid. Kept in the status and on each gang's Job."""
-
-    restarts: int = 0
-    disruptions: int = 0
-    excluded_nodes: tuple[str, ...] = ()
-
-    def after(self, verdict: Verdict, job: ScaleTrainJob) -> Ledger:
-        """The counts once the restart `verdict` orders is made."""
-        disruption = 1 if verdict.disruption else 0
-        excluded = with_node_excluded(self.excluded_nodes, verdict.avoid_node, job.spec.failure_policy.exclude_nodes)
-        return Ledger(self.restarts + 1 - disruption, self.disruptions + disruption, excluded)
-
-    def status_fields(self) -> dict[str, Any]:
-        return {"restarts": self.restarts, "disruptions": self.disruptions, "excludedNodes": list(self.excluded_nodes)}
-
-    def annotations(self) -> dict[str, str]:
-        return {
-            RESTARTS_ANNOTATION: str(self.restarts),
-            DISRUPTIONS_ANNOTATION: str(self.disruptions),
-            EXCLUDED_NODES_ANNOTATION: json.dumps(list(self.excluded_nodes)),
-        }
-
-
-def ledger_of(job: ScaleTrainJob, current: Mapping[str, Any] | None) -> Ledger:
-    """The status's counts, or the current Job's where they are higher (the status patch that recorded
-    them was lost); its nodes to avoid, with any the status lacks."""
-    status = job.status
-    annotations = (current or {}).get("metadata", {}).get("annotations") or {}
-    recorded_nodes = list(status.excluded_nodes) if status else []
-    annotated_nodes = _string_list(annotations.get(EXCLUDED_NODES_ANNOTATION))
-    return Ledger(
-        restarts=max(status.restarts if status else 0, _count(annotations.get(RESTARTS_ANNOTATION))),
-        disruptions=max(status.disruptions if status else 0, _count(annotations.get(DISRUPTIONS_ANNOTATION))),
-        excluded_nodes=(*recorded_nodes, *(node for node in annotated_nodes if node not in recorded_nodes)),
-    )
-
-
-def _count(annotated: str | None) -> int:
-    return naming.whole_number(annotated) or 0
-
-
-def _string_list(annotated: str | None) -> list[str]:
-    try:
-        value = json.loads(annotated or "[]")
-    except ValueError:
-        return []
-    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def this_gang(job: ScaleTrainJob, generation: int, pods: Sequence[Mapping[str, Any]], ended: str) -> GangRecord:
@@ -221,7 +128,7 @@ def gangs_with(job: ScaleTrainJob, ended: GangRecord) -> list[GangRecord]:
     return [*(job.status.gangs if job.status else []), ended]
 
 
-def record_gang_end(draft: _Draft, job: ScaleTrainJob, ended: GangRecord) -> None:
+def record_gang_end(draft: Draft, job: ScaleTrainJob, ended: GangRecord) -> None:
     """`ended` into status.gangs (the last ones kept), and the steps it trained again into the goodput."""
     history = job.status.gangs if job.status else []
     gangs = kept([*history, ended])
@@ -239,119 +146,6 @@ def for_gang(job: ScaleTrainJob, child_job: dict[str, Any], ledger: Ledger) -> d
     return child_job
 
 
-def current_gang(job_name: str, current_job: Any, observed: Observed) -> int | None:
-    """The newest gang generation of job `job_name`: of its Jobs that exist, or the one its status.currentJob
-    (`current_job`) names if they are gone. None while neither names one: before the first gang, or when the
-    status names no gang of this job (anyone who may write the status may write any name there)."""
-    named = naming.generation_of(job_name, current_job)
-    return max([*observed.jobs, *([] if named is None else [named])], default=None)
-
-
-def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
-    phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
-    return NodeCounts(
-        current=size,
-        active=phases.count("Running"),  # a pod the scheduler cannot place is not an active node
-        pending=phases.count("Pending"),
-        succeeded=phases.count("Succeeded"),
-        failed=phases.count("Failed"),
-    )
-
-
-@dataclass(frozen=True)
-class Unplaced:
-    """A pod of the gang that the scheduler cannot place on any node, or pods the API server refused to make."""
-
-    pod: str
-    message: str  # the scheduler's, e.g. "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
-    since: datetime  # when the first pod of the gang that the scheduler cannot place turned so (PodScheduled)
-    refused: bool = False  # `pod` names pods that were never made: the Job controller's create was refused
-
-    def describe(self) -> str:
-        if self.refused:
-            return f"the API server refused to create {self.pod}: {self.message}"
-        return f"the scheduler cannot place pod {self.pod}: {self.message}"
-
-
-def refused_pods(job: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Unplaced | None:
-    """The pods of the gang that do not exist because the API server refused to create them (a ResourceQuota,
-    an admission policy), as housekeeping found from the Job controller's FailedCreate Events (the condition
-    PodCreationFailed): as unplaced as a pod the scheduler finds no node for, since they were first refused
-    (or since this gang's Job was made: the condition may still be an earlier gang's)."""
-    missing = size_of(current) - len(pods)
-    conditions = job.status.conditions if job.status is not None else []
-    failed = next((c for c in conditions if c.type == POD_CREATION_FAILED and c.status == "True"), None)
-    if missing <= 0 or failed is None:
-        return None
-    created = current["metadata"].get("creationTimestamp")
-    since = max(failed.last_transition_time, parse_timestamp(created)) if created else failed.last_transition_time
-    what = f"{missing} pod{'s' * (missing > 1)} of Job {current['metadata']['name']}"
-    return Unplaced(what, failed.message, since, refused=True)
-
-
-def _pod_scheduled(pod: Mapping[str, Any]) -> dict[str, Any]:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == "PodScheduled"), {})
-
-
-def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
-    """Not past Pending, not being deleted, and not yet placed on a node."""
-    pending = (pod.get("status") or {}).get("phase", "Pending") == "Pending"
-    return pending and pod["metadata"].get("deletionTimestamp") is None and _pod_scheduled(pod).get("status") != "True"
-
-
-# The scheduler's reasons for a pod it tried and could not place. With gang placement, kube-scheduler 1.37
-# reports a gang for which no node is feasible at all as SchedulerError (its DynamicResources plugin's
-# PodGroupPostFilter fails), not Unschedulable: it is no less unplaced.
-NOT_PLACED = (UNSCHEDULABLE, "SchedulerError")
-GANG_WORDS = "pod group is unschedulable"  # the scheduler's message for a pod held back by the rest of its gang
-
-
-def unplaced(pods: Sequence[Mapping[str, Any]], now: datetime) -> Unplaced | None:
-    """The pod the scheduler has been unable to place (PodScheduled False, reason NOT_PLACED) that says most
-    of why, and of those the one that waited longest; or None. Most: Unschedulable in words of its own, then
-    a pod held back only by its gang, then a scheduler error. Its `since` is the gang's: when the first of
-    those pods could not be placed. (A pod it has not looked at yet has no PodScheduled condition: it is not
-    unplaced.)"""
-    found = []
-    for pod in filter(_waits_for_a_node, pods):
-        scheduled = _pod_scheduled(pod)
-        if scheduled.get("status") == "False" and scheduled.get("reason") in NOT_PLACED:
-            since, message = scheduled.get("lastTransitionTime"), scheduled.get("message", "")
-            told = 0 if scheduled["reason"] == UNSCHEDULABLE and not message.startswith(GANG_WORDS) else 1
-            told += 2 * (scheduled["reason"] != UNSCHEDULABLE)
-            waiting = Unplaced(pod["metadata"]["name"], message, parse_timestamp(since) if since else now)
-            found.append((told, waiting))
-    if not found:
-        return None
-    best = min(found, key=lambda each: (each[0], each[1].since, each[1].pod))[1]
-    return replace(best, since=min(waiting.since for _, waiting in found))
-
-
-def all_placed(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
-    """Whether every pod of the gang exists and was placed on a node (or is past that)."""
-    return len(pods) >= nodes and not any(map(_waits_for_a_node, pods))
-
-
-def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
-    conditions = (child_job.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
-
-
-def size_of(child_job: Mapping[str, Any]) -> int:
-    """The nodes of a gang: its Job's completions (one pod per node)."""
-    return int(child_job["spec"]["completions"])
-
-
-def planned_resize(child_job: Mapping[str, Any] | None) -> tuple[int | None, ResizeReason]:
-    """The size an elastic resize under way gives the next gang (None: none is), and why."""
-    annotations = (child_job or {}).get("metadata", {}).get("annotations") or {}
-    reason = annotations.get(RESIZE_REASON_ANNOTATION)
-    if reason not in RESIZE_WHY:
-        return None, "Scaled"
-    return naming.whole_number(annotations.get(RESIZE_TO_ANNOTATION)), reason
-
-
 def at_gang_size(job: ScaleTrainJob, observed: Observed) -> ScaleTrainJob:
     """`job` as its current gang renders and is judged: spec.nodes is the gang's size (elastic.gang_size)."""
     if job.spec.elastic is None:
@@ -363,25 +157,13 @@ def at_gang_size(job: ScaleTrainJob, observed: Observed) -> ScaleTrainJob:
     return job.at_size(elastic.gang_size(job.spec, running, planned_resize(current)[0]))
 
 
-def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
-    return bool((child_job.get("spec") or {}).get("suspend"))
-
-
-def _suspension_note(child_job: Mapping[str, Any]) -> str | None:
-    return (child_job["metadata"].get("annotations") or {}).get(SUSPENDED_BY_OPERATOR_ANNOTATION)
-
-
-def suspended_by_operator(child_job: Mapping[str, Any]) -> bool:
-    return child_job_suspended(child_job) and _suspension_note(child_job) is not None
-
-
 def admission_managed(queue: str | None, child_job: Mapping[str, Any]) -> bool:
     """Whether another controller owns the suspend flag of the gang's Job, and would start a Job that the
     operator suspended again: the job names a Kueue queue, Kueue gave the Job one (its LocalQueue defaulting,
     where it manages every Job), or someone un-suspended a Job the operator had suspended. Such a gang is
     stopped by deleting its Job, which also has Kueue release its quota."""
     labels = child_job["metadata"].get("labels") or {}
-    taken_back = _suspension_note(child_job) is not None and not child_job_suspended(child_job)
+    taken_back = suspension_note(child_job) is not None and not child_job_suspended(child_job)
     return queue is not None or naming.KUEUE_QUEUE_LABEL in labels or taken_back
 
 
@@ -406,7 +188,7 @@ def preempted(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[M
     which only an admitted Job has. That is a disruption: the next generation's Job queues again and resumes
     from the checkpoint. (Kueue would admit this Job again, but its podFailurePolicy would then fail it for
     the pods the suspension stopped: resumed() says why.) A suspended Job without pods waits for admission."""
-    taken = child_job_suspended(child_job) and _suspension_note(child_job) is None
+    taken = child_job_suspended(child_job) and suspension_note(child_job) is None
     return not job.spec.suspend and taken and bool(pods)
 
 
@@ -445,49 +227,6 @@ def judge_gang(
         job_failure=failed.get("reason", "Failed") if failed else None,
         suspended=child_job_suspended(child_job) or job.spec.suspend,
     )
-
-
-@dataclass
-class _Draft:
-    """A decision in the making; `done` freezes it."""
-
-    status: StatusBuilder
-    create: list[dict[str, Any]] = field(default_factory=list)
-    delete_child_jobs: list[str] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    recheck_after: float | None = None
-    gang: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
-    probe: str | None = None  # the capacity probe's Job, if one exists: deleted unless `keep_probe`
-    keep_probe: bool = False
-
-    def recheck_in(self, seconds: float) -> None:
-        """Decide again in `seconds` at the latest: a timeout this decision waits on passes then."""
-        self.recheck_after = seconds if self.recheck_after is None else min(self.recheck_after, seconds)
-
-    def done(self, status: dict[str, Any], patch_child_job: ChildJobPatch | None = None) -> Decision:
-        before = self.status.before.phase
-        phase = status["phase"]
-        if phase != before and phase in ("Running", "Suspended", "Succeeded"):
-            self.events.append(Event("Normal", phase, status["message"]))
-        when = occasion(self.gang or self.status.before.current_job, self.status.generation)
-        probe_ends = [self.probe] if self.probe is not None and not self.keep_probe else []
-        return Decision(
-            create=tuple(self.create),
-            delete_child_jobs=(*self.delete_child_jobs, *probe_ends),
-            patch_child_job=patch_child_job,
-            status=self.status.changes(status),
-            events=tuple(replace(event, occasion=event.occasion or when) for event in self.events),
-            recheck_after=self.recheck_after,
-        )
-
-
-def occasion(current_job: str | None, generation: int | None) -> str:
-    """What a decision's Events are about: the gang it was decided about (the newest Job found, which a
-    restart or a deletion ends, not the one it starts; not the status's, which a lost write leaves behind)
-    and the spec generation (so that a resumed job gets a Running Event again). Each reason is posted once
-    per occasion; a decision carried out again after its status patch failed is about the same gang, so
-    its Events are the same ones."""
-    return f"{current_job}, spec generation {generation}"
 
 
 def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig = DEFAULTS) -> Decision:
@@ -549,7 +288,7 @@ def _decide(
     next_generation = generation if current is None and not gone else generation + 1
     desired = with_spec_hash(render_job(job, next_generation, gang=gang))
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
-    draft = _Draft(status, gang=naming.child_job_name(job.name, generation), probe=probe)
+    draft = Draft(status, gang=naming.child_job_name(job.name, generation), probe=probe)
     missing_services = [service for service in (render_service(job), render_master_alias(job))
                         if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.create += missing_services
@@ -587,9 +326,9 @@ def _decide(
         return draft.done(status.phase("Restarting", *lost))
     # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
     # handover even should the spec have changed back to the running size meanwhile.
-    if _hash_of(current) != _hash_of(desired) or planned_resize(current)[0] is not None:
+    if hash_of(current) != hash_of(desired) or planned_resize(current)[0] is not None:
         return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
-    if (until := _held_until(current)) is not None and not job.spec.suspend:
+    if (until := held_until(current)) is not None and not job.spec.suspend:
         return _start_after_backoff(draft, current, until, job.spec.nodes)
     if resumed(job, current, status.before.phase):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
@@ -625,7 +364,7 @@ def stop_what_runs(observed: Observed, queue: str | None, spec_generation: int |
     stops nothing), so a status patch that fails cannot leave a job whose gang is stopped but that never
     finished."""
     newest = max(observed.jobs, default=None)
-    holding = any(_holds_a_node(pod) for pod in observed.pods)  # the pods are the newest gang's
+    holding = any(holds_a_node(pod) for pod in observed.pods)  # the pods are the newest gang's
     running = {
         generation: child
         for generation, child in observed.jobs.items()
@@ -643,12 +382,7 @@ def stop_what_runs(observed: Observed, queue: str | None, spec_generation: int |
     return Decision(delete_child_jobs=older, patch_child_job=suspension(spec_generation, current))
 
 
-def _holds_a_node(pod: Mapping[str, Any]) -> bool:
-    """Running, or waiting to (for a node, or on one): a pod whose deletion stops something."""
-    return (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running") and not _being_deleted(pod)
-
-
-def _succeed(draft: _Draft, generation: int, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
+def _succeed(draft: Draft, generation: int, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
     """Succeeded, with rank 0's final step and loss from its termination message: the last progress read
     may be a logging interval or a poll behind (what it has beside them, such as throughput, stays when it
     was this gang's), and its ETA and promise are moot now."""
@@ -666,14 +400,14 @@ def _succeed(draft: _Draft, generation: int, pods: Sequence[Mapping[str, Any]], 
     return draft.done(status.phase("Succeeded", message))
 
 
-def _fail(draft: _Draft, message: str, reason: str | None) -> Decision:
+def _fail(draft: Draft, message: str, reason: str | None) -> Decision:
     draft.events.append(Event("Warning", "Failed", message))
     return draft.done(draft.status.phase("Failed", message, reason))
 
 
 def _gang_ended(
     job: ScaleTrainJob,
-    draft: _Draft,
+    draft: Draft,
     current: Mapping[str, Any] | None,
     desired: dict[str, Any],
     ledger: Ledger,
@@ -699,39 +433,7 @@ def _gang_ended(
     return _restart_after_failure(job, draft, current, desired, ledger, verdict, ending)
 
 
-def broken_promise(job: ScaleTrainJob, generation: int, read_seconds: float) -> datetime | None:
-    """When rank 0 of the running gang promised its next progress report by (progress.staleAfter: the
-    trainer's hang timeout plus a logging interval from its last report), if the operator read rank 0's
-    answer after that and it still held the promise: the trainer itself says it made no progress in time
-    (its server answers from its own thread while the training loop is stuck). Else None.
-
-    Only a promise of this very gang counts (progress.generation), whatever the status's phase says: a
-    lost status write or an operator restart must not hold a new gang to an old gang's promise. And only
-    one read after the promise ran out: time alone proves nothing, since progress is copied in only while
-    the operator runs, reaches rank 0 and can write the status. A read takes up to `read_seconds`, and the
-    answer may come from any moment in it. An unreadable endpoint is ProgressUnreachable (housekeeping.py),
-    never a hang. Before its first report (start-up, resuming from a checkpoint), none: the trainer's own
-    watchdog and collective timeouts cover that."""
-    status = job.status
-    progress = status.progress if status is not None else None
-    if status is None or status.phase != "Running" or progress is None or progress.generation != generation:
-        return None
-    if progress.stale_after is None or progress.read_at is None:
-        return None
-    broken = (progress.read_at - progress.stale_after).total_seconds() >= read_seconds
-    return progress.stale_after if broken else None
-
-
-def stalled_message(job: ScaleTrainJob, due: datetime) -> str:
-    progress = job.status.progress if job.status else None
-    step = progress.step if progress else "?"
-    return (
-        f"rank 0 reported no progress since step {step} and was due to by {timestamp(due)} (its hang timeout "
-        "plus a logging interval): the gang is taken for hung"
-    )
-
-
-def _start_gang(job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any]) -> Decision:
+def _start_gang(job: ScaleTrainJob, draft: Draft, desired: dict[str, Any]) -> Decision:
     status, name = draft.status, desired["metadata"]["name"]
     draft.create.append(desired)
     status.fields["currentJob"] = name
@@ -767,7 +469,7 @@ def waiting_for_admission(job: ScaleTrainJob, child_job: Mapping[str, Any] | Non
 
 def _restart_after_failure(
     job: ScaleTrainJob,
-    draft: _Draft,
+    draft: Draft,
     current: Mapping[str, Any] | None,
     desired: dict[str, Any],
     ledger: Ledger,
@@ -788,7 +490,7 @@ def _restart_after_failure(
     next_gang["metadata"]["annotations"][ENDED_GANG_ANNOTATION] = json.dumps(note | {"message": bounded(message)})
     # With a queue, Kueue decides when the next gang starts (it admits the Job).
     queued = job.queue is not None or (current is not None and admission_managed(job.queue, current))
-    started = _gang_started(current) if current is not None else None
+    started = gang_started(current) if current is not None else None
     ran = (status.now - started).total_seconds() if started is not None else math.inf  # no time: no evidence
     wait, quick = restart_backoff(job.spec.restart_backoff, status.before.quick_restarts, ran)
     wait = 0 if queued else wait
@@ -806,7 +508,7 @@ def _restart_after_failure(
 
 
 def _recover_gang_end(
-    job: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any]
+    job: ScaleTrainJob, draft: Draft, current: Mapping[str, Any]
 ) -> tuple[ScaleTrainJob, tuple[str, str | None] | None]:
     """The record of how the gang before `current` ended, and its Restarting Event, made again from what
     `current` carries (ENDED_GANG_ANNOTATION) where the status lacks that gang: the status write of the restart
@@ -829,30 +531,7 @@ def _recover_gang_end(
     return job.model_copy(update={"status": status}), (message, reason if isinstance(reason, str) else None)
 
 
-def _gang_started(child_job: Mapping[str, Any]) -> datetime | None:
-    """When the gang of `child_job` started: its Job was made, or un-suspended after a restart backoff."""
-    created = child_job["metadata"].get("creationTimestamp")
-    moments = (parse_timestamp(created) if created else None, _start_after(child_job))
-    return max((moment for moment in moments if moment is not None), default=None)
-
-
-def _start_after(child_job: Mapping[str, Any]) -> datetime | None:
-    """START_AFTER_ANNOTATION's time; None without one, or for one that is not an RFC 3339 time in UTC (anyone
-    who may edit Jobs may write it)."""
-    text = (child_job["metadata"].get("annotations") or {}).get(START_AFTER_ANNOTATION)
-    try:
-        moment = parse_timestamp(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
-    return moment if moment is not None and moment.utcoffset() is not None else None
-
-
-def _held_until(child_job: Mapping[str, Any]) -> datetime | None:
-    """When the operator un-suspends the gang's Job it made suspended to wait out spec.restartBackoff."""
-    return _start_after(child_job) if suspended_by_operator(child_job) else None
-
-
-def _start_after_backoff(draft: _Draft, current: Mapping[str, Any], until: datetime, nodes: int) -> Decision:
+def _start_after_backoff(draft: Draft, current: Mapping[str, Any], until: datetime, nodes: int) -> Decision:
     """The next gang waits out spec.restartBackoff (Restarting, saying until when), then its Job runs."""
     status = draft.status
     if status.now < until:
@@ -865,7 +544,7 @@ def _start_after_backoff(draft: _Draft, current: Mapping[str, Any], until: datet
 
 
 def _restart(
-    draft: _Draft,
+    draft: Draft,
     current: Mapping[str, Any] | None,
     desired: dict[str, Any],
     message: str,
@@ -887,7 +566,7 @@ def _restart(
 
 def _spec_changed(
     job: ScaleTrainJob,
-    draft: _Draft,
+    draft: Draft,
     current: Mapping[str, Any],
     desired: dict[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -899,7 +578,7 @@ def _spec_changed(
     is suspended, and the SIGTERM makes each pod save a checkpoint after the step it is in and exit. The
     next gang starts once no pod of it is left, from that checkpoint. Made at once, the next gang could
     restore the checkpoint before it (the save still in progress) and train steps twice. The wait ends
-    with the pods' grace period at the latest (`_still_saving`).
+    with the pods' grace period at the latest (`still_saving`).
 
     With a queue, Kueue owns the Job's suspend flag (it would start a Job it admitted again), so the gang
     goes at once, and the next one may train steps again since its last checkpoint."""
@@ -926,25 +605,18 @@ def _spec_changed(
     return _restart(draft, current, desired, f"{change}; the next gang goes on from its last checkpoint")
 
 
-RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words
-    "Unschedulable": "the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds",
-    "CapacityReturned": "a capacity probe found room for a larger gang",
-    "CapacityTaken": "the larger gang a capacity probe found room for could not be placed: the room was taken",
-}
-
-
-def _recheck_when_saved(draft: _Draft, pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The pods of a stopping gang that may still be saving its checkpoint (`_still_saving`); the decision is
+def _recheck_when_saved(draft: Draft, pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods of a stopping gang that may still be saving its checkpoint (`still_saving`); the decision is
     looked at again when the grace period of the last of them ends, since no event may come by then."""
     now = draft.status.now
-    saving = [pod for pod in pods if _still_saving(pod, now)]
-    if deadlines := [parse_timestamp(p["metadata"]["deletionTimestamp"]) for p in saving if _being_deleted(p)]:
+    saving = [pod for pod in pods if still_saving(pod, now)]
+    if deadlines := [parse_timestamp(p["metadata"]["deletionTimestamp"]) for p in saving if being_deleted(p)]:
         draft.recheck_in((max(deadlines) - now).total_seconds())
     return saving
 
 
 def _suspended_without_job(
-    job: ScaleTrainJob, draft: _Draft, desired: dict[str, Any], pods: Sequence[Mapping[str, Any]]
+    job: ScaleTrainJob, draft: Draft, desired: dict[str, Any], pods: Sequence[Mapping[str, Any]]
 ) -> Decision:
     """A gang whose Job the operator deleted to suspend it (admission_managed), or a queued job suspended
     before its first gang: Suspended while spec.suspend is true. Once it is false, the next gang starts from
@@ -959,20 +631,10 @@ def _suspended_without_job(
     return _restart(draft, None, desired, RESUME_MESSAGE)
 
 
-def _still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
-    """Running, or not started yet: a pod being deleted may still be saving its checkpoint, until its
-    deletionTimestamp, when its grace period ends and the kubelet kills it. One still shown after that is
-    on a node that does not answer, and is not waited for."""
-    if (pod.get("status") or {}).get("phase", "Pending") not in ("Pending", "Running"):
-        return False
-    deleted = pod["metadata"].get("deletionTimestamp")
-    return deleted is None or parse_timestamp(deleted) > now
-
-
 def _keep_running(
     job: ScaleTrainJob,
     asked: ScaleTrainJob,
-    draft: _Draft,
+    draft: Draft,
     current: Mapping[str, Any],
     observed: Observed,
     probe_priority_class: str,
@@ -1046,7 +708,7 @@ def _shrink_target(
     ):
         if grown.from_nodes in elastic_sizes.sizes(asked.spec):
             return grown.from_nodes, "CapacityTaken"
-    smaller = elastic.smaller(asked.spec, size, sum(_placed(pod) for pod in pods))
+    smaller = elastic.smaller(asked.spec, size, sum(placed(pod) for pod in pods))
     return (smaller, "Unschedulable") if smaller is not None else None
 
 
@@ -1092,7 +754,7 @@ def _no_probe(asked: ScaleTrainJob, current: Mapping[str, Any], priority_class: 
 
 
 def _grow_back(
-    asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], observed: Observed, priority_class: str
+    asked: ScaleTrainJob, draft: Draft, current: Mapping[str, Any], observed: Observed, priority_class: str
 ) -> Decision | None:
     """A running elastic gang below spec.nodes probes for room every elastic.scaleUp.checkEverySeconds
     (render/capacity_probe.py); when the scheduler placed pods of the probe, the gang stops at a step boundary
@@ -1118,8 +780,8 @@ def _grow_back(
     # The scheduler's verdict: every pod of the probe placed, or each placed or found no node for (or the
     # probe timed out); until then it may still place more.
     wanted = int(probe["spec"]["completions"])
-    room = sum(_placed(pod) for pod in observed.probe_pods)
-    said = sum(_pod_scheduled(pod).get("status") in ("True", "False") for pod in observed.probe_pods)
+    room = sum(placed(pod) for pod in observed.probe_pods)
+    said = sum(pod_scheduled(pod).get("status") in ("True", "False") for pod in observed.probe_pods)
     if room < wanted and said < wanted and (left := capacity_probe.expires_in(probe, now)) > 0:
         draft.keep_probe = True
         draft.recheck_in(left)
@@ -1138,7 +800,7 @@ def _grow_back(
     return None
 
 
-def _next_probe_in(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, Any], check_every: int) -> float:
+def _next_probe_in(asked: ScaleTrainJob, draft: Draft, current: Mapping[str, Any], check_every: int) -> float:
     """Seconds until the next capacity probe is due: `check_every` (doubled for each failed growth in a row,
     `failed_growths`) after the last probe started, or after the gang's Job was made."""
     every = check_every * 2 ** min(failed_growths(asked), MAX_FAILED_GROWTHS)
@@ -1147,12 +809,8 @@ def _next_probe_in(asked: ScaleTrainJob, draft: _Draft, current: Mapping[str, An
     return every - (now - min(last, now)).total_seconds()  # a clock ahead of ours delays no probe
 
 
-def _placed(pod: Mapping[str, Any]) -> bool:
-    return _pod_scheduled(pod).get("status") == "True" and not _being_deleted(pod)
-
-
 def _resize_at_step_boundary(
-    draft: _Draft,
+    draft: Draft,
     current: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     target: int,
@@ -1173,7 +831,7 @@ def _resize_at_step_boundary(
     return draft.done(status.phase("Restarting", message, STOPPING), patch)
 
 
-def _report_placement(draft: _Draft, pods: Sequence[Mapping[str, Any]], nodes: int) -> Unplaced | None:
+def _report_placement(draft: Draft, pods: Sequence[Mapping[str, Any]], nodes: int) -> Unplaced | None:
     """Whether the scheduler can place the gang's pods, as the condition Schedulable: False, with the
     scheduler's message, while it cannot place one (and a Warning Event when it turns False), True again
     once every pod was placed. Returns what holds the gang back (`unplaced`), if a pod waits."""
@@ -1196,58 +854,6 @@ def _waiting(status: StatusBuilder, waiting: str) -> dict[str, Any]:
         why = status.conditions.get("Restarting") or {}
         return status.phase("Restarting", status.before.message or "", why.get("reason"))
     return status.phase("Pending", waiting)
-
-
-def whole_gang_up(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
-    """Whether every pod of the gang is running (or already done) and at least one runs: a gang part of
-    which still waits for a node trains nothing, since every rank joins each collective."""
-    phases = [(pod.get("status") or {}).get("phase", "Pending") for pod in pods if not _being_deleted(pod)]
-    return len(phases) >= nodes and "Running" in phases and all(p in ("Running", "Succeeded") for p in phases)
-
-
-def _being_deleted(pod: Mapping[str, Any]) -> bool:
-    return pod["metadata"].get("deletionTimestamp") is not None
-
-
-MAX_WAITING_SHOWN = 4  # pods a waiting message names, before "and N more"
-
-
-def waiting_for(pods: Sequence[Mapping[str, Any]], nodes: int) -> str:
-    """Which pods of the gang are not running yet, and why, each in the words of whoever holds it up: the
-    scheduler's message, the kubelet's waiting reason, or the Job controller not having made it yet."""
-    running = sum((pod.get("status") or {}).get("phase") == "Running" and not _being_deleted(pod) for pod in pods)
-    waiting = sorted(
-        (pod for pod in pods if (pod.get("status") or {}).get("phase", "Pending") == "Pending" or _being_deleted(pod)),
-        key=lambda pod: pod["metadata"]["name"],
-    )
-    parts = [f"pod {pod['metadata']['name']} ({why_pending(pod)})" for pod in waiting]
-    if (missing := nodes - len(pods)) > 0:
-        parts.append(f"{missing} pod{'s' * (missing > 1)} the Job controller has not created yet")
-    if len(parts) > MAX_WAITING_SHOWN:
-        parts = [*parts[:MAX_WAITING_SHOWN], f"and {len(parts) - MAX_WAITING_SHOWN} more"]
-    return f"{running} of {nodes} pods running; waiting for " + "; ".join(parts) if parts else ""
-
-
-def why_pending(pod: Mapping[str, Any]) -> str:
-    """Why one Pending pod is not running: not placed (and the scheduler's why), or placed and starting
-    (and the kubelet's why: pulling its image, creating its container, a volume it waits for)."""
-    if _being_deleted(pod):
-        return "being deleted"
-    scheduled = _pod_scheduled(pod)
-    if gates := [gate.get("name") for gate in (pod.get("spec") or {}).get("schedulingGates") or ()]:
-        # Whoever added a gate (Kueue's topology assignment, a quota controller) lets the pod be placed.
-        return f"held back from scheduling by the gate{'s' * (len(gates) > 1)} {', '.join(map(str, gates))}"
-    if scheduled.get("status") == "False":
-        reason = "the scheduler cannot place it" if scheduled.get("reason") in NOT_PLACED else scheduled.get("reason")
-        return f"{reason}: {scheduled.get('message', '')}".rstrip(": ")
-    node = (pod.get("spec") or {}).get("nodeName")
-    if scheduled.get("status") != "True" or not node:
-        return "not placed on a node yet"
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        if waiting := (container.get("state") or {}).get("waiting"):
-            detail = f": {waiting['message']}" if waiting.get("message") else ""
-            return f"{waiting.get('reason', 'waiting')} on node {node}{detail}"
-    return f"starting on node {node}"
 
 
 def decide_invalid(

@@ -1,7 +1,7 @@
 """Bad-node exclusion (spec.failurePolicy.excludeNodes): the next gangs avoid the nodes that failures were
 blamed on (gang_policy: a hang, a disruption of the node, a rule with excludeNode).
 
-The list is kept in status.excludedNodes, and on each gang's Job (reconcile.Ledger), so that it survives
+The list is kept in status.excludedNodes, and on each gang's Job (policy/ledger.py), so that it survives
 an operator restart, a lost status patch and a spec change. It is applied to the rendered Job, after its
 spec hash is taken: a new entry changes the next gang's placement, never makes a running gang look like
 a spec change. Nodes are matched by name (`matchFields` on metadata.name, which the scheduler supports

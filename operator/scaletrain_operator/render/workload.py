@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaletrain_operator.api import naming
-from scaletrain_operator.api.models import ScaleTrainJob, ScaleTrainJobSpec
+from ..api import naming
+from ..api.models import ScaleTrainJob, ScaleTrainJobSpec
 
 WORKLOAD_GROUP = "scheduling.k8s.io"
 WORKLOAD_VERSION = "v1beta1"

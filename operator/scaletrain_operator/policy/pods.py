@@ -1,0 +1,179 @@
+"""Readers of a gang's pods and Job: how many nodes are up, which pods the scheduler or the API server could not
+place and why, and which pods still hold a node or are still saving a checkpoint. One reader per fact; the
+operator and run-local judge by these."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from ..api.models import NodeCounts, ScaleTrainJob
+from ..api.timestamps import parse_timestamp
+from ..render.child_annotations import size_of
+
+POD_CREATION_FAILED = "PodCreationFailed"  # housekeeping's condition: the API server refused pods of the gang
+UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot place, and the job's when that lasts
+
+
+def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
+    phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
+    return NodeCounts(
+        current=size,
+        active=phases.count("Running"),  # a pod the scheduler cannot place is not an active node
+        pending=phases.count("Pending"),
+        succeeded=phases.count("Succeeded"),
+        failed=phases.count("Failed"),
+    )
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """A pod of the gang that the scheduler cannot place on any node, or pods the API server refused to make."""
+
+    pod: str
+    message: str  # the scheduler's, e.g. "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    since: datetime  # when the first pod of the gang that the scheduler cannot place turned so (PodScheduled)
+    refused: bool = False  # `pod` names pods that were never made: the Job controller's create was refused
+
+    def describe(self) -> str:
+        if self.refused:
+            return f"the API server refused to create {self.pod}: {self.message}"
+        return f"the scheduler cannot place pod {self.pod}: {self.message}"
+
+
+def refused_pods(job: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Unplaced | None:
+    """The pods of the gang that do not exist because the API server refused to create them (a ResourceQuota,
+    an admission policy), as housekeeping found from the Job controller's FailedCreate Events (the condition
+    PodCreationFailed): as unplaced as a pod the scheduler finds no node for, since they were first refused
+    (or since this gang's Job was made: the condition may still be an earlier gang's)."""
+    missing = size_of(current) - len(pods)
+    conditions = job.status.conditions if job.status is not None else []
+    failed = next((c for c in conditions if c.type == POD_CREATION_FAILED and c.status == "True"), None)
+    if missing <= 0 or failed is None:
+        return None
+    created = current["metadata"].get("creationTimestamp")
+    since = max(failed.last_transition_time, parse_timestamp(created)) if created else failed.last_transition_time
+    what = f"{missing} pod{'s' * (missing > 1)} of Job {current['metadata']['name']}"
+    return Unplaced(what, failed.message, since, refused=True)
+
+
+def pod_scheduled(pod: Mapping[str, Any]) -> dict[str, Any]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+
+
+def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
+    """Not past Pending, not being deleted, and not yet placed on a node."""
+    pending = (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    return pending and pod["metadata"].get("deletionTimestamp") is None and pod_scheduled(pod).get("status") != "True"
+
+
+# The scheduler's reasons for a pod it tried and could not place. With gang placement, kube-scheduler 1.37
+# reports a gang for which no node is feasible at all as SchedulerError (its DynamicResources plugin's
+# PodGroupPostFilter fails), not Unschedulable: it is no less unplaced.
+NOT_PLACED = (UNSCHEDULABLE, "SchedulerError")
+GANG_WORDS = "pod group is unschedulable"  # the scheduler's message for a pod held back by the rest of its gang
+
+
+def unplaced(pods: Sequence[Mapping[str, Any]], now: datetime) -> Unplaced | None:
+    """The pod the scheduler has been unable to place (PodScheduled False, reason NOT_PLACED) that says most
+    of why, and of those the one that waited longest; or None. Most: Unschedulable in words of its own, then
+    a pod held back only by its gang, then a scheduler error. Its `since` is the gang's: when the first of
+    those pods could not be placed. (A pod it has not looked at yet has no PodScheduled condition: it is not
+    unplaced.)"""
+    found = []
+    for pod in filter(_waits_for_a_node, pods):
+        scheduled = pod_scheduled(pod)
+        if scheduled.get("status") == "False" and scheduled.get("reason") in NOT_PLACED:
+            since, message = scheduled.get("lastTransitionTime"), scheduled.get("message", "")
+            told = 0 if scheduled["reason"] == UNSCHEDULABLE and not message.startswith(GANG_WORDS) else 1
+            told += 2 * (scheduled["reason"] != UNSCHEDULABLE)
+            waiting = Unplaced(pod["metadata"]["name"], message, parse_timestamp(since) if since else now)
+            found.append((told, waiting))
+    if not found:
+        return None
+    best = min(found, key=lambda each: (each[0], each[1].since, each[1].pod))[1]
+    return replace(best, since=min(waiting.since for _, waiting in found))
+
+
+def all_placed(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
+    """Whether every pod of the gang exists and was placed on a node (or is past that)."""
+    return len(pods) >= nodes and not any(map(_waits_for_a_node, pods))
+
+
+def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    conditions = (child_job.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def holds_a_node(pod: Mapping[str, Any]) -> bool:
+    """Running, or waiting to (for a node, or on one): a pod whose deletion stops something."""
+    return (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running") and not being_deleted(pod)
+
+
+def still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
+    """Running, or not started yet: a pod being deleted may still be saving its checkpoint, until its
+    deletionTimestamp, when its grace period ends and the kubelet kills it. One still shown after that is
+    on a node that does not answer, and is not waited for."""
+    if (pod.get("status") or {}).get("phase", "Pending") not in ("Pending", "Running"):
+        return False
+    deleted = pod["metadata"].get("deletionTimestamp")
+    return deleted is None or parse_timestamp(deleted) > now
+
+
+def placed(pod: Mapping[str, Any]) -> bool:
+    return pod_scheduled(pod).get("status") == "True" and not being_deleted(pod)
+
+
+def whole_gang_up(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
+    """Whether every pod of the gang is running (or already done) and at least one runs: a gang part of
+    which still waits for a node trains nothing, since every rank joins each collective."""
+    phases = [(pod.get("status") or {}).get("phase", "Pending") for pod in pods if not being_deleted(pod)]
+    return len(phases) >= nodes and "Running" in phases and all(p in ("Running", "Succeeded") for p in phases)
+
+
+def being_deleted(pod: Mapping[str, Any]) -> bool:
+    return pod["metadata"].get("deletionTimestamp") is not None
+
+
+MAX_WAITING_SHOWN = 4  # pods a waiting message names, before "and N more"
+
+
+def waiting_for(pods: Sequence[Mapping[str, Any]], nodes: int) -> str:
+    """Which pods of the gang are not running yet, and why, each in the words of whoever holds it up: the
+    scheduler's message, the kubelet's waiting reason, or the Job controller not having made it yet."""
+    running = sum((pod.get("status") or {}).get("phase") == "Running" and not being_deleted(pod) for pod in pods)
+    waiting = sorted(
+        (pod for pod in pods if (pod.get("status") or {}).get("phase", "Pending") == "Pending" or being_deleted(pod)),
+        key=lambda pod: pod["metadata"]["name"],
+    )
+    parts = [f"pod {pod['metadata']['name']} ({why_pending(pod)})" for pod in waiting]
+    if (missing := nodes - len(pods)) > 0:
+        parts.append(f"{missing} pod{'s' * (missing > 1)} the Job controller has not created yet")
+    if len(parts) > MAX_WAITING_SHOWN:
+        parts = [*parts[:MAX_WAITING_SHOWN], f"and {len(parts) - MAX_WAITING_SHOWN} more"]
+    return f"{running} of {nodes} pods running; waiting for " + "; ".join(parts) if parts else ""
+
+
+def why_pending(pod: Mapping[str, Any]) -> str:
+    """Why one Pending pod is not running: not placed (and the scheduler's why), or placed and starting
+    (and the kubelet's why: pulling its image, creating its container, a volume it waits for)."""
+    if being_deleted(pod):
+        return "being deleted"
+    scheduled = pod_scheduled(pod)
+    if gates := [gate.get("name") for gate in (pod.get("spec") or {}).get("schedulingGates") or ()]:
+        # Whoever added a gate (Kueue's topology assignment, a quota controller) lets the pod be placed.
+        return f"held back from scheduling by the gate{'s' * (len(gates) > 1)} {', '.join(map(str, gates))}"
+    if scheduled.get("status") == "False":
+        reason = "the scheduler cannot place it" if scheduled.get("reason") in NOT_PLACED else scheduled.get("reason")
+        return f"{reason}: {scheduled.get('message', '')}".rstrip(": ")
+    node = (pod.get("spec") or {}).get("nodeName")
+    if scheduled.get("status") != "True" or not node:
+        return "not placed on a node yet"
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        if waiting := (container.get("state") or {}).get("waiting"):
+            detail = f": {waiting['message']}" if waiting.get("message") else ""
+            return f"{waiting.get('reason', 'waiting')} on node {node}{detail}"
+    return f"starting on node {node}"

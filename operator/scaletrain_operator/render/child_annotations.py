@@ -1,0 +1,122 @@
+"""What the operator writes on a gang's Job besides its spec, and reads back from it: the spec hash (what the
+running gang cannot take in place), the job's counts when the Job was made (policy/ledger.py), an elastic resize
+under way, the operator's own suspension and restart backoff, and how the gang before it ended. On the Job, made
+or patched in the same write as what they describe, so that a lost status write cannot lose them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ..api import naming
+from ..api.models import ResizeReason
+from ..api.timestamps import parse_timestamp
+from ..render.children import generation_free
+from ..render.workload import GROUP_TEMPLATE_ANNOTATION
+
+SPEC_HASH_ANNOTATION = f"{naming.GROUP}/spec-hash"
+# On each child Job: what the job had counted when it was made (Ledger). They are created with the Job,
+# in one write, so a status patch that was lost cannot lose a restart (and so allow one more than
+# maxRestarts), a disruption, or a node to avoid.
+RESTARTS_ANNOTATION = f"{naming.GROUP}/restarts"
+DISRUPTIONS_ANNOTATION = f"{naming.GROUP}/disruptions"
+EXCLUDED_NODES_ANNOTATION = f"{naming.GROUP}/excluded-nodes"  # a JSON list
+# On a gang's Job, with the suspension that stops it: the size the next gang has, and why (an elastic
+# resize). One patch sets both, so the resize cannot be lost or half made.
+RESIZE_TO_ANNOTATION = f"{naming.GROUP}/resize-to"
+RESIZE_REASON_ANNOTATION = f"{naming.GROUP}/resize-reason"
+# On a gang's Job the operator suspended: the spec generation that asked for it. A Job suspended without it was
+# suspended by someone else (Kueue, which creates every Job it manages suspended and admits it by un-suspending it,
+# or another admission controller): the gang waits for them, and that is never taken for the user's resume.
+SUSPENDED_BY_OPERATOR_ANNOTATION = f"{naming.GROUP}/suspended-at-spec-generation"
+# On a gang's Job made suspended to wait out spec.restartBackoff: when the operator un-suspends it (RFC 3339). On
+# the Job, so that a lost status write cannot lose the wait.
+START_AFTER_ANNOTATION = f"{naming.GROUP}/start-after"
+# On the Job a restart after a failure made: how the gang before it ended (its record, and the restart's reason and
+# message, which name the failed pod and its exit). Made with the Job, in one write, as the Ledger is: a status
+# write that was lost, or an operator killed before it, cannot lose them (`_recover_gang_end`).
+ENDED_GANG_ANNOTATION = f"{naming.GROUP}/previous-gang-ended"
+
+
+def spec_hash(rendered_job: Mapping[str, Any]) -> str:
+    """What a running gang cannot take in place: the rendered Job without what each generation has of
+    its own, its owner, and the suspend flag and deadline (which a Job accepts as updates)."""
+    shape = generation_free(rendered_job)
+    shape["spec"].pop("suspend", None)
+    shape["spec"].pop("activeDeadlineSeconds", None)
+    shape["metadata"].pop("ownerReferences", None)
+    # Whether the cluster serves the Workload API (found at the operator's start) is no change of the job's:
+    # an operator that starts on an upgraded cluster must not restart every running gang for it.
+    annotations = shape["metadata"].pop("annotations", {})
+    annotations.pop(GROUP_TEMPLATE_ANNOTATION, None)
+    if annotations:
+        shape["metadata"]["annotations"] = annotations
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def with_spec_hash(rendered_job: dict[str, Any]) -> dict[str, Any]:
+    rendered_job["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(rendered_job)
+    return rendered_job
+
+
+def hash_of(child_job: Mapping[str, Any]) -> str | None:
+    return (child_job["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+
+
+def size_of(child_job: Mapping[str, Any]) -> int:
+    """The nodes of a gang: its Job's completions (one pod per node)."""
+    return int(child_job["spec"]["completions"])
+
+
+def planned_resize(child_job: Mapping[str, Any] | None) -> tuple[int | None, ResizeReason]:
+    """The size an elastic resize under way gives the next gang (None: none is), and why."""
+    annotations = (child_job or {}).get("metadata", {}).get("annotations") or {}
+    reason = annotations.get(RESIZE_REASON_ANNOTATION)
+    if reason not in RESIZE_WHY:
+        return None, "Scaled"
+    return naming.whole_number(annotations.get(RESIZE_TO_ANNOTATION)), reason
+
+
+def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
+    return bool((child_job.get("spec") or {}).get("suspend"))
+
+
+def suspension_note(child_job: Mapping[str, Any]) -> str | None:
+    return (child_job["metadata"].get("annotations") or {}).get(SUSPENDED_BY_OPERATOR_ANNOTATION)
+
+
+def suspended_by_operator(child_job: Mapping[str, Any]) -> bool:
+    return child_job_suspended(child_job) and suspension_note(child_job) is not None
+
+
+def gang_started(child_job: Mapping[str, Any]) -> datetime | None:
+    """When the gang of `child_job` started: its Job was made, or un-suspended after a restart backoff."""
+    created = child_job["metadata"].get("creationTimestamp")
+    moments = (parse_timestamp(created) if created else None, _start_after(child_job))
+    return max((moment for moment in moments if moment is not None), default=None)
+
+
+def _start_after(child_job: Mapping[str, Any]) -> datetime | None:
+    """START_AFTER_ANNOTATION's time; None without one, or for one that is not an RFC 3339 time in UTC (anyone
+    who may edit Jobs may write it)."""
+    text = (child_job["metadata"].get("annotations") or {}).get(START_AFTER_ANNOTATION)
+    try:
+        moment = parse_timestamp(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.utcoffset() is not None else None
+
+
+def held_until(child_job: Mapping[str, Any]) -> datetime | None:
+    """When the operator un-suspends the gang's Job it made suspended to wait out spec.restartBackoff."""
+    return _start_after(child_job) if suspended_by_operator(child_job) else None
+
+
+RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words
+    "Unschedulable": "the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds",
+    "CapacityReturned": "a capacity probe found room for a larger gang",
+    "CapacityTaken": "the larger gang a capacity probe found room for could not be placed: the room was taken",
+}
