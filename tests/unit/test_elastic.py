@@ -11,7 +11,9 @@ from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.cache import children_view
 from scaletrain_operator.controller.cluster import ChildRejected, Cluster, ObjectRef
-from scaletrain_operator.controller.reconcile import STOPPING, at_gang_size, decide
+from scaletrain_operator.controller.decision import STOPPING
+from scaletrain_operator.controller.reconcile import decide
+from scaletrain_operator.controller.resizing import at_gang_size
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy import elastic
 from scaletrain_operator.render.capacity_probe import PROBE_TIMEOUT_S

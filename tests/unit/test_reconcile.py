@@ -11,7 +11,8 @@ from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
 from scaletrain_operator.controller import peering
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Event, Observed
-from scaletrain_operator.controller.reconcile import decide, decide_invalid
+from scaletrain_operator.controller.finished import decide_invalid
+from scaletrain_operator.controller.reconcile import decide
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.controller.ttl import decide_ttl
 from scaletrain_operator.render.child_annotations import RESTARTS_ANNOTATION, SPEC_HASH_ANNOTATION, with_spec_hash

@@ -4,10 +4,12 @@ Decision, never edit one. A Draft is a Decision in the making."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..api import naming
+from ..render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION
 from .status import StatusBuilder
 
 # Why the controller fails a job outside the gang policy (api/gang_policy.GangFailureReason has the rest)
@@ -152,3 +154,14 @@ def occasion(current_job: str | None, generation: int | None) -> str:
     per occasion; a decision carried out again after its status patch failed is about the same gang, so
     its Events are the same ones."""
     return f"{current_job}, spec generation {generation}"
+
+
+STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
+
+
+def suspension(
+    spec_generation: int | None, child_job: Mapping[str, Any], annotations: Mapping[str, str] | None = None
+) -> ChildJobPatch:
+    """The operator suspends the gang's Job, and says so on it (SUSPENDED_BY_OPERATOR_ANNOTATION)."""
+    noted = {SUSPENDED_BY_OPERATOR_ANNOTATION: str(spec_generation), **(annotations or {})}
+    return ChildJobPatch(child_job["metadata"]["name"], {"suspend": True}, noted)

@@ -42,8 +42,9 @@ from . import metrics
 from .cache import Cache, Key, Store
 from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
 from .decision import Decision, Event, Observed
+from .finished import decide_failed, decide_invalid, stop_what_runs
 from .housekeeping import HOUSEKEEPING_CONNECTIONS, Housekeeping
-from .reconcile import decide, decide_failed, decide_invalid, stop_what_runs
+from .reconcile import decide
 from .settings import DEFAULTS, OperatorConfig
 from .status import FINISHED, phase_of
 from .workqueue import Outcome, WorkQueue

@@ -1,0 +1,219 @@
+"""The steps of a reconcile that end a gang and start the next: the record of how the gang ended (kept in the status
+and on the next Job, so a lost status write cannot lose it), the Ledger's counts, restartBackoff, and the next
+generation's Job."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..api import naming
+from ..api.models import GangRecord, NodeCounts, ScaleTrainJob, ScaleTrainJobStatus
+from ..api.timestamps import timestamp
+from ..policy.gang_policy import (
+    Action,
+    GangLimits,
+    Verdict,
+    ended_gang,
+    judge,
+    kept,
+    pod_outcome,
+    recomputed_steps,
+    restart_backoff,
+    stalled,
+)
+from ..policy.ledger import Ledger
+from ..policy.node_exclusion import avoid_nodes
+from ..policy.pods import (
+    waiting_for,
+)
+from ..policy.suspension import admission_managed
+from ..render.child_annotations import (
+    ENDED_GANG_ANNOTATION,
+    START_AFTER_ANNOTATION,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+    gang_started,
+    size_of,
+)
+from .decision import (
+    ChildJobPatch,
+    Decision,
+    Draft,
+    Event,
+    occasion,
+)
+from .status import StatusBuilder, bounded
+
+
+def this_gang(job: ScaleTrainJob, generation: int, pods: Sequence[Mapping[str, Any]], ended: str) -> GangRecord:
+    """The record of the current gang, were it to end now: from the progress rank 0 of this generation
+    reported (the status may still hold the previous gang's) and rank 0's termination message."""
+    progress = job.status.progress if job.status else None
+    ours = progress is not None and progress.generation == generation
+    reported = progress.model_dump(mode="json", by_alias=True, exclude_none=True) if ours else None
+    return ended_gang(generation, reported, [pod_outcome(pod) for pod in pods], ended)
+
+
+def gangs_with(job: ScaleTrainJob, ended: GangRecord) -> list[GangRecord]:
+    """The ended gangs of status.gangs, and `ended` after them."""
+    return [*(job.status.gangs if job.status else []), ended]
+
+
+def record_gang_end(draft: Draft, job: ScaleTrainJob, ended: GangRecord) -> None:
+    """`ended` into status.gangs (the last ones kept), and the steps it trained again into the goodput."""
+    history = job.status.gangs if job.status else []
+    gangs = kept([*history, ended])
+    draft.status.fields["gangs"] = [gang.model_dump(mode="json", by_alias=True, exclude_none=True) for gang in gangs]
+    draft.status.recomputed_steps += recomputed_steps(history[-1] if history else None, ended)
+
+
+def fail(draft: Draft, message: str, reason: str | None) -> Decision:
+    draft.events.append(Event("Warning", "Failed", message))
+    return draft.done(draft.status.phase("Failed", message, reason))
+
+
+def gang_ended(
+    job: ScaleTrainJob,
+    draft: Draft,
+    current: Mapping[str, Any] | None,
+    desired: dict[str, Any],
+    ledger: Ledger,
+    failure: str,
+    why: str,
+    ending: GangRecord,
+) -> Decision:
+    """The gang ended with no pod failing: someone else deleted its Job (and so its pods), it hung, Kueue
+    preempted it, or another Workload took it. The gang policy takes the first two as failures, counted
+    against maxRestarts, and the others as disruptions; the next generation starts."""
+    verdict = judge(
+        [],
+        GangLimits.of(job.spec),
+        ledger.restarts,
+        disruptions=ledger.disruptions,
+        stalled_gangs=stalled(gangs_with(job, ending)),
+        job_failure=failure,
+    )
+    draft.events.append(Event("Warning", failure, why))
+    if verdict.action is Action.FAIL:
+        record_gang_end(draft, job, ending)
+        return fail(draft, verdict.message, verdict.reason)
+    return restart_after_failure(job, draft, current, desired, ledger, verdict, ending)
+
+
+def restart_after_failure(
+    job: ScaleTrainJob,
+    draft: Draft,
+    current: Mapping[str, Any] | None,
+    desired: dict[str, Any],
+    ledger: Ledger,
+    verdict: Verdict,
+    ending: GangRecord,
+) -> Decision:
+    """The restart the gang policy ordered: counted as a restart or a disruption, and with the blamed node
+    avoided from the next gang on. The Restarting condition's reason is the rule's or the meaning's name."""
+    after = ledger.after(verdict, job)
+    draft.status.fields.update(after.status_fields())
+    ended = ending.model_copy(update={"ended": "Disrupted" if verdict.disruption else "Failed"})
+    record_gang_end(draft, job, ended)
+    message = verdict.message
+    if after.excluded_nodes != ledger.excluded_nodes:
+        message += f"; the next gangs avoid node {verdict.avoid_node}"
+    next_gang, status = for_gang(job, desired, after), draft.status
+    note = {"gang": ended.model_dump(mode="json", by_alias=True, exclude_none=True), "reason": verdict.reason}
+    next_gang["metadata"]["annotations"][ENDED_GANG_ANNOTATION] = json.dumps(note | {"message": bounded(message)})
+    # With a queue, Kueue decides when the next gang starts (it admits the Job).
+    queued = job.queue is not None or (current is not None and admission_managed(job.queue, current))
+    started = gang_started(current) if current is not None else None
+    ran = (status.now - started).total_seconds() if started is not None else math.inf  # no time: no evidence
+    wait, quick = restart_backoff(job.spec.restart_backoff, status.before.quick_restarts, ran)
+    wait = 0 if queued else wait
+    status.fields["quickRestarts"] = quick
+    if wait:
+        until = status.now + timedelta(seconds=wait)
+        spec, annotations = next_gang["spec"], next_gang["metadata"]["annotations"]
+        spec["suspend"] = True  # for now: un-suspended at `until` (start_after_backoff)
+        annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = str(status.generation)
+        annotations[START_AFTER_ANNOTATION] = timestamp(until)
+        status.fields["nextGangAt"] = timestamp(until)
+        draft.recheck_in(wait)
+        message += f"; the next gang starts in {wait} s (spec.restartBackoff: {quick} quick restarts in a row)"
+    return restart(draft, current, next_gang, message, warning=True, reason=verdict.reason)
+
+
+def recover_gang_end(
+    job: ScaleTrainJob, draft: Draft, current: Mapping[str, Any]
+) -> tuple[ScaleTrainJob, tuple[str, str | None] | None]:
+    """The record of how the gang before `current` ended, and its Restarting Event, made again from what
+    `current` carries (ENDED_GANG_ANNOTATION) where the status lacks that gang: the status write of the restart
+    was lost, or the operator was killed before it. The Event is the one the restart posted, if it did (the same
+    occasion: posted once). Returns `job` with the record among its gangs, and the restart's message and reason
+    for the Restarting condition; `job` as it is and None where nothing was lost."""
+    try:
+        note = json.loads((current["metadata"].get("annotations") or {}).get(ENDED_GANG_ANNOTATION) or "null")
+        ended = GangRecord.model_validate(note["gang"]) if isinstance(note, dict) else None
+    except (ValueError, KeyError, TypeError):  # anyone who may edit Jobs may write it
+        return job, None
+    history = job.status.gangs if job.status is not None else []
+    if ended is None or any(gang.generation == ended.generation for gang in history):
+        return job, None
+    message, reason = bounded(str(note.get("message", ""))), note.get("reason")
+    record_gang_end(draft, job, ended)
+    gone = naming.child_job_name(job.name, ended.generation)
+    draft.events.append(Event("Warning", "Restarting", message, occasion(gone, draft.status.generation)))
+    status = (job.status or ScaleTrainJobStatus()).model_copy(update={"gangs": kept([*history, ended])})
+    return job.model_copy(update={"status": status}), (message, reason if isinstance(reason, str) else None)
+
+
+def start_after_backoff(draft: Draft, current: Mapping[str, Any], until: datetime, nodes: int) -> Decision:
+    """The next gang waits out spec.restartBackoff (Restarting, saying until when), then its Job runs."""
+    status = draft.status
+    if status.now < until:
+        draft.recheck_in((until - status.now).total_seconds())
+        return draft.done(waiting_status(status, ""))
+    notes: dict[str, str | None] = {SUSPENDED_BY_OPERATOR_ANNOTATION: None, START_AFTER_ANNOTATION: None}
+    status.fields["nextGangAt"] = None
+    started = ChildJobPatch(current["metadata"]["name"], {"suspend": False}, notes)
+    return draft.done(waiting_status(status, waiting_for([], nodes)), started)
+
+
+def restart(
+    draft: Draft,
+    current: Mapping[str, Any] | None,
+    desired: dict[str, Any],
+    message: str,
+    *,
+    warning: bool = False,
+    reason: str | None = None,
+) -> Decision:
+    """The whole gang goes (its Job, with its pods, unless it is gone already) and the next generation
+    starts from the last checkpoint."""
+    status = draft.status
+    if current is not None:
+        draft.delete_child_jobs.append(current["metadata"]["name"])
+    draft.create.append(desired)
+    status.fields["currentJob"] = desired["metadata"]["name"]
+    status.fields["nodes"] = NodeCounts(current=size_of(desired)).model_dump(mode="json", by_alias=True)
+    draft.events.append(Event("Warning" if warning else "Normal", "Restarting", message))
+    return draft.done(status.phase("Restarting", message, reason))
+
+
+def waiting_status(status: StatusBuilder, waiting: str) -> dict[str, Any]:
+    """The gang is not wholly up yet: still Restarting (keeping why) after a restart, else Pending, saying
+    which pods it waits for and why (`waiting`)."""
+    if status.before.phase == "Restarting":
+        why = status.conditions.get("Restarting") or {}
+        return status.phase("Restarting", status.before.message or "", why.get("reason"))
+    return status.phase("Pending", waiting)
+
+
+def for_gang(job: ScaleTrainJob, child_job: dict[str, Any], ledger: Ledger) -> dict[str, Any]:
+    """A rendered Job (spec hash taken) as the next gang's: the ledger on it, kept off the excluded nodes."""
+    child_job = avoid_nodes(child_job, ledger.excluded_nodes, job.spec.failure_policy.exclude_nodes)
+    annotations = child_job["metadata"].setdefault("annotations", {})
+    annotations.update(ledger.annotations())
+    if job.spec.suspend and job.queue is None:  # made suspended by the operator's choice, not for a queue
+        annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = str(job.metadata.generation)
+    return child_job
