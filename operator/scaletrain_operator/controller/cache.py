@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import naming
+from ..policy.pods import being_deleted
 from ..render.capacity_probe import is_probe
 from .decision import Observed
 
@@ -233,11 +234,11 @@ def children_view(
     by_generation = {}
     for job in jobs:
         generation = (job["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION)
-        if generation is not None and job["metadata"].get("deletionTimestamp") is None:
+        if generation is not None and not being_deleted(job):
             by_generation[int(generation)] = job
     current = str(max(by_generation, default=generation_hint or 0))
     gang = [p for p in pods if (p["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == current]
-    probes = [job for job in jobs if is_probe(job) and job["metadata"].get("deletionTimestamp") is None]
+    probes = [job for job in jobs if is_probe(job) and not being_deleted(job)]
     probe = probes[0] if probes else None
     probe_uid = probe["metadata"].get("uid") if probe is not None else None
     probe_pods = [p for p in pods if is_probe(p) and (uid is None or owned_by(p, probe_uid))]

@@ -32,6 +32,7 @@ from kubernetes.client.rest import ApiException
 from ..api import naming
 from ..api.status_schema import fit_status
 from ..policy.placement import same_gang
+from ..policy.pods import being_deleted
 from ..render.capacity_probe import is_probe
 from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
 from . import metrics
@@ -113,7 +114,7 @@ def leftover_reason(obj: dict[str, Any], child: dict[str, Any]) -> str | None:
         for ref in obj["metadata"].get("ownerReferences") or ()
     ):
         return f"{kind} {name} is an earlier ScaleTrainJob's of this name, not yet garbage-collected"
-    if obj["metadata"].get("deletionTimestamp") is not None:
+    if being_deleted(obj):
         finalizers = ", ".join(obj["metadata"].get("finalizers") or ()) or "none"
         return f"{kind} {name}, not this ScaleTrainJob's, is being deleted (finalizers: {finalizers})"
     return None

@@ -38,6 +38,7 @@ from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
 from ..api.models import parse_job
+from ..policy.pods import being_deleted
 from . import metrics
 from .cache import Cache, Key, Store
 from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
@@ -219,7 +220,7 @@ def left_alone(cache: Cache, job: Key, raw: dict[str, Any] | None) -> Outcome | 
     if raw is None:
         cache.forget(job)
         return Outcome.GONE
-    return Outcome.SETTLED if raw["metadata"].get("deletionTimestamp") else None
+    return Outcome.SETTLED if being_deleted(raw) else None
 
 
 def decide_from(

@@ -26,7 +26,7 @@ from scaletrain_trainer.contract.validation import ProblemsError
 from ..api import naming
 from ..api.models import ScaleTrainJob, parse_job
 from ..api.timestamps import parse_timestamp
-from ..policy.pods import POD_CREATION_FAILED
+from ..policy.pods import POD_CREATION_FAILED, pod_index, pod_phase
 from ..progress import read_all_progress
 from ..render.child_annotations import suspended_by_operator
 from ..validation.progress_answer import Unreadable, status_patch
@@ -302,14 +302,6 @@ class Rank0(NamedTuple):
     job: ScaleTrainJob
     generation: int
     url: str
-
-
-def pod_index(pod: dict[str, Any]) -> int | None:
-    return naming.whole_number((pod["metadata"].get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION))
-
-
-def pod_phase(pod: dict[str, Any]) -> str:
-    return (pod.get("status") or {}).get("phase", "Pending")
 
 
 def isolated(step: str, raw: dict[str, Any], housekeep: Callable[[dict[str, Any]], None]) -> None:

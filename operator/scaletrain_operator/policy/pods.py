@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from ..api import naming
 from ..api.models import NodeCounts, ScaleTrainJob
 from ..api.timestamps import parse_timestamp
 from ..render.child_annotations import size_of
@@ -18,7 +19,7 @@ UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot pl
 
 
 def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
-    phases = [(p.get("status") or {}).get("phase", "Pending") for p in pods]
+    phases = [pod_phase(p) for p in pods]
     return NodeCounts(
         current=size,
         active=phases.count("Running"),  # a pod the scheduler cannot place is not an active node
@@ -66,8 +67,8 @@ def pod_scheduled(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
     """Not past Pending, not being deleted, and not yet placed on a node."""
-    pending = (pod.get("status") or {}).get("phase", "Pending") == "Pending"
-    return pending and pod["metadata"].get("deletionTimestamp") is None and pod_scheduled(pod).get("status") != "True"
+    pending = pod_phase(pod) == "Pending"
+    return pending and not being_deleted(pod) and pod_scheduled(pod).get("status") != "True"
 
 
 # The scheduler's reasons for a pod it tried and could not place. With gang placement, kube-scheduler 1.37
@@ -110,14 +111,14 @@ def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | N
 
 def holds_a_node(pod: Mapping[str, Any]) -> bool:
     """Running, or waiting to (for a node, or on one): a pod whose deletion stops something."""
-    return (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running") and not being_deleted(pod)
+    return pod_phase(pod) in ("Pending", "Running") and not being_deleted(pod)
 
 
 def still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
     """Running, or not started yet: a pod being deleted may still be saving its checkpoint, until its
     deletionTimestamp, when its grace period ends and the kubelet kills it. One still shown after that is
     on a node that does not answer, and is not waited for."""
-    if (pod.get("status") or {}).get("phase", "Pending") not in ("Pending", "Running"):
+    if pod_phase(pod) not in ("Pending", "Running"):
         return False
     deleted = pod["metadata"].get("deletionTimestamp")
     return deleted is None or parse_timestamp(deleted) > now
@@ -130,12 +131,13 @@ def placed(pod: Mapping[str, Any]) -> bool:
 def whole_gang_up(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
     """Whether every pod of the gang is running (or already done) and at least one runs: a gang part of
     which still waits for a node trains nothing, since every rank joins each collective."""
-    phases = [(pod.get("status") or {}).get("phase", "Pending") for pod in pods if not being_deleted(pod)]
+    phases = [pod_phase(pod) for pod in pods if not being_deleted(pod)]
     return len(phases) >= nodes and "Running" in phases and all(p in ("Running", "Succeeded") for p in phases)
 
 
-def being_deleted(pod: Mapping[str, Any]) -> bool:
-    return pod["metadata"].get("deletionTimestamp") is not None
+def being_deleted(obj: Mapping[str, Any]) -> bool:
+    """Whether the API server is deleting `obj` (a pod, a Job, the ScaleTrainJob): it has a deletionTimestamp."""
+    return obj["metadata"].get("deletionTimestamp") is not None
 
 
 MAX_WAITING_SHOWN = 4  # pods a waiting message names, before "and N more"
@@ -144,9 +146,9 @@ MAX_WAITING_SHOWN = 4  # pods a waiting message names, before "and N more"
 def waiting_for(pods: Sequence[Mapping[str, Any]], nodes: int) -> str:
     """Which pods of the gang are not running yet, and why, each in the words of whoever holds it up: the
     scheduler's message, the kubelet's waiting reason, or the Job controller not having made it yet."""
-    running = sum((pod.get("status") or {}).get("phase") == "Running" and not being_deleted(pod) for pod in pods)
+    running = sum(pod_phase(pod) == "Running" and not being_deleted(pod) for pod in pods)
     waiting = sorted(
-        (pod for pod in pods if (pod.get("status") or {}).get("phase", "Pending") == "Pending" or being_deleted(pod)),
+        (pod for pod in pods if pod_phase(pod) == "Pending" or being_deleted(pod)),
         key=lambda pod: pod["metadata"]["name"],
     )
     parts = [f"pod {pod['metadata']['name']} ({why_pending(pod)})" for pod in waiting]
@@ -177,3 +179,13 @@ def why_pending(pod: Mapping[str, Any]) -> str:
             detail = f": {waiting['message']}" if waiting.get("message") else ""
             return f"{waiting.get('reason', 'waiting')} on node {node}{detail}"
     return f"starting on node {node}"
+
+
+def pod_index(pod: Mapping[str, Any]) -> int | None:
+    """The pod's completion index (its rank among the gang's nodes); None without an index of ASCII digits."""
+    return naming.whole_number((pod["metadata"].get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION))
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    """The pod's phase; Pending until the kubelet or the scheduler says more."""
+    return (pod.get("status") or {}).get("phase", "Pending")
