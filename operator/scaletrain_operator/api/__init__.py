@@ -1,3 +1,3 @@
-"""The API wing: the ScaleTrainJob models (the single source of truth), the CRD generated from them,
-names, the pure renderer of a job's children with the podTemplate merge, the gang policy and the
-progress protocol. It imports nothing from the controller or the local runner, and no torch."""
+"""The API room: the ScaleTrainJob models (the single source of truth), the CRD and its CEL rules generated
+from them, names, timestamps and the status schema. Types only: no decision, rendering or I/O, and no
+torch; the models check themselves with validation/."""
