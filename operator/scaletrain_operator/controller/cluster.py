@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from ..api import naming
 from ..api.status_schema import fit_status
+from ..api.timestamps import timestamp
 from ..policy.placement import same_gang
 from ..policy.pods import being_deleted
 from ..render.capacity_probe import is_probe
@@ -459,7 +460,7 @@ class Cluster:
     def post_event(self, stj: ObjectRef, event: Event) -> None:
         """Post `event` on the ScaleTrainJob. One with an occasion is posted once: its name is made from what
         it is about, so a repeat is refused as AlreadyExists, which means it was posted."""
-        now = datetime.now(timezone.utc).isoformat()
+        now = timestamp(datetime.now(timezone.utc), "microseconds")
         if event.occasion is None:
             naming_it = {"generateName": f"{stj.name}."}
         else:

@@ -44,6 +44,7 @@ from typing import IO, Any
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
+from ..api.timestamps import timestamp
 from ..policy.gang_policy import PodPhase
 from .pod_filesystem import ContainerFiles, PodFilesystem, open_filesystem
 from .pod_network import PodIdentity, PodNetwork, PodSandbox, open_network
@@ -93,8 +94,9 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def timestamp(moment: datetime | None) -> str | None:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+def pod_time(moment: datetime | None) -> str | None:
+    """A pod status time as the kubelet writes it (metav1.Time: whole seconds); None while there is none."""
+    return timestamp(moment, "seconds") if moment else None
 
 
 @dataclass
@@ -177,12 +179,12 @@ class ContainerRun:
                 "exitCode": self.exit_code,
                 "reason": self.reason,
                 "message": self.message,
-                "startedAt": timestamp(self.started_at),
-                "finishedAt": timestamp(self.finished_at),
+                "startedAt": pod_time(self.started_at),
+                "finishedAt": pod_time(self.finished_at),
             }
             return {"terminated": {key: value for key, value in terminated.items() if value not in ("", None)}}
         if self.running:
-            return {"running": {"startedAt": timestamp(self.started_at)}}
+            return {"running": {"startedAt": pod_time(self.started_at)}}
         return {"waiting": {"reason": "PodInitializing"}}
 
     def status(self) -> dict[str, Any]:
@@ -316,7 +318,7 @@ class RunningPod:
             "podIPs": [{"ip": self.pod_ip}],
             "hostIP": self.network.host_ip,
             "hostIPs": [{"ip": self.network.host_ip}],
-            "startTime": timestamp(self.started_at),
+            "startTime": pod_time(self.started_at),
             "conditions": [
                 self._condition("PodReadyToStartContainers", True),
                 self._condition("Initialized", initialized),
@@ -363,7 +365,7 @@ class RunningPod:
         previous = self._transitions.get(kind)
         if previous is None or previous[0] != status:
             self._transitions[kind] = previous = (status, now())
-        return {"type": kind, "status": str(status), "lastTransitionTime": timestamp(previous[1])}
+        return {"type": kind, "status": str(status), "lastTransitionTime": pod_time(previous[1])}
 
 
 def stop_pods(pods: Iterable[RunningPod], grace_seconds: float | None = None) -> None:
