@@ -139,22 +139,11 @@ class Housekeeping:
         said = held["message"] if held is not None and held["status"] == "True" else None  # what the job shows
         if said == (bounded(message) if message is not None else None):
             return
-        now, generation = datetime.now(timezone.utc), metadata.get("generation")
         if message is None:
-            update = condition(
-                POD_CREATION_FAILED, False, "PodsCreated", "the gang's pods were created", now, generation
-            )
-        else:
-            update = condition(POD_CREATION_FAILED, True, "FailedCreate", message, now, generation)
-        where = ObjectRef.of(raw)
-        try:
-            self.cluster.patch_status(where, {"conditions": with_condition(status.get("conditions") or [], update)})
-        except Conflict as stale:  # the next pass decides again from the newer copy
-            log.info("pod creation not reported: %s", stale)
-            return
-        self.reconcile_soon((where.namespace, where.name))
-        if message is not None:
-            self.cluster.post_event(where, Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}"))
+            self.set_condition(raw, POD_CREATION_FAILED, False, "PodsCreated", "the gang's pods were created")
+        elif self.set_condition(raw, POD_CREATION_FAILED, True, "FailedCreate", message, rewrite=True):
+            event = Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}")
+            self.cluster.post_event(ObjectRef.of(raw), event)
 
     def report_queue_wait(self, raw: dict[str, Any], waits: Callable[[str], dict[str, str]]) -> None:
         """While Kueue holds a gang's Job back (queued, or suspended at its creation where Kueue manages every
@@ -260,16 +249,16 @@ class Housekeeping:
 
     def set_condition(
         self, raw: dict[str, Any], kind: str, status: bool, reason: str, message: str, rewrite: bool = False
-    ) -> None:
+    ) -> bool:
         """The condition `kind` turned to `status`, written (and the job queued) only when it turns: a
         message that differs from pass to pass (the read failed otherwise) is no news worth a write. With
         `rewrite`, the caller found news in the message: it is written, with the time the condition last
-        turned kept."""
+        turned kept. Whether it was written (a Conflict leaves it to the next pass, from the newer copy)."""
         conditions = (raw.get("status") or {}).get("conditions") or []
         held = next((c for c in conditions if c["type"] == kind), None)
         unturned = held is not None and held["status"] == ("True" if status else "False")
         if unturned and not rewrite:
-            return
+            return False
         update = condition(kind, status, reason, message, datetime.now(timezone.utc), raw["metadata"].get("generation"))
         if unturned and held.get("lastTransitionTime"):
             update["lastTransitionTime"] = held["lastTransitionTime"]
@@ -278,8 +267,9 @@ class Housekeeping:
             self.cluster.patch_status(where, {"conditions": with_condition(conditions, update)})
         except Conflict as stale:
             log.info("%s not reported: %s", kind, stale)
-            return
+            return False
         self.reconcile_soon((where.namespace, where.name))
+        return True
 
     def announce(self, where: ObjectRef, job: ScaleTrainJob, before: dict[str, Any], answer: dict[str, Any]) -> None:
         """A Warning Event for what the answer newly says went wrong: a non-finite loss, checkpoints set aside."""
