@@ -68,7 +68,7 @@ def test_rank_0_is_the_index_0_pod_of_the_newest_gangs_own_job_and_never_a_forge
     assert housekeeping.rank_0_of(stj) is None  # nor has it an IP yet
     cache.pods.put(_pod("demo-g1-0-a", 1, 0, "10.0.1.1", owner_uid="job-uid-1", version=23))
     rank_0 = housekeeping.rank_0_of(stj)
-    assert rank_0 is not None and rank_0.generation == 1
+    assert rank_0 is not None and rank_0.gang_generation == 1
     assert rank_0.url == "http://10.0.1.1:9555/progress"
 
 

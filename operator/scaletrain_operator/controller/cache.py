@@ -233,9 +233,9 @@ def children_view(
     by_name = {s["metadata"]["name"]: s for s in services if s["metadata"]["name"] in named}
     by_generation = {}
     for job in jobs:
-        generation = (job["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION)
-        if generation is not None and not being_deleted(job):
-            by_generation[int(generation)] = job
+        gang_generation = (job["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION)
+        if gang_generation is not None and not being_deleted(job):
+            by_generation[int(gang_generation)] = job
     current = str(max(by_generation, default=generation_hint or 0))
     gang = [p for p in pods if (p["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == current]
     probes = [job for job in jobs if is_probe(job) and not being_deleted(job)]

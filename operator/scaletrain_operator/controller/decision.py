@@ -122,7 +122,7 @@ class Draft:
     delete_child_jobs: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     recheck_after: float | None = None
-    gang: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
+    gang_job: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
     probe: str | None = None  # the capacity probe's Job, if one exists: deleted unless `keep_probe`
     keep_probe: bool = False
 
@@ -135,7 +135,7 @@ class Draft:
         phase = status["phase"]
         if phase != before and phase in ("Running", "Suspended", "Succeeded"):
             self.events.append(Event("Normal", phase, status["message"]))
-        when = occasion(self.gang or self.status.before.current_job, self.status.generation)
+        when = occasion(self.gang_job or self.status.before.current_job, self.status.spec_generation)
         probe_ends = [self.probe] if self.probe is not None and not self.keep_probe else []
         return Decision(
             create=tuple(self.create),
@@ -147,13 +147,13 @@ class Draft:
         )
 
 
-def occasion(current_job: str | None, generation: int | None) -> str:
+def occasion(current_job: str | None, spec_generation: int | None) -> str:
     """What a decision's Events are about: the gang it was decided about (the newest Job found, which a
     restart or a deletion ends, not the one it starts; not the status's, which a lost write leaves behind)
     and the spec generation (so that a resumed job gets a Running Event again). Each reason is posted once
     per occasion; a decision carried out again after its status patch failed is about the same gang, so
     its Events are the same ones."""
-    return f"{current_job}, spec generation {generation}"
+    return f"{current_job}, spec generation {spec_generation}"
 
 
 STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change

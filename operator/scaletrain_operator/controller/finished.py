@@ -43,13 +43,15 @@ def stop_what_runs(observed: Observed, queue: str | None, spec_generation: int |
     newest = max(observed.jobs, default=None)
     holding = any(holds_a_node(pod) for pod in observed.pods)  # the pods are the newest gang's
     running = {
-        generation: child
-        for generation, child in observed.jobs.items()
+        gang_generation: child
+        for gang_generation, child in observed.jobs.items()
         if job_condition(child, "Complete") is None
         and job_condition(child, "Failed") is None
-        and (generation != newest or holding)
+        and (gang_generation != newest or holding)
     }
-    older = tuple(child["metadata"]["name"] for generation, child in sorted(running.items()) if generation != newest)
+    older = tuple(
+        child["metadata"]["name"] for gang_generation, child in sorted(running.items()) if gang_generation != newest
+    )
     current = running.get(newest) if newest is not None else None
     older += (observed.probe["metadata"]["name"],) if observed.probe is not None else ()
     if current is not None and admission_managed(queue, current):
@@ -60,18 +62,18 @@ def stop_what_runs(observed: Observed, queue: str | None, spec_generation: int |
 
 
 def decide_invalid(
-    problems: Sequence[Problem], stored_status: Mapping[str, Any], generation: int | None, now: datetime
+    problems: Sequence[Problem], stored_status: Mapping[str, Any], spec_generation: int | None, now: datetime
 ) -> Decision:
     """A spec the CRD schema let through but the operator cannot run: Failed once, with every problem."""
     message = "invalid spec: " + "; ".join(str(p) for p in problems)
-    return decide_failed("InvalidSpec", message, stored_status, generation, now)
+    return decide_failed("InvalidSpec", message, stored_status, spec_generation, now)
 
 
 def decide_failed(
     reason: ControllerFailureReason,
     message: str,
     stored_status: Mapping[str, Any],
-    generation: int | None,
+    spec_generation: int | None,
     now: datetime,
 ) -> Decision:
     """Failed once, for `reason`, with a condition and a Warning Event saying `message` (cut to the API's
@@ -79,9 +81,9 @@ def decide_failed(
     message = bounded(message)
     if stored_status.get("phase") == "Failed" and stored_status.get("message") == message:
         return Decision()
-    failed = condition("Failed", True, reason, message, now, generation)
-    status = {"phase": "Failed", "message": message, "conditions": [failed], "observedGeneration": generation}
+    failed = condition("Failed", True, reason, message, now, spec_generation)
+    status = {"phase": "Failed", "message": message, "conditions": [failed], "observedGeneration": spec_generation}
     return Decision(
         status=status,
-        events=(Event("Warning", reason, message, occasion(stored_status.get("currentJob"), generation)),),
+        events=(Event("Warning", reason, message, occasion(stored_status.get("currentJob"), spec_generation)),),
     )

@@ -231,15 +231,15 @@ def decide_from(
 ) -> Decision:
     """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
     (not at all for an invalid spec)."""
-    stored_status, generation = raw.get("status") or {}, raw["metadata"].get("generation")
+    stored_status, spec_generation = raw.get("status") or {}, raw["metadata"].get("generation")
     hint = naming.generation_of(raw["metadata"]["name"], stored_status.get("currentJob"))
     try:
         job = parse_job(raw)
     except ProblemsError as error:
-        failing = decide_invalid(error.problems, stored_status, generation, now)
+        failing = decide_invalid(error.problems, stored_status, spec_generation, now)
         if failing.changes_nothing and hint is not None:  # failed already: stop what still runs of its gang
             queue = naming.queue_of((raw.get("spec") or {}).get("queueName"), raw["metadata"].get("labels"))
-            return stop_what_runs(observe(hint), queue, generation)
+            return stop_what_runs(observe(hint), queue, spec_generation)
         return failing
     observed = observe(hint)
     try:
@@ -250,7 +250,7 @@ def decide_from(
             f"the operator cannot reconcile this spec ({type(error).__name__}: {error}); its log has the details. "
             "Change the spec, or report this as a bug"
         )
-        return decide_failed("ReconcileError", message, stored_status, generation, now)
+        return decide_failed("ReconcileError", message, stored_status, spec_generation, now)
 
 
 def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
@@ -286,8 +286,8 @@ def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Reco
         say_waiting(cluster, raw, str(leftover))
         return Reconciled(Outcome.WAITING, LEFTOVER_RECHECK_SECONDS)
     except ChildRejected as rejected:
-        status, generation = raw.get("status") or {}, raw["metadata"].get("generation")
-        decision = decide_failed(rejected.reason, rejected.message, status, generation, datetime.now(timezone.utc))
+        status, spec_generation = raw.get("status") or {}, raw["metadata"].get("generation")
+        decision = decide_failed(rejected.reason, rejected.message, status, spec_generation, datetime.now(timezone.utc))
         cluster.apply(ObjectRef.of(raw), decision)
     metrics.count(decision)
     return Reconciled(Outcome.ACTED, decision.recheck_after)

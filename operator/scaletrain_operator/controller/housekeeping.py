@@ -124,8 +124,8 @@ class Housekeeping:
         nothing else would show on the job; once the pods are there the condition turns False. The Events
         come from `failures(namespace)`: the messages by Job name (Cluster.pod_creation_failures)."""
         metadata, status = raw["metadata"], raw.get("status") or {}
-        generation, observed = self.current_gang_of(raw)
-        child = observed.jobs.get(generation)
+        gang_generation, observed = self.current_gang_of(raw)
+        child = observed.jobs.get(gang_generation)
         if child is None or (child.get("spec") or {}).get("suspend"):
             return
         namespace, current_job, pods = metadata["namespace"], child["metadata"]["name"], observed.pods
@@ -152,8 +152,8 @@ class Housekeeping:
         the job's status message repeats (reconcile.waiting_for_admission). Queued turns False once Kueue
         admitted the Job."""
         status, spec = raw.get("status") or {}, raw.get("spec") or {}
-        generation, observed = self.current_gang_of(raw)
-        child = observed.jobs.get(generation)
+        gang_generation, observed = self.current_gang_of(raw)
+        child = observed.jobs.get(gang_generation)
         if child is None or spec.get("suspend") or suspended_by_operator(child):
             return
         current_job = child["metadata"]["name"]
@@ -189,19 +189,19 @@ class Housekeeping:
             job = parse_job(raw)
         except ProblemsError:  # an edited spec that reconciling is about to mark invalid
             return None
-        generation, observed = self.current_gang_of(raw)
+        gang_generation, observed = self.current_gang_of(raw)
         rank_0 = next((pod for pod in observed.pods if pod_index(pod) == 0 and pod_phase(pod) == "Running"), None)
         pod_ip = ((rank_0 or {}).get("status") or {}).get("podIP")
-        if generation not in observed.jobs or not pod_ip:
+        if gang_generation not in observed.jobs or not pod_ip:
             return None
         url = self.config.progress_url.format(
-            pod=f"{naming.child_job_name(job.name, generation)}-0",
+            pod=f"{naming.child_job_name(job.name, gang_generation)}-0",
             pod_ip=f"[{pod_ip}]" if ":" in pod_ip else pod_ip,  # an IPv6 address is bracketed in a URL
             service=naming.service_name(job.name),
             namespace=job.metadata.namespace,
             port=job.spec.metrics_port,
         )
-        return Rank0(job, generation, url)
+        return Rank0(job, gang_generation, url)
 
     def current_gang_of(self, raw: dict[str, Any]) -> tuple[int | None, Observed]:
         """The stored job `raw`'s current gang generation (reconcile.current_gang), and its children."""
@@ -221,7 +221,7 @@ class Housekeeping:
         before = (raw.get("status") or {}).get("progress") or {}
         if isinstance(answer, Unreadable):
             failures = self._unread[key] = self._unread.get(key, 0) + 1
-            if before.get("generation") == rank_0.generation and failures >= UNREACHABLE_AFTER_READS:
+            if before.get("generation") == rank_0.gang_generation and failures >= UNREACHABLE_AFTER_READS:
                 message = (
                     f"rank 0's progress endpoint {rank_0.url} cannot be read ({answer}); a hang is found only from "
                     "rank 0's own answers, so the gang is not restarted for this"
@@ -229,7 +229,7 @@ class Housekeeping:
                 self.set_condition(raw, PROGRESS_UNREACHABLE, True, "ReadFailed", message)
             return
         self._unread.pop(key, None)
-        reported = status_patch(answer, rank_0.generation, read_at=datetime.now(timezone.utc))
+        reported = status_patch(answer, rank_0.gang_generation, read_at=datetime.now(timezone.utc))
         conditions = (raw.get("status") or {}).get("conditions") or []
         unreachable = next((c for c in conditions if c["type"] == PROGRESS_UNREACHABLE), None)
         patch: dict[str, Any] = {"progress": reported}
@@ -290,7 +290,7 @@ class Rank0(NamedTuple):
     """Where the newest gang's rank 0 of a Running job serves its progress."""
 
     job: ScaleTrainJob
-    generation: int
+    gang_generation: int
     url: str
 
 

@@ -189,33 +189,35 @@ def _decide(
     if (unavailable := gang_placement.unavailable(job, settings.workload_api)) is not None:
         stored = job.status.model_dump(mode="json", by_alias=True, exclude_none=True) if job.status else {}
         return decide_failed("GangSchedulingUnavailable", unavailable, stored, job.metadata.generation, now)
-    generation = current_gang(job.name, job.current_job, observed)
-    generation = 0 if generation is None else generation  # none yet: the first gang's
-    current = observed.jobs.get(generation)
-    gone = current_job_deleted(job, generation, current)
+    gang_generation = current_gang(job.name, job.current_job, observed)
+    gang_generation = 0 if gang_generation is None else gang_generation  # none yet: the first gang's
+    current = observed.jobs.get(gang_generation)
+    gone = current_job_deleted(job, gang_generation, current)
     # Where another controller owns the Job's suspend flag, the operator suspends a gang by deleting its Job.
     suspended_away = gone and (job.spec.suspend or status.before.phase == "Suspended")
     deleted = gone and not suspended_away
     gang = uses_workload(job.spec, settings.workload_api)
-    # The one render of this call: the Job it would create. That is the current generation's when it was
+    # The one render of this call: the Job it would create. That is the current gang_generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
-    next_generation = generation if current is None and not gone else generation + 1
-    desired = with_spec_hash(render_job(job, next_generation, gang=gang))
+    next_gang_generation = gang_generation if current is None and not gone else gang_generation + 1
+    desired = with_spec_hash(render_job(job, next_gang_generation, gang=gang))
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
-    draft = Draft(status, gang=naming.child_job_name(job.name, generation), probe=probe)
+    draft = Draft(status, gang_job=naming.child_job_name(job.name, gang_generation), probe=probe)
     missing_services = [service for service in (render_service(job), render_master_alias(job))
                         if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.create += missing_services
-    draft.delete_child_jobs += [naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < generation]
+    draft.delete_child_jobs += [
+        naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < gang_generation
+    ]
 
     ledger = ledger_of(job, current)
     status.fields.update(ledger.status_fields())
     status.fields["selector"] = f"{naming.LABEL_JOB_NAME}={job.name}"  # the scale subresource's
     status.fields["elasticSizes"] = elastic_sizes.sizes(asked.spec) if asked.spec.elastic is not None else []
     if deleted:
-        gone = naming.child_job_name(job.name, generation)
+        gone = naming.child_job_name(job.name, gang_generation)
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
-        deleted_gang = this_gang(job, generation, observed.pods, "Failed")
+        deleted_gang = this_gang(job, gang_generation, observed.pods, "Failed")
         return gang_ended(job, draft, None, desired, ledger, JOB_DELETED, message, deleted_gang)
     if suspended_away or (current is None and job.spec.suspend and job.queue is not None):
         return _suspended_without_job(job, draft, for_gang(job, desired, ledger), observed.pods)
@@ -226,11 +228,11 @@ def _decide(
     # Judge first, then change: a pod that failed in the same pass as a spec change, or while its gang stops
     # for one (a save that failed on the way out), is the gang's end, and its record says so.
     status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
-    failing = this_gang(job, generation, observed.pods, "Failed")
+    failing = this_gang(job, gang_generation, observed.pods, "Failed")
     verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
         record_gang_end(draft, job, failing.model_copy(update={"ended": "Succeeded"}))
-        return _succeed(draft, generation, observed.pods, verdict.message)
+        return _succeed(draft, gang_generation, observed.pods, verdict.message)
     if verdict.action is Action.FAIL:
         record_gang_end(draft, job, failing)
         return fail(draft, verdict.message, verdict.reason)
@@ -241,14 +243,14 @@ def _decide(
     # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
     # handover even should the spec have changed back to the running size meanwhile.
     if hash_of(current) != hash_of(desired) or planned_resize(current)[0] is not None:
-        return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, generation, gang)
+        return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, gang_generation, gang)
     if (until := held_until(current)) is not None and not job.spec.suspend:
         return start_after_backoff(draft, current, until, job.spec.nodes)
     if resumed(job, current, status.before.phase):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
         # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
         # after a moment, as a disruption. The next gang starts instead, counted as neither.
-        record_gang_end(draft, job, this_gang(job, generation, observed.pods, "SpecChanged"))
+        record_gang_end(draft, job, this_gang(job, gang_generation, observed.pods, "SpecChanged"))
         return restart(draft, current, for_gang(job, desired, ledger), RESUME_MESSAGE)
     if preempted(job, current, observed.pods):
         message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
@@ -261,12 +263,12 @@ def _decide(
             "delete the other Workload"
         )
         return gang_ended(job, draft, current, desired, ledger, naming.FOREIGN_WORKLOAD, message, failing)
-    if (due := broken_promise(job, generation, settings.progress_timeout_seconds)) is not None:
+    if (due := broken_promise(job, gang_generation, settings.progress_timeout_seconds)) is not None:
         return gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
     return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
 
 
-def _succeed(draft: Draft, generation: int, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
+def _succeed(draft: Draft, gang_generation: int, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
     """Succeeded, with rank 0's final step and loss from its termination message: the last progress read
     may be a logging interval or a poll behind (what it has beside them, such as throughput, stays when it
     was this gang's), and its ETA and promise are moot now."""
@@ -276,11 +278,11 @@ def _succeed(draft: Draft, generation: int, pods: Sequence[Mapping[str, Any]], m
     before = status.before.progress
     if final or before is not None:
         read = before.model_dump(mode="json", by_alias=True, exclude_none=True) if before is not None else {}
-        last = read if read.get("generation") == generation else {}
+        last = read if read.get("generation") == gang_generation else {}
         if "step" in final:  # the final loss, or its absence, is the final answer's
             last = {key: value for key, value in last.items() if key not in ("loss", "lossFinite")}
         moot = {"etaSeconds": None, "staleAfter": None, "readAt": None}
-        status.fields["progress"] = status_patch(last | final, generation) | moot
+        status.fields["progress"] = status_patch(last | final, gang_generation) | moot
     return draft.done(status.phase("Succeeded", message))
 
 
@@ -324,10 +326,10 @@ def _spec_changed(
     current: Mapping[str, Any],
     desired: dict[str, Any],
     pods: Sequence[Mapping[str, Any]],
-    generation: int,
+    gang_generation: int,
     gang: bool,
 ) -> Decision:
-    """A spec the running gang cannot take, such as another size (kubectl scale): the next generation
+    """A spec the running gang cannot take, such as another size (kubectl scale): the next gang_generation
     starts, counted as neither a restart nor a disruption. The gang stops at a step boundary first. Its Job
     is suspended, and the SIGTERM makes each pod save a checkpoint after the step it is in and exit. The
     next gang starts once no pod of it is left, from that checkpoint. Made at once, the next gang could
@@ -347,7 +349,7 @@ def _spec_changed(
         status.fields["nodes"] = node_counts(pods, before).model_dump(mode="json", by_alias=True)
         message = f"{change}: its pods save a checkpoint after the step they are in, then the next gang starts"
         return draft.done(status.phase("Restarting", message, STOPPING), patch)
-    record_gang_end(draft, job, this_gang(job, generation, pods, "SpecChanged"))
+    record_gang_end(draft, job, this_gang(job, gang_generation, pods, "SpecChanged"))
     if gang:  # the gang's size or priority may have changed: the Workload is made to match (cluster.py)
         draft.create.append(render_workload(job))
     if before != after:

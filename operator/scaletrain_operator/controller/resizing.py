@@ -172,7 +172,7 @@ def resize_at_step_boundary(
     starts the next gang once they are gone."""
     size, status = size_of(current), draft.status
     annotations = {RESIZE_TO_ANNOTATION: str(target), RESIZE_REASON_ANNOTATION: reason}
-    patch = suspension(status.generation, current, annotations)
+    patch = suspension(status.spec_generation, current, annotations)
     status.fields["nodes"] = node_counts(pods, size).model_dump(mode="json", by_alias=True)
     message = (
         f"the gang resizes from {size} to {target} nodes ({RESIZE_WHY[reason]}: {why}): its pods save a checkpoint "

@@ -48,13 +48,13 @@ from .decision import (
 from .status import StatusBuilder, bounded
 
 
-def this_gang(job: ScaleTrainJob, generation: int, pods: Sequence[Mapping[str, Any]], ended: str) -> GangRecord:
-    """The record of the current gang, were it to end now: from the progress rank 0 of this generation
+def this_gang(job: ScaleTrainJob, gang_generation: int, pods: Sequence[Mapping[str, Any]], ended: str) -> GangRecord:
+    """The record of the current gang, were it to end now: from the progress rank 0 of this gang_generation
     reported (the status may still hold the previous gang's) and rank 0's termination message."""
     progress = job.status.progress if job.status else None
-    ours = progress is not None and progress.generation == generation
+    ours = progress is not None and progress.generation == gang_generation
     reported = progress.model_dump(mode="json", by_alias=True, exclude_none=True) if ours else None
-    return ended_gang(generation, reported, [pod_outcome(pod) for pod in pods], ended)
+    return ended_gang(gang_generation, reported, [pod_outcome(pod) for pod in pods], ended)
 
 
 def gangs_with(job: ScaleTrainJob, ended: GangRecord) -> list[GangRecord]:
@@ -135,7 +135,7 @@ def restart_after_failure(
         until = status.now + timedelta(seconds=wait)
         spec, annotations = next_gang["spec"], next_gang["metadata"]["annotations"]
         spec["suspend"] = True  # for now: un-suspended at `until` (start_after_backoff)
-        annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = str(status.generation)
+        annotations[SUSPENDED_BY_OPERATOR_ANNOTATION] = str(status.spec_generation)
         annotations[START_AFTER_ANNOTATION] = timestamp(until)
         status.fields["nextGangAt"] = timestamp(until)
         draft.recheck_in(wait)
@@ -162,7 +162,7 @@ def recover_gang_end(
     message, reason = bounded(str(note.get("message", ""))), note.get("reason")
     record_gang_end(draft, job, ended)
     gone = naming.child_job_name(job.name, ended.generation)
-    draft.events.append(Event("Warning", "Restarting", message, occasion(gone, draft.status.generation)))
+    draft.events.append(Event("Warning", "Restarting", message, occasion(gone, draft.status.spec_generation)))
     status = (job.status or ScaleTrainJobStatus()).model_copy(update={"gangs": kept([*history, ended])})
     return job.model_copy(update={"status": status}), (message, reason if isinstance(reason, str) else None)
 

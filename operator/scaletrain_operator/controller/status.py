@@ -31,14 +31,14 @@ def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
     return f"{message[:head]} ... ({len(message) - room} characters left out) ... {message[len(message) - tail :]}"
 
 
-def condition(kind: str, status: bool, reason: str, message: str, now: datetime, generation: int | None) -> dict:
+def condition(kind: str, status: bool, reason: str, message: str, now: datetime, spec_generation: int | None) -> dict:
     return Condition(
         type=kind,
         status="True" if status else "False",
         reason=reason,
         message=bounded(message),
         last_transition_time=now,
-        observed_generation=generation,
+        observed_generation=spec_generation,
     ).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -55,7 +55,7 @@ def phase_of(stj: dict[str, Any]) -> str | None:
 class StatusBuilder:
     def __init__(self, job: ScaleTrainJob, now: datetime):
         self.before = job.status or ScaleTrainJobStatus()
-        self.now, self.generation = now, job.metadata.generation
+        self.now, self.spec_generation = now, job.metadata.generation
         self.conditions = {
             c.type: c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in self.before.conditions
         }
@@ -73,7 +73,7 @@ class StatusBuilder:
         if old and (old["status"] == "True") == status:
             self.conditions[kind] = old | {"reason": reason, "message": bounded(message)}
         elif old or status or shown_when_false:
-            self.conditions[kind] = condition(kind, status, reason, message, self.now, self.generation)
+            self.conditions[kind] = condition(kind, status, reason, message, self.now, self.spec_generation)
 
     def phase(self, phase: Phase, message: str = "", reason: str | None = None) -> dict[str, Any]:
         """The whole status patch for `phase`; `reason` is its condition's (default: the phase's name)."""
@@ -96,7 +96,7 @@ class StatusBuilder:
             "phase": phase,
             "message": bounded(message),
             "conditions": list(self.conditions.values()),
-            "observedGeneration": self.generation,
+            "observedGeneration": self.spec_generation,
         }
 
     def _goodput_now(self) -> dict[str, Any]:
