@@ -21,7 +21,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +45,7 @@ from ..policy.gang_policy import (
     restart_backoff,
     stalled,
 )
+from ..policy.ledger import Ledger
 from ..progress import read_progress
 from ..render.children import render_job, render_master_alias, render_service
 from ..validation import elastic_sizes
@@ -187,16 +188,17 @@ class Gang:
         """This gang's record, were it to end as last judged (the operator's status.gangs)."""
         return ended_gang(self.generation, self.last_progress, self.judged, ended)
 
-    def judge(self, limits: GangLimits, counted: Counted, deadline_passed: bool) -> Verdict:
-        """The gang policy on these pods; run-local's deadline timer speaks for the Job controller. One poll
-        of the pods: the verdict and the gang's record see them alike."""
+    def judge(self, limits: GangLimits, ledger: Ledger, ended: Sequence[GangRecord], deadline_passed: bool) -> Verdict:
+        """The gang policy on these pods, after what `ledger` counted and the gangs that `ended` before; run-local's
+        deadline timer speaks for the Job controller. One poll of the pods: the verdict and the gang's record see
+        them alike."""
         self.judged = self.outcomes()
         return judge(
             self.judged,
             limits,
-            counted.restarts,
-            disruptions=counted.disruptions,
-            stalled_gangs=stalled([*counted.gangs, self.record("Failed")]),
+            ledger.restarts,
+            disruptions=ledger.disruptions,
+            stalled_gangs=stalled([*ended, self.record("Failed")]),
             job_failure=DEADLINE_EXCEEDED if deadline_passed else None,
         )
 
@@ -299,7 +301,7 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     spec, limits = job.spec, GangLimits.of(job.spec)
     if executor.network.shares_host_ports:  # another run's rank 0 may hold the job's metrics port
         job = with_metrics_port(job, free_port())
-    started, counted = time.monotonic(), Counted()
+    started, ledger, ended = time.monotonic(), Ledger(), ()
     for service in (render_service(job), render_master_alias(job)):  # their DNS names, in every gang
         executor.network.publish(service)
     with ProgressView(job) as view:
@@ -309,23 +311,24 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
         )
         view.say(f"pod network: {executor.network_mode} ({executor.network_reason})")
         view.say(f"pod filesystem: {executor.filesystem_mode} ({executor.filesystem_reason})")
-        gang, quick = Gang(job, counted.generation, executor, gpus), 0
+        gang, quick = Gang(job, 0, executor, gpus), 0
         first_metrics = gang.metrics_path
         offset = (
             first_metrics.stat().st_size if first_metrics and first_metrics.exists() else 0
         )  # earlier runs' records
-        while (verdict := _run_gang(gang, view, limits, counted)).action is Action.RESTART:
-            counted = counted.after(verdict, gang.record("Disrupted" if verdict.disruption else "Failed"))
+        while (verdict := _run_gang(gang, view, limits, ledger, ended)).action is Action.RESTART:
+            ended = tuple(kept([*ended, gang.record("Disrupted" if verdict.disruption else "Failed")]))
+            ledger = ledger.after(verdict, job)
             wait, quick = restart_backoff(spec.restart_backoff, quick, time.monotonic() - gang.started)
             view.say(verdict.message + (f"; the next gang starts in {wait} s (spec.restartBackoff)" if wait else ""))
             time.sleep(wait)
-            gang = Gang(job, counted.generation, executor, gpus)
+            gang = Gang(job, ledger.gangs_ended, executor, gpus)
     result = RunResult(
         job,
         verdict,
         gang.pods,
-        counted.restarts,
-        counted.disruptions,
+        ledger.restarts,
+        ledger.disruptions,
         time.monotonic() - started,
         # On an emptyDir each gang writes a file of its own.
         metrics_records(gang.metrics_path, offset if gang.metrics_path == first_metrics else 0),
@@ -337,32 +340,15 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     return verdict.exit_code
 
 
-@dataclass(frozen=True)
-class Counted:
-    """Gang restarts so far: counted against maxRestarts, or disruptions (gang_policy)."""
-
-    restarts: int = 0
-    disruptions: int = 0
-    gangs: tuple[GangRecord, ...] = ()  # the ended ones
-
-    @property
-    def generation(self) -> int:
-        return self.restarts + self.disruptions
-
-    def after(self, verdict: Verdict, ended: GangRecord) -> Counted:
-        gangs = tuple(kept([*self.gangs, ended]))
-        if verdict.disruption:
-            return Counted(self.restarts, self.disruptions + 1, gangs)
-        return Counted(self.restarts + 1, self.disruptions, gangs)
-
-
-def _run_gang(gang: Gang, view: ProgressView, limits: GangLimits, counted: Counted) -> Verdict:
+def _run_gang(
+    gang: Gang, view: ProgressView, limits: GangLimits, ledger: Ledger, ended: Sequence[GangRecord]
+) -> Verdict:
     deadline = time.monotonic() + limits.active_deadline_seconds if limits.active_deadline_seconds else None
     try:
         gang.start()
         while True:
             passed = deadline is not None and time.monotonic() > deadline
-            if (verdict := gang.judge(limits, counted, passed)).action is not Action.KEEP_RUNNING:
+            if (verdict := gang.judge(limits, ledger, ended, passed)).action is not Action.KEEP_RUNNING:
                 return verdict
             if (progress := read_progress(gang.progress_url, timeout_seconds=POLL_SECONDS)) is not None:
                 gang.last_progress = progress

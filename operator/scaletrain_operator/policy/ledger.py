@@ -1,6 +1,6 @@
-"""The restart ledger: what a job has counted across its gangs (restarts against maxRestarts, disruptions against
-maxDisruptions, the nodes its next gangs avoid), kept in the status and on each gang's Job
-(render/child_annotations.py), so that a lost status write loses no count."""
+"""The restart ledger of the operator and run-local: what a job has counted across its gangs (restarts against
+maxRestarts, disruptions against maxDisruptions, the nodes its next gangs avoid). The operator keeps it in the
+status and on each gang's Job (render/child_annotations.py), so that a lost status write loses no count."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ class Ledger:
     restarts: int = 0
     disruptions: int = 0
     excluded_nodes: tuple[str, ...] = ()
+
+    @property
+    def gangs_ended(self) -> int:
+        """The gangs that ended in a restart or a disruption. run-local's next gang is this generation; the
+        operator's may be later, since a spec change or a resize starts a gang too."""
+        return self.restarts + self.disruptions
 
     def after(self, verdict: Verdict, job: ScaleTrainJob) -> Ledger:
         """The counts once the restart `verdict` orders is made."""
