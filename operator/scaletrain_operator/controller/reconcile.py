@@ -119,7 +119,7 @@ HANG = HANG_RESULT  # and of a Running gang whose progress stalled
 SCHEDULABLE = "Schedulable"
 
 
-def judge_gang(
+def _judge_gang(
     job: ScaleTrainJob,
     child_job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -229,7 +229,7 @@ def _decide(
     # for one (a save that failed on the way out), is the gang's end, and its record says so.
     status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
     failing = this_gang(job, gang_generation, observed.pods, "Failed")
-    verdict = judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
+    verdict = _judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
         record_gang_end(draft, job, failing.model_copy(update={"ended": "Succeeded"}))
         return _succeed(draft, gang_generation, observed.pods, verdict.message)

@@ -69,7 +69,7 @@ def _ran_since(job: ScaleTrainJob, moment: datetime) -> bool:
     return running is not None and running.last_transition_time >= moment
 
 
-def failed_growths(asked: ScaleTrainJob) -> int:
+def _failed_growths(asked: ScaleTrainJob) -> int:
     """How many times in a row, up to now, the gang grew on a probe's word and then could not be placed (the
     room was taken meanwhile, or the probe's pods fit where the gang's do not): each doubles the time to the
     next probe."""
@@ -95,7 +95,7 @@ def _no_probe(asked: ScaleTrainJob, current: Mapping[str, Any], priority_class: 
         return NO_PROBE_CLASS
     if (why := capacity_probe.cannot_speak_for(current)) is not None:
         return f"{why}: the gang does not grow back on a probe's word"
-    if (failed := failed_growths(asked)) >= MAX_FAILED_GROWTHS:
+    if (failed := _failed_growths(asked)) >= MAX_FAILED_GROWTHS:
         return (
             f"the gang grew on a probe's word {failed} times in a row and could not be placed (the probe's pods fit "
             "where the gang's do not): no more probes until kubectl scale sets a size"
@@ -152,8 +152,8 @@ def grow_back(
 
 def _next_probe_in(asked: ScaleTrainJob, draft: Draft, current: Mapping[str, Any], check_every: int) -> float:
     """Seconds until the next capacity probe is due: `check_every` (doubled for each failed growth in a row,
-    `failed_growths`) after the last probe started, or after the gang's Job was made."""
-    every = check_every * 2 ** min(failed_growths(asked), MAX_FAILED_GROWTHS)
+    `_failed_growths`) after the last probe started, or after the gang's Job was made."""
+    every = check_every * 2 ** min(_failed_growths(asked), MAX_FAILED_GROWTHS)
     now, created = draft.status.now, current["metadata"].get("creationTimestamp")
     last = max(filter(None, (draft.status.before.capacity_probed_at, parse_timestamp(created) if created else now)))
     return every - (now - min(last, now)).total_seconds()  # a clock ahead of ours delays no probe

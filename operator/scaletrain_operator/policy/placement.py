@@ -48,11 +48,6 @@ def foreign_pod_group(child_job: dict[str, Any], workload: str, pods: Sequence[M
     return next((group for group in sorted(groups - {None, ours})), None)
 
 
-def placed_by_workload(child_job: dict[str, Any]) -> bool:
-    """Whether a child Job's gang was placed through the job's Workload (which then existed)."""
-    return GROUP_TEMPLATE_ANNOTATION in ((child_job.get("metadata") or {}).get("annotations") or {})
-
-
 def same_gang(there: dict[str, Any], rendered: dict[str, Any]) -> bool:
     """Whether the Workload `there` asks for what `rendered` does: each field the renderer sets is the
     same (the API server adds defaults of its own to the rest)."""

@@ -151,7 +151,7 @@ def waiting_for(pods: Sequence[Mapping[str, Any]], nodes: int) -> str:
         (pod for pod in pods if pod_phase(pod) == "Pending" or being_deleted(pod)),
         key=lambda pod: pod["metadata"]["name"],
     )
-    parts = [f"pod {pod['metadata']['name']} ({why_pending(pod)})" for pod in waiting]
+    parts = [f"pod {pod['metadata']['name']} ({_why_pending(pod)})" for pod in waiting]
     if (missing := nodes - len(pods)) > 0:
         parts.append(f"{missing} pod{'s' * (missing > 1)} the Job controller has not created yet")
     if len(parts) > MAX_WAITING_SHOWN:
@@ -159,7 +159,7 @@ def waiting_for(pods: Sequence[Mapping[str, Any]], nodes: int) -> str:
     return f"{running} of {nodes} pods running; waiting for " + "; ".join(parts) if parts else ""
 
 
-def why_pending(pod: Mapping[str, Any]) -> str:
+def _why_pending(pod: Mapping[str, Any]) -> str:
     """Why one Pending pod is not running: not placed (and the scheduler's why), or placed and starting
     (and the kubelet's why: pulling its image, creating its container, a volume it waits for)."""
     if being_deleted(pod):

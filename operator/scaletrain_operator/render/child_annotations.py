@@ -41,7 +41,7 @@ START_AFTER_ANNOTATION = f"{naming.GROUP}/start-after"
 ENDED_GANG_ANNOTATION = f"{naming.GROUP}/previous-gang-ended"
 
 
-def spec_hash(rendered_job: Mapping[str, Any]) -> str:
+def _spec_hash(rendered_job: Mapping[str, Any]) -> str:
     """What a running gang cannot take in place: the rendered Job without what each generation has of
     its own, its owner, and the suspend flag and deadline (which a Job accepts as updates)."""
     shape = generation_free(rendered_job)
@@ -58,7 +58,7 @@ def spec_hash(rendered_job: Mapping[str, Any]) -> str:
 
 
 def with_spec_hash(rendered_job: dict[str, Any]) -> dict[str, Any]:
-    rendered_job["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(rendered_job)
+    rendered_job["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = _spec_hash(rendered_job)
     return rendered_job
 
 

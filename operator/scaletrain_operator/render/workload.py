@@ -72,7 +72,7 @@ def workload_of(job: ScaleTrainJob, metadata: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def template_of(generation: int) -> str:
+def _template_of(generation: int) -> str:
     """The Workload's template that gang `generation` is placed by: not the last gang's."""
     return GANG_TEMPLATES[generation % len(GANG_TEMPLATES)]
 
@@ -82,7 +82,7 @@ def delegated(rendered_job: dict[str, Any], job: ScaleTrainJob, generation: int)
     Workload alone keeps is said on the Job too: a change of it is then a change of the Job's spec (its
     hash, controller/reconcile.py), and the next gang is placed by the new one."""
     annotations = rendered_job["metadata"].setdefault("annotations", {})
-    annotations[GROUP_TEMPLATE_ANNOTATION] = template_of(generation)
+    annotations[GROUP_TEMPLATE_ANNOTATION] = _template_of(generation)
     if (topology := workload_topology(job)) is not None:
         annotations[GANG_TOPOLOGY_ANNOTATION] = topology
     return rendered_job
