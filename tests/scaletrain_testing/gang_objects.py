@@ -1,28 +1,31 @@
-"""Builders for what the operator's decide layer reads of an elastic gang: the job, its gang's Job, its pods
-as the scheduler left them, and a capacity probe with its pods."""
+"""Builders for what the operator reads of a job and its gangs: the job as its decide layer takes it, each
+gang's Job as the API server holds it (or as the cache keeps it for housekeeping), its pods as the scheduler,
+the kubelet and the trainer left them, a capacity probe with its pods, and the Observed that holds them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from scaletrain_operator.api.models import ScaleTrainJob, parse_job
-from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, LABEL_GENERATION
+from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.decision import ChildJobPatch, Observed
 from scaletrain_operator.render.capacity_probe import render_probe
-from scaletrain_operator.render.child_annotations import with_spec_hash
+from scaletrain_operator.render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 
-from .jobs import base_job
+from .jobs import NAMESPACE, base_job, patched
 
 ELASTIC = {"minNodes": 2, "scaleDownAfterSeconds": 120, "scaleUp": {"checkEverySeconds": 300}}
 PROBE_CLASS = "scaletrain-capacity-probe"  # the chart's PriorityClass for probes (value 0, preemptionPolicy Never)
+CANNOT_PLACE = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu."  # gang_pod's default
 
 
 def operator_suspends(child_job: str, spec_generation: int = 1, **annotations: str) -> ChildJobPatch:
     """The patch by which the operator suspends a gang's Job, saying on it that it did so, and at which spec
     generation (and, for a resize, the `annotations` that go with it)."""
-    noted = {"scaletrain.io/suspended-at-spec-generation": str(spec_generation), **annotations}
+    noted = {SUSPENDED_BY_OPERATOR_ANNOTATION: str(spec_generation), **annotations}
     return ChildJobPatch(child_job, {"suspend": True}, noted)
 
 
@@ -30,54 +33,125 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def scaletrain_job(
+    status: dict[str, Any] | None = None, *, metadata: dict[str, Any] | None = None, **spec: Any
+) -> ScaleTrainJob:
+    """base_job at metadata.generation 1, parsed as the operator reads it: keyword arguments patch its spec,
+    `metadata` merges into its metadata, and `status` (when given) is its status."""
+    patch = {"metadata": {"generation": 1, **(metadata or {})}} | ({"status": status} if status else {})
+    return parse_job(patched(base_job(**spec), patch))
+
+
 def elastic_job(status: dict[str, Any] | None = None, **spec: Any) -> ScaleTrainJob:
     """A 3-node job that may run at 2 (24 samples a step: 4 micro-batches of 2 a rank at 3 nodes, 6 at 2)."""
     elastic_spec = {"nodes": 3, "elastic": ELASTIC, "training": {"globalBatchSize": 24, "microBatchSize": 2}}
-    document = base_job(**(elastic_spec | spec))
-    document["metadata"]["generation"] = 1
-    if status:
-        document["status"] = status
-    return parse_job(document)
+    return scaletrain_job(status, **(elastic_spec | spec))
 
 
 def gang_job(
     job: ScaleTrainJob,
-    generation: int,
-    nodes: int,
+    generation: int = 0,
+    nodes: int | None = None,
     *,
-    created: datetime,
+    gang: bool = False,
+    created: datetime | None = None,
     suspend: bool | None = None,
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    conditions: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """The Job of gang `generation` at `nodes` nodes, as the API server holds it."""
-    child = with_spec_hash(render_job(job.at_size(nodes), generation))
-    child["metadata"]["creationTimestamp"] = rfc3339(created)
+    """The Job of gang `generation` of `job` at `nodes` nodes (spec.nodes if None), as the API server holds it:
+    as the operator rendered it (for the Workload API to place with `gang`), with the labels the API server
+    adds to its pod template; made at `created`, its suspend flag, `annotations` and `labels` as someone set
+    them, and True the `conditions` (types: Complete, Failed) the Job controller gave it."""
+    child = with_spec_hash(render_job(job if nodes is None else job.at_size(nodes), generation, gang=gang))
+    if created is not None:
+        child["metadata"]["creationTimestamp"] = rfc3339(created)
     # The Job controller's own labels, which the API server adds to the template of every Job.
-    uid = f"uid-demo-g{generation}"
+    name = child["metadata"]["name"]
     child["spec"]["template"]["metadata"]["labels"] |= {
-        "batch.kubernetes.io/controller-uid": uid,
-        "batch.kubernetes.io/job-name": f"demo-g{generation}",
-        "controller-uid": uid,
-        "job-name": f"demo-g{generation}",
+        "batch.kubernetes.io/controller-uid": f"uid-{name}",
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": f"uid-{name}",
+        "job-name": name,
     }
     child["metadata"]["annotations"] |= annotations or {}
+    child["metadata"]["labels"] |= labels or {}
     if suspend is not None:
         child["spec"]["suspend"] = suspend
-    child["status"] = {}
+    said = [{"type": kind, "status": "True", "reason": kind} for kind in conditions]
+    child["status"] = {"conditions": said} if said else {}
     return child
 
 
-def gang_pod(
-    index: int, phase: str, generation: int = 0, *, scheduled: bool | None = True, since: datetime | None = None
+def cached_gang_job(
+    job: str = "demo", generation: int = 0, *, created: datetime | None = None, suspend: bool | None = None
 ) -> dict[str, Any]:
-    """A pod of a gang: placed on a node (`scheduled`), found no node since `since` (False), or not looked at
-    yet by the scheduler (None)."""
-    metadata = {
-        "name": f"demo-g{generation}-{index}-abcde",
-        "annotations": {COMPLETION_INDEX_ANNOTATION: str(index)},
-        "labels": {LABEL_GENERATION: str(generation)},
+    """The Job of gang `generation` of the job named `job`, cut to what housekeeping reads of it from the
+    operator's cache: its name, labels, uid (f"{job}-g{generation}-uid") and owner (the job, by stored_job's
+    uid f"{job}-uid"); its creationTimestamp `created` and its suspend flag, when given."""
+    name = f"{job}-g{generation}"
+    metadata = _child_metadata(name, job, generation, owner_uid=f"{job}-uid", resource_version=1)
+    metadata["uid"] = f"{name}-uid"
+    if created is not None:
+        metadata["creationTimestamp"] = rfc3339(created)
+    return {"metadata": metadata, "spec": {} if suspend is None else {"suspend": suspend}}
+
+
+def gang_pod(
+    index: int,
+    phase: str,
+    generation: int = 0,
+    *,
+    scheduled: bool | None = True,
+    since: datetime | None = None,
+    scheduler_reason: str = "Unschedulable",
+    scheduler_message: str = CANNOT_PLACE,
+    node: str | None = None,
+    ip: str | None = None,
+    exit_code: int | None = None,
+    termination_message: str = "",
+    finished_at: datetime | None = None,
+    deleted_at: datetime | None = None,
+    disruption: str | None = None,
+    job: str = "demo",
+    name: str | None = None,
+    owner_uid: str | None = None,
+    resource_version: int | None = None,
+) -> dict[str, Any]:
+    """Pod `index` of gang `generation` of the job named `job`, in `phase`, named as the Job controller names
+    it (or `name`). The scheduler placed it (`scheduled` True), refused it a node since `since` (False: for
+    `scheduler_reason`, in the words `scheduler_message`), or has not looked at it yet (None); bound to `node`,
+    at `ip`. With `exit_code`, its trainer container ended (Error, or Completed for 0) with
+    `termination_message`, at `finished_at`. `deleted_at` is its deletionTimestamp, and `disruption` the
+    reason of its DisruptionTarget condition (an eviction's). As the cache holds it: owned by the Job of
+    `owner_uid`, at `resource_version`."""
+    pod_name = name or f"{job}-g{generation}-{index}-abcde"
+    metadata = _child_metadata(pod_name, job, generation, owner_uid, resource_version)
+    metadata["annotations"] = {COMPLETION_INDEX_ANNOTATION: str(index)}
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": _placement(scheduled, since, scheduler_reason, scheduler_message),
     }
-    return {"metadata": metadata, "status": {"phase": phase, "conditions": _placement(scheduled, since)}}
+    pod = {"metadata": metadata, "status": status}
+    if node is not None:
+        pod["spec"] = {"nodeName": node}
+    if ip is not None:
+        status["podIP"] = ip
+    if exit_code is not None:
+        terminated = {
+            "exitCode": exit_code,
+            "reason": "Error" if exit_code else "Completed",
+            "message": termination_message,
+        }
+        if finished_at is not None:
+            terminated["finishedAt"] = rfc3339(finished_at)
+        status["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
+    if deleted_at is not None:
+        metadata["deletionTimestamp"] = rfc3339(deleted_at)
+    if disruption is not None:
+        status["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+    return pod
 
 
 def probe_pod(number: int, *, scheduled: bool | None, since: datetime | None = None) -> dict[str, Any]:
@@ -85,26 +159,45 @@ def probe_pod(number: int, *, scheduled: bool | None, since: datetime | None = N
     return {"metadata": metadata, "status": {"phase": "Pending", "conditions": _placement(scheduled, since)}}
 
 
-def _placement(scheduled: bool | None, since: datetime | None) -> list[dict[str, Any]]:
+def _child_metadata(
+    name: str, job: str, generation: int, owner_uid: str | None, resource_version: int | None
+) -> dict[str, Any]:
+    """The metadata of a gang's Job or pod: labelled with its job and generation, owned by `owner_uid`."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "labels": {LABEL_JOB_NAME: job, LABEL_GENERATION: str(generation)},
+    }
+    if owner_uid is not None:
+        metadata["ownerReferences"] = [{"uid": owner_uid, "controller": True}]
+    if resource_version is not None:
+        metadata["resourceVersion"] = str(resource_version)
+    return metadata
+
+
+def _placement(
+    scheduled: bool | None, since: datetime | None, reason: str = "Unschedulable", message: str = CANNOT_PLACE
+) -> list[dict[str, Any]]:
     if scheduled is None:
         return []
     if scheduled:
         return [{"type": "PodScheduled", "status": "True"}]
-    message = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu."
     moment = rfc3339(since) if since is not None else None
-    return [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+    return [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
              "lastTransitionTime": moment}]  # fmt: skip
 
 
 def observed(
     job: ScaleTrainJob,
     jobs: dict[int, dict[str, Any]],
-    pods: list[dict[str, Any]],
+    pods: Iterable[dict[str, Any]] = (),
     probe: dict[str, Any] | None = None,
-    probe_pods: list[dict[str, Any]] | None = None,
+    probe_pods: Iterable[dict[str, Any]] = (),
 ) -> Observed:
+    """What the operator reads of `job`'s children: its two Services (as rendered), its gangs' Jobs by
+    generation, the current gang's pods, and its capacity probe with the probe's pods."""
     services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
-    return Observed(services=services, jobs=jobs, pods=pods, probe=probe, probe_pods=probe_pods or [])
+    return Observed(services=services, jobs=jobs, pods=list(pods), probe=probe, probe_pods=list(probe_pods))
 
 
 def probe_of(job: ScaleTrainJob, gang: dict[str, Any], pods: int, created: datetime) -> dict[str, Any]:

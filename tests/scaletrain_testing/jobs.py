@@ -1,5 +1,6 @@
-"""Builders for test objects: a minimal valid ScaleTrainJob, patches over it (and merge patches, as the
-API server applies them), and the repo's files."""
+"""Builders for test objects: a minimal valid ScaleTrainJob (as written, and as the API server stores it),
+the status of one that runs, patches over them (and merge patches, as the API server applies them), and the
+repo's files."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 DELETE = object()  # in a patch: remove this key
+NAMESPACE = "team-a"  # base_job's, and that of the objects made for it
 
 
 def base_job(**spec: Any) -> dict[str, Any]:
@@ -19,7 +21,7 @@ def base_job(**spec: Any) -> dict[str, Any]:
     doc = {
         "apiVersion": "scaletrain.io/v1alpha1",
         "kind": "ScaleTrainJob",
-        "metadata": {"name": "demo", "namespace": "team-a", "uid": "6f1c2a7e-1111-4c3b-9a61-0123456789ab"},
+        "metadata": {"name": "demo", "namespace": NAMESPACE, "uid": "6f1c2a7e-1111-4c3b-9a61-0123456789ab"},
         "spec": {
             "image": "ghcr.io/scaletrain/trainer:0.1.0",
             "nodes": 2,
@@ -27,6 +29,20 @@ def base_job(**spec: Any) -> dict[str, Any]:
         },
     }
     return patched(doc, {"spec": spec})
+
+
+def stored_job(name: str = "demo", status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    """base_job as the API server stores it and the operator's cache holds it: named `name`, with the uid
+    f"{name}-uid" and resourceVersion 1 (no generation), and `status` when given; keyword arguments patch
+    its spec."""
+    stored = {"metadata": {"name": name, "uid": f"{name}-uid", "resourceVersion": "1"}}
+    return patched(base_job(**spec), stored | ({"status": status} if status else {}))
+
+
+def running_status(**status: Any) -> dict[str, Any]:
+    """The status of a job whose first gang, demo-g0, runs, with no restart yet; keyword arguments add
+    fields or replace them."""
+    return {"phase": "Running", "currentJob": "demo-g0", "restarts": 0} | status
 
 
 def patched(doc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -9,10 +9,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from scaletrain_operator.api.models import ExcludeNodes, parse_job
-from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION as COMPLETION_INDEX
 from scaletrain_operator.controller import metrics
 from scaletrain_operator.controller.cluster import EVENT_MESSAGE_LIMIT
-from scaletrain_operator.controller.decision import Observed
 from scaletrain_operator.controller.reconcile import decide
 from scaletrain_operator.controller.status import StatusBuilder, bounded
 from scaletrain_operator.policy.node_exclusion import avoid_nodes, with_node_excluded
@@ -23,41 +21,22 @@ from scaletrain_operator.render.child_annotations import (
     SPEC_HASH_ANNOTATION,
     with_spec_hash,
 )
-from scaletrain_operator.render.children import render_job, render_master_alias, render_service
-from scaletrain_testing.jobs import base_job
+from scaletrain_operator.render.children import render_job
+from scaletrain_testing.gang_objects import gang_job, gang_pod, observed, scaletrain_job
+from scaletrain_testing.jobs import base_job, running_status
 from scaletrain_trainer.contract.exit_codes import EXIT_HANG, EXIT_NON_FINITE, EXIT_PREEMPTED
 from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 EXCLUDE = {"excludeNodes": {"mode": "Required", "max": 2}}
 WAITED = '{"result": "Hang", "step": 7, "doing": "in step 8", "waitingOnPeers": true}'
-
-
-def _job(status=None, **spec):
-    document = base_job(**spec)
-    document["metadata"]["generation"] = 1
-    document["status"] = {"phase": "Running", "currentJob": "demo-g0", "restarts": 0} | (status or {})
-    return parse_job(document)
-
-
-def _pod(index, phase, exit_code=None, node="", message="", evicted=False, finished=None):
-    metadata = {"name": f"demo-g0-{index}-abcde", "annotations": {COMPLETION_INDEX: str(index)}}
-    pod = {"metadata": metadata, "spec": {"nodeName": node}, "status": {"phase": phase}}
-    if exit_code is not None:
-        terminated = {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed", "message": message}
-        if finished is not None:
-            terminated["finishedAt"] = finished
-        pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
-    if evicted:
-        metadata["deletionTimestamp"] = "2026-11-30T11:59:00Z"
-        pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]
-    return pod
+RUNNING = running_status()
+EVICTED = {"deleted_at": NOW - timedelta(minutes=1), "disruption": "TerminationByKubelet"}  # by the kubelet
 
 
 def _decide(job, pods, child=None, generation=0):
-    services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
-    child = child or with_spec_hash(render_job(job, generation))
-    return decide(job, Observed(services=services, jobs={generation: child}, pods=pods), NOW)
+    """The operator's decision on `job` whose gang `generation` has the Job `child` (else as rendered) and `pods`."""
+    return decide(job, observed(job, {generation: child or gang_job(job, generation)}, pods), NOW)
 
 
 def _restarting(decision):
@@ -65,8 +44,8 @@ def _restarting(decision):
 
 
 def test_a_disruption_restarts_the_gang_without_using_max_restarts():
-    job = _job(maxRestarts=0)
-    decision = _decide(job, [_pod(0, "Running"), _pod(1, "Failed", 143, node="n1", evicted=True)])
+    job = scaletrain_job(RUNNING, maxRestarts=0)
+    decision = _decide(job, [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=143, node="n1", **EVICTED)])
     (next_gang,) = decision.create
     assert (decision.status["restarts"], decision.status["disruptions"]) == (0, 1)
     annotations = next_gang["metadata"]["annotations"]
@@ -76,18 +55,20 @@ def test_a_disruption_restarts_the_gang_without_using_max_restarts():
 
 
 def test_the_trainers_preempted_exit_is_a_disruption_and_max_disruptions_caps_them():
-    preempted = [_pod(0, "Failed", EXIT_PREEMPTED, message='{"result": "Preempted", "step": 20}'), _pod(1, "Running")]
-    assert _decide(_job(maxRestarts=0), preempted).status["disruptions"] == 1
-    capped = _decide(_job({"disruptions": 2}, maxDisruptions=2), preempted)
+    preempted = [
+        gang_pod(0, "Failed", exit_code=EXIT_PREEMPTED, termination_message='{"result": "Preempted", "step": 20}'),
+        gang_pod(1, "Running"),
+    ]
+    assert _decide(scaletrain_job(RUNNING, maxRestarts=0), preempted).status["disruptions"] == 1
+    capped = _decide(scaletrain_job(running_status(disruptions=2), maxDisruptions=2), preempted)
     assert capped.status["phase"] == "Failed" and capped.create == ()
     assert next(c for c in capped.status["conditions"] if c["type"] == "Failed")["reason"] == "DisruptionLimitReached"
 
 
 def test_a_lost_status_patch_cannot_lose_a_disruption_or_an_excluded_node():
-    job = _job(failurePolicy=EXCLUDE)
-    child = with_spec_hash(render_job(job, 0))
-    child["metadata"]["annotations"] |= {DISRUPTIONS_ANNOTATION: "2", EXCLUDED_NODES_ANNOTATION: '["n0"]'}
-    decision = _decide(job, [_pod(0, "Running"), _pod(1, "Running")], child)
+    job = scaletrain_job(RUNNING, failurePolicy=EXCLUDE)
+    child = gang_job(job, annotations={DISRUPTIONS_ANNOTATION: "2", EXCLUDED_NODES_ANNOTATION: '["n0"]'})
+    decision = _decide(job, [gang_pod(0, "Running"), gang_pod(1, "Running")], child)
     assert decision.status["disruptions"] == 2 and decision.status["excludedNodes"] == ["n0"]
 
 
@@ -97,21 +78,24 @@ def test_a_rule_names_the_condition_reason_and_the_event():
         "action": "RestartGangIgnoreLimit",
         "onExitCodes": {"operator": "In", "values": [143]},
     }
-    job = _job(failurePolicy={"rules": [spot]}, maxRestarts=0)
-    decision = _decide(job, [_pod(0, "Failed", 143), _pod(1, "Running")])
+    job = scaletrain_job(RUNNING, failurePolicy={"rules": [spot]}, maxRestarts=0)
+    decision = _decide(job, [gang_pod(0, "Failed", exit_code=143), gang_pod(1, "Running")])
     assert _restarting(decision)["reason"] == "SpotReclaim"
     restarting = [e.message for e in decision.events if e.reason == "Restarting"]
     assert "(failurePolicy rule SpotReclaim)" in restarting[0]
-    failing = _job(failurePolicy={"rules": [{"name": "BadInput", "action": "FailJob",
-                                             "onExitCodes": {"operator": "In", "values": [3]}}]})  # fmt: skip
-    failed = _decide(failing, [_pod(0, "Failed", 3), _pod(1, "Running")])
+    bad_input = {"name": "BadInput", "action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}
+    failing = scaletrain_job(RUNNING, failurePolicy={"rules": [bad_input]})
+    failed = _decide(failing, [gang_pod(0, "Failed", exit_code=3), gang_pod(1, "Running")])
     assert next(c for c in failed.status["conditions"] if c["type"] == "Failed")["reason"] == "BadInput"
     assert any(e.reason == "Failed" and "rule BadInput" in e.message for e in failed.events)
 
 
 def test_after_a_hang_on_a_node_the_next_gang_is_kept_off_it_and_the_spec_hash_stays():
-    job = _job(failurePolicy=EXCLUDE)
-    hung = [_pod(0, "Failed", EXIT_HANG, node="n2", message=WAITED), _pod(1, "Running", node="n1")]
+    job = scaletrain_job(RUNNING, failurePolicy=EXCLUDE)
+    hung = [
+        gang_pod(0, "Failed", exit_code=EXIT_HANG, node="n2", termination_message=WAITED),
+        gang_pod(1, "Running", node="n1"),
+    ]
     decision = _decide(job, hung)
     (next_gang,) = decision.create
     assert decision.status["excludedNodes"] == ["n1"]
@@ -125,10 +109,13 @@ def test_after_a_hang_on_a_node_the_next_gang_is_kept_off_it_and_the_spec_hash_s
 
 
 def test_without_exclude_nodes_no_node_is_avoided_and_an_application_crash_blames_none():
-    hung = [_pod(0, "Failed", EXIT_HANG, node="n2", message=WAITED), _pod(1, "Running", node="n1")]
-    assert _decide(_job(), hung).status["excludedNodes"] == []
-    crashed = [_pod(0, "Failed", 1, node="n2"), _pod(1, "Running", node="n1")]
-    assert _decide(_job(failurePolicy=EXCLUDE), crashed).status["excludedNodes"] == []
+    hung = [
+        gang_pod(0, "Failed", exit_code=EXIT_HANG, node="n2", termination_message=WAITED),
+        gang_pod(1, "Running", node="n1"),
+    ]
+    assert _decide(scaletrain_job(RUNNING), hung).status["excludedNodes"] == []
+    crashed = [gang_pod(0, "Failed", exit_code=1, node="n2"), gang_pod(1, "Running", node="n1")]
+    assert _decide(scaletrain_job(RUNNING, failurePolicy=EXCLUDE), crashed).status["excludedNodes"] == []
 
 
 def test_the_exclusion_keeps_the_users_terms_and_drops_the_oldest_nodes():
@@ -171,20 +158,22 @@ def test_goodput_sums_the_time_running_and_waiting_at_each_phase_change():
     pending = enter(created, "Pending", 0)
     nothing_yet = {"runningSeconds": 0, "waitingSeconds": 0, "runningSecondsAtSize": [], "recomputedSteps": 0}
     assert pending == nothing_yet | {"since": "2026-11-30T12:00:00Z"}
-    running = enter(_job({"phase": "Pending", "goodput": pending}), "Running", 10)
-    restarting = enter(_job({"phase": "Running", "goodput": running}), "Restarting", 70)
-    suspended = enter(_job({"phase": "Restarting", "goodput": restarting}), "Suspended", 75)
-    resumed = enter(_job({"phase": "Suspended", "goodput": suspended}), "Pending", 1000)
+    running = enter(scaletrain_job(running_status(phase="Pending", goodput=pending)), "Running", 10)
+    restarting = enter(scaletrain_job(running_status(phase="Running", goodput=running)), "Restarting", 70)
+    suspended = enter(scaletrain_job(running_status(phase="Restarting", goodput=restarting)), "Suspended", 75)
+    resumed = enter(scaletrain_job(running_status(phase="Suspended", goodput=suspended)), "Pending", 1000)
     assert (running["waitingSeconds"], restarting["runningSeconds"], suspended["waitingSeconds"]) == (10, 60, 15)
     assert (resumed["runningSeconds"], resumed["waitingSeconds"]) == (60, 15)  # time suspended is in neither
-    assert "goodput" not in StatusBuilder(_job({"phase": "Running", "goodput": running}), NOW).phase("Running")
+    still_running = scaletrain_job(running_status(phase="Running", goodput=running))
+    assert "goodput" not in StatusBuilder(still_running, NOW).phase("Running")
 
 
 def test_goodput_sums_the_time_running_at_each_size_of_the_gang():
     """A 3-node gang runs 60 s, is scaled to 2 nodes (Restarting 5 s), runs 30 s at 2 and 10 s at 3 again."""
 
     def enter(status, phase, seconds):
-        return StatusBuilder(_job(status), NOW + timedelta(seconds=seconds)).phase(phase)["goodput"]
+        job = scaletrain_job(running_status(**status))
+        return StatusBuilder(job, NOW + timedelta(seconds=seconds)).phase(phase)["goodput"]
 
     def at(size):
         return {"current": size}
@@ -229,10 +218,11 @@ TWO_STUCK_GANGS = (_gang(0, 0, 0), _gang(1, 0, 0))
 
 def _third_gang(progress, gangs=TWO_STUCK_GANGS):
     """A job in its third gang (g2), the two before it as `gangs`, rank 0's last report `progress`."""
-    return _job({"currentJob": "demo-g2", "restarts": 2, "gangs": list(gangs), "progress": progress}, maxRestarts=10)
+    status = running_status(currentJob="demo-g2", restarts=2, gangs=list(gangs), progress=progress)
+    return scaletrain_job(status, maxRestarts=10)
 
 
-CRASHED = [_pod(0, "Running"), _pod(1, "Failed", 1)]
+CRASHED = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=1)]
 
 
 def test_gangs_that_fail_in_a_row_without_a_newer_checkpoint_fail_the_job_with_no_progress():
@@ -259,7 +249,10 @@ def test_disruptions_and_spec_changes_are_not_part_of_a_crash_loop():
     after_a_disruption = (_gang(0, 0, 0), _gang(1, 0, 0, ended="Disrupted"))
     decision = _decide(_third_gang(_reported(2, 0, 0, 3), after_a_disruption), CRASHED, generation=2)
     assert decision.status["phase"] == "Restarting"  # 1 in a row: the one before the disruption is not counted
-    preempted = [_pod(0, "Failed", EXIT_PREEMPTED, message='{"result": "Preempted", "step": 9}'), _pod(1, "Running")]
+    preempted = [
+        gang_pod(0, "Failed", exit_code=EXIT_PREEMPTED, termination_message='{"result": "Preempted", "step": 9}'),
+        gang_pod(1, "Running"),
+    ]
     disrupted = _decide(_third_gang(_reported(2, 0, 0, 3)), preempted, generation=2)
     assert disrupted.status["gangs"][-1]["ended"] == "Disrupted" and disrupted.status["gangs"][-1]["reachedStep"] == 9
 
@@ -268,7 +261,8 @@ def test_the_steps_a_gang_trains_again_add_up_in_the_goodput():
     """g0 reached step 8 and saved step 5; g1 resumed from 5 and failed at 7: steps 6-8 were trained
     twice (3). g1's record counts them once it ends."""
     first = {"generation": 0, "startedFromStep": 0, "reachedStep": 8, "checkpointStep": 5, "ended": "Failed"}
-    job = _job({"currentJob": "demo-g1", "gangs": [first], "progress": _reported(1, 5, 5, 7)}, maxRestarts=10)
+    status = running_status(currentJob="demo-g1", gangs=[first], progress=_reported(1, 5, 5, 7))
+    job = scaletrain_job(status, maxRestarts=10)
     decision = _decide(job, CRASHED, generation=1)
     assert decision.status["goodput"]["recomputedSteps"] == 3
     assert decision.status["gangs"][-1]["startedFromStep"] == 5
@@ -288,11 +282,11 @@ def _failed_event(decision):
 
 
 def test_a_restart_and_a_failure_for_the_restart_limit_say_the_exception_in_status_and_event():
-    crashed = [_pod(0, "Running"), _pod(1, "Failed", 1, message=LONG_TRACEBACK)]
-    restart = _decide(_job(maxRestarts=1), crashed)
+    crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=1, termination_message=LONG_TRACEBACK)]
+    restart = _decide(scaletrain_job(RUNNING, maxRestarts=1), crashed)
     assert restart.status["message"].endswith(LAST_LINE)
     (restarting,) = [e.message for e in restart.events if e.reason == "Restarting"]
-    failed = _decide(_job(maxRestarts=0), crashed)
+    failed = _decide(scaletrain_job(RUNNING, maxRestarts=0), crashed)
     assert failed.status["phase"] == "Failed" and failed.status["message"].endswith(LAST_LINE)
     for message in (restarting, _failed_event(failed)):
         # The Event's message is cut as the operator posts it: its start says what failed, its end why.
@@ -304,10 +298,10 @@ def test_a_restart_and_a_failure_for_the_restart_limit_say_the_exception_in_stat
 def test_a_loss_that_is_not_finite_fails_the_job_at_once_naming_the_step_and_the_checkpoint():
     summary = '{"result": "NonFinite", "firstNonFiniteStep": 9, "step": 10, "lastFiniteCheckpointStep": 5}'
     diverged = [
-        _pod(0, "Failed", EXIT_NON_FINITE, message=summary),
-        _pod(1, "Failed", EXIT_NON_FINITE, message=summary),
+        gang_pod(0, "Failed", exit_code=EXIT_NON_FINITE, termination_message=summary),
+        gang_pod(1, "Failed", exit_code=EXIT_NON_FINITE, termination_message=summary),
     ]
-    decision = _decide(_job(maxRestarts=3), diverged)
+    decision = _decide(scaletrain_job(RUNNING, maxRestarts=3), diverged)
     assert decision.create == () and decision.status["phase"] == "Failed"
     assert next(c for c in decision.status["conditions"] if c["type"] == "Failed")["reason"] == "NonFiniteLoss"
     for message in (decision.status["message"], _failed_event(decision)):
@@ -316,7 +310,8 @@ def test_a_loss_that_is_not_finite_fails_the_job_at_once_naming_the_step_and_the
 
 def test_a_gang_that_finished_with_a_loss_that_is_not_finite_fails_the_job():
     summary = '{"result": "Succeeded", "step": 40, "maxSteps": 40, "loss": null, "lossFinite": false}'
-    decision = _decide(_job(), [_pod(0, "Succeeded", 0, message=summary), _pod(1, "Succeeded", 0)])
+    pods = [gang_pod(0, "Succeeded", exit_code=0, termination_message=summary), gang_pod(1, "Succeeded", exit_code=0)]
+    decision = _decide(scaletrain_job(RUNNING), pods)
     assert decision.status["phase"] == "Failed"
     assert "pod demo-g0-0-abcde finished (Completed, exit code 0): loss not finite at step 40" in (
         _failed_event(decision)
@@ -325,12 +320,12 @@ def test_a_gang_that_finished_with_a_loss_that_is_not_finite_fails_the_job():
 
 def test_an_eviction_names_the_evicted_pod_and_keeps_the_next_gang_off_its_node():
     """Rank 1 on n1 is evicted; rank 0 on n2 stops first, after the checkpoint every rank saved."""
-    preempted = '{"result": "Preempted", "step": 20}'
+    preempted = {"exit_code": EXIT_PREEMPTED, "termination_message": '{"result": "Preempted", "step": 20}'}
     gang = [
-        _pod(0, "Failed", EXIT_PREEMPTED, node="n2", message=preempted, finished="2026-11-30T11:59:30Z"),
-        _pod(1, "Failed", EXIT_PREEMPTED, node="n1", message=preempted, evicted=True, finished="2026-11-30T11:59:31Z"),
+        gang_pod(0, "Failed", node="n2", finished_at=NOW - timedelta(seconds=30), **preempted),
+        gang_pod(1, "Failed", node="n1", finished_at=NOW - timedelta(seconds=29), **preempted, **EVICTED),
     ]
-    decision = _decide(_job(failurePolicy=EXCLUDE), gang)
+    decision = _decide(scaletrain_job(RUNNING, failurePolicy=EXCLUDE), gang)
     assert decision.status["excludedNodes"] == ["n1"]
     (restarting,) = [e.message for e in decision.events if e.reason == "Restarting"]
     assert restarting.startswith("pod demo-g0-1-abcde was disrupted on node n1 (TerminationByKubelet, exit code 80)")

@@ -3,12 +3,11 @@ it, and the operator's decisions with and without the Workload API; topology pla
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from kubernetes.client.rest import ApiException
 
-from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.api.naming import KUEUE_PREFERRED_TOPOLOGY, KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
 from scaletrain_operator.controller.cluster import Cluster, ObjectRef
 from scaletrain_operator.controller.decision import Observed
@@ -18,21 +17,21 @@ from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy import placement as gang_placement
 from scaletrain_operator.policy.pods import unplaced
 from scaletrain_operator.render import workload as gang_workload
-from scaletrain_operator.render.child_annotations import SPEC_HASH_ANNOTATION, with_spec_hash
-from scaletrain_operator.render.children import render_children, render_job, render_master_alias, render_service
-from scaletrain_testing.jobs import base_job, patched
+from scaletrain_operator.render.child_annotations import (
+    SPEC_HASH_ANNOTATION,
+    SUSPENDED_BY_OPERATOR_ANNOTATION,
+    with_spec_hash,
+)
+from scaletrain_operator.render.children import render_children, render_job
+from scaletrain_testing.gang_objects import gang_job, gang_pod, observed, scaletrain_job
+from scaletrain_testing.jobs import base_job, patched, running_status
 from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 WITH_API, WITHOUT_API = OperatorConfig(workload_api=True), OperatorConfig(workload_api=False)
 TEMPLATE = gang_workload.GROUP_TEMPLATE_ANNOTATION
-
-
-def _job(status=None, metadata=None, **spec):
-    document = patched(base_job(**spec), {"metadata": {"generation": 1, **(metadata or {})}})
-    if status:
-        document["status"] = status
-    return parse_job(document)
+HOUR_AGO = NOW - timedelta(hours=1)
+NO_CPU = "0/2 nodes are available: 2 Insufficient cpu."  # the scheduler's words for a pod it cannot place
 
 
 def _kinds(children):
@@ -48,7 +47,7 @@ def _template(workload):
 
 
 def test_the_workload_asks_for_a_gang_of_every_node_with_the_jobs_priority_and_topology():
-    job = _job(nodes=4, priorityClassName="high", placement={"topology": {"required": "example.com/block"}})
+    job = scaletrain_job(nodes=4, priorityClassName="high", placement={"topology": {"required": "example.com/block"}})
     workload, *_, child_job = render_children(job)
     assert workload["kind"] == "Workload" and workload["metadata"]["name"] == "demo"
     assert workload["metadata"]["ownerReferences"][0]["kind"] == "ScaleTrainJob"
@@ -67,53 +66,37 @@ def test_the_workload_asks_for_a_gang_of_every_node_with_the_jobs_priority_and_t
     ("auto", True, True), ("auto", False, False), ("workload", True, True), ("none", True, False),
 ])  # fmt: skip
 def test_gang_auto_follows_the_cluster_and_none_renders_no_workload(gang, served, placed):
-    children = render_children(_job(scheduling={"gang": gang}), workload_api=served)
+    children = render_children(scaletrain_job(scheduling={"gang": gang}), workload_api=served)
     assert ("Workload", "demo") in _kinds(children) if placed else "Workload" not in [c["kind"] for c in children]
     assert (TEMPLATE in children[-1]["metadata"].get("annotations", {})) == placed
 
 
 def test_whether_the_cluster_serves_the_api_is_no_spec_change():
-    job = _job()
+    job = scaletrain_job()
     hashes = {with_spec_hash(render_job(job, 0, gang=gang))["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
               for gang in (True, False)}  # fmt: skip
     assert len(hashes) == 1
 
 
 def test_a_new_jobs_workload_is_created_before_its_services_and_first_gang():
-    decision = decide(_job(), Observed(services={}, jobs={}, pods=[]), NOW, WITH_API)
+    decision = decide(scaletrain_job(), Observed(services={}, jobs={}, pods=[]), NOW, WITH_API)
     assert _kinds(decision.create) == [
         ("Workload", "demo"), ("Service", "demo"), ("Service", "demo-master"), ("Job", "demo-g0")
     ]  # fmt: skip
     assert decision.create[-1]["metadata"]["annotations"][TEMPLATE] == "gang-even"
 
 
-def _running_observed(job, pods, gang=True, stopped=False):
-    """`stopped`: the operator suspended the gang's Job for a spec change (its pods save and exit 80)."""
-    services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
-    current = with_spec_hash(render_job(job, 0, gang=gang))
-    current["status"] = {}
-    if stopped:
-        current["spec"]["suspend"] = True
-        current["metadata"]["annotations"]["scaletrain.io/suspended-at-spec-generation"] = "1"
-    return Observed(services=services, jobs={0: current}, pods=pods)
-
-
-def _pod(index, phase, exit_code=None):
-    metadata = {"name": f"demo-g0-{index}-x", "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}}
-    pod = {"metadata": metadata, "status": {"phase": phase}}
-    if exit_code is not None:
-        pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": {"exitCode": exit_code}}}]
-    return pod
-
-
-RUNNING = {"phase": "Running", "currentJob": "demo-g0", "restarts": 0, "disruptions": 0}
+RUNNING = running_status(disruptions=0)
+# A gang's Job as the operator suspends it for a spec change (its pods save and exit 80).
+STOPPED = {"suspend": True, "annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION: "1"}}
 
 
 def test_a_gang_restart_reuses_the_workload_by_its_other_template():
     """The Job controller names a delegated PodGroup after the Workload and template alone, and the last
     gang's stays while its pods stop: the next gang takes the other template, for a PodGroup of its own."""
-    job = _job(status=RUNNING)
-    decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
+    job = scaletrain_job(status=RUNNING)
+    crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)]
+    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, crashed), NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]  # made again if it went missing
     assert decision.delete_child_jobs == ("demo-g0",)
     assert decision.create[1]["metadata"]["annotations"][TEMPLATE] == "gang-odd"
@@ -123,10 +106,10 @@ def test_a_gang_restart_reuses_the_workload_by_its_other_template():
 
 
 def test_a_spec_change_remakes_the_workload_for_the_new_gang():
-    running = _job(status=RUNNING)
-    resized = _job(status=RUNNING, nodes=4, training={"globalBatchSize": 32})
-    observed = _running_observed(running, [_pod(0, "Failed", 80), _pod(1, "Failed", 80)], stopped=True)
-    decision = decide(resized, observed, NOW, WITH_API)
+    running = scaletrain_job(status=RUNNING)
+    resized = scaletrain_job(status=RUNNING, nodes=4, training={"globalBatchSize": 32})
+    saved = [gang_pod(0, "Failed", exit_code=80), gang_pod(1, "Failed", exit_code=80)]
+    decision = decide(resized, observed(running, {0: gang_job(running, gang=True, **STOPPED)}, saved), NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert _template(decision.create[0])["schedulingPolicy"]["gang"]["minCount"] == 4
 
@@ -137,23 +120,23 @@ def test_a_gang_whose_workload_may_be_missing_has_it_made_first(before):
     Services' went through), and before the first gang placed by it after one that was not (the cluster
     began to serve the API), it is made again; creating it again is a no-op (cluster.py)."""
     if before.startswith("first"):
-        job = _job()
-        services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
-        observed = Observed(services=services, jobs={}, pods=[])
+        job = scaletrain_job()
+        seen = observed(job, {})
         started = ("Job", "demo-g0")
     else:
-        job = _job(status=RUNNING)
-        observed = _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)], gang=False)
+        job = scaletrain_job(status=RUNNING)
+        seen = observed(job, {0: gang_job(job)}, [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)])
         started = ("Job", "demo-g1")
-    decision = decide(job, observed, NOW, WITH_API)
+    decision = decide(job, seen, NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), started]
     assert TEMPLATE in decision.create[-1]["metadata"]["annotations"]
 
 
 def test_a_topology_only_the_workload_keeps_is_part_of_the_spec_and_its_change_remakes_the_workload():
-    running = _job(status=RUNNING)
-    moved = _job(status=RUNNING, placement={"topology": {"required": "example.com/rack"}})
-    decision = decide(moved, _running_observed(running, [_pod(0, "Failed", 80)], stopped=True), NOW, WITH_API)
+    running = scaletrain_job(status=RUNNING)
+    moved = scaletrain_job(status=RUNNING, placement={"topology": {"required": "example.com/rack"}})
+    stopped = observed(running, {0: gang_job(running, gang=True, **STOPPED)}, [gang_pod(0, "Failed", exit_code=80)])
+    decision = decide(moved, stopped, NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert decision.delete_child_jobs == ("demo-g0",) and decision.status["phase"] == "Restarting"
     assert _template(decision.create[0])["schedulingConstraints"] == {"topology": [{"key": "example.com/rack"}]}
@@ -161,44 +144,44 @@ def test_a_topology_only_the_workload_keeps_is_part_of_the_spec_and_its_change_r
 
 def test_a_required_topology_without_a_queue_on_a_cluster_without_the_api_fails_saying_what_to_change():
     """Nothing would keep the gang in one domain: it is not started as if no topology were asked for."""
-    job = _job(placement={"topology": {"required": "example.com/block"}})
+    job = scaletrain_job(placement={"topology": {"required": "example.com/block"}})
     decision = decide(job, Observed({}, {}, []), NOW, WITHOUT_API)
     assert decision.create == () and decision.status["phase"] == "Failed"
     (condition,) = decision.status["conditions"]
     assert condition["reason"] == "GangSchedulingUnavailable"
     assert "spec.placement.topology.required" in condition["message"] and "set queueName" in condition["message"]
-    queued = _job(queueName="team", placement={"topology": {"required": "example.com/block"}})
+    queued = scaletrain_job(queueName="team", placement={"topology": {"required": "example.com/block"}})
     assert _kinds(decide(queued, Observed({}, {}, []), NOW, WITHOUT_API).create)[-1] == ("Job", "demo-g0")
 
 
 def test_gang_workload_on_a_cluster_without_the_api_fails_the_job_saying_what_to_change():
-    decision = decide(_job(scheduling={"gang": "workload"}), Observed({}, {}, []), NOW, WITHOUT_API)
+    decision = decide(scaletrain_job(scheduling={"gang": "workload"}), Observed({}, {}, []), NOW, WITHOUT_API)
     assert decision.create == () and decision.status["phase"] == "Failed"
     (condition,) = decision.status["conditions"]
     assert condition["reason"] == "GangSchedulingUnavailable" and "set it to auto" in condition["message"]
 
 
 def test_same_gang_ignores_what_the_api_server_adds_and_sees_what_changed():
-    rendered = render_children(_job(nodes=2))[0]
+    rendered = render_children(scaletrain_job(nodes=2))[0]
     served = patched(rendered, {})
     served["spec"]["podGroupTemplates"][0]["disruptionMode"] = {"all": {}}  # a default of the server's
     assert gang_placement.same_gang(served, rendered)
-    assert not gang_placement.same_gang(served, render_children(_job(nodes=4))[0])
-    constrained = render_children(_job(placement={"topology": {"required": "example.com/rack"}}))[0]
+    assert not gang_placement.same_gang(served, render_children(scaletrain_job(nodes=4))[0])
+    constrained = render_children(scaletrain_job(placement={"topology": {"required": "example.com/rack"}}))[0]
     assert not gang_placement.same_gang(constrained, rendered)
 
 
 def test_a_topology_becomes_kueues_pod_template_annotation_for_a_queued_job():
-    required = render_job(_job(queueName="team", placement={"topology": {"required": "example.com/block"}}))
+    required = render_job(scaletrain_job(queueName="team", placement={"topology": {"required": "example.com/block"}}))
     assert required["spec"]["template"]["metadata"]["annotations"][KUEUE_REQUIRED_TOPOLOGY] == "example.com/block"
-    preferred = render_job(_job(queueName="team", placement={"topology": {"preferred": "example.com/rack"}}))
+    preferred = render_job(scaletrain_job(queueName="team", placement={"topology": {"preferred": "example.com/rack"}}))
     assert preferred["spec"]["template"]["metadata"]["annotations"][KUEUE_PREFERRED_TOPOLOGY] == "example.com/rack"
-    unqueued = render_job(_job(placement={"topology": {"required": "example.com/block"}}))
+    unqueued = render_job(scaletrain_job(placement={"topology": {"required": "example.com/block"}}))
     assert KUEUE_REQUIRED_TOPOLOGY not in unqueued["spec"]["template"]["metadata"]["annotations"]
 
 
 def test_the_queue_label_on_the_job_queues_every_gang_like_queue_name():
-    job = _job(metadata={"labels": {KUEUE_QUEUE_LABEL: "team"}})
+    job = scaletrain_job(metadata={"labels": {KUEUE_QUEUE_LABEL: "team"}})
     child_job = render_job(job, 2)
     assert child_job["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team" and child_job["spec"]["suspend"] is True
 
@@ -213,7 +196,7 @@ def test_a_job_queued_by_the_label_that_failed_as_invalid_stops_its_gang_by_dele
     assert first.status["phase"] == "Failed"
     failed = patched(stored, {"status": {**first.status, "currentJob": "demo-g0"}})
     admitted = {"metadata": {"name": "demo-g0"}, "spec": {"suspend": False}, "status": {}}
-    decision = decide_from(failed, lambda generation: Observed({}, {0: admitted}, [_pod(0, "Running")]), NOW)
+    decision = decide_from(failed, lambda generation: Observed({}, {0: admitted}, [gang_pod(0, "Running")]), NOW)
     assert decision.delete_child_jobs == ("demo-g0",) and decision.patch_child_job is None
 
 
@@ -229,43 +212,46 @@ def test_a_job_queued_by_the_label_that_failed_as_invalid_stops_its_gang_by_dele
 ])  # fmt: skip
 def test_a_topology_nothing_would_honour_is_refused_naming_the_field_and_the_fix(spec, path, words):
     with pytest.raises(ProblemsError) as refused:
-        _job(**spec)
+        scaletrain_job(**spec)
     assert any(path in str(problem) and words in str(problem) for problem in refused.value.problems), refused.value
 
 
 def test_a_pending_job_says_which_scheduling_gate_holds_its_pods():
-    job = _job(status={**RUNNING, "phase": "Pending"})
-    gated = _pod(1, "Pending")
+    job = scaletrain_job(status={**RUNNING, "phase": "Pending"})
+    gated = gang_pod(1, "Pending", scheduled=None, name="demo-g0-1-x")
     gated["spec"] = {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]}
     gated["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
-    decision = decide(job, _running_observed(job, [_pod(0, "Pending"), gated]), NOW, WITH_API)
+    pods = [gang_pod(0, "Pending", scheduled=None), gated]
+    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, pods), NOW, WITH_API)
     held = "pod demo-g0-1-x (held back from scheduling by the gate kueue.x-k8s.io/topology)"
     assert held in decision.status["message"]
 
 
-def _not_placed(index, reason, message, since):
-    pod = _pod(index, "Pending")
-    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
-                                    "lastTransitionTime": since}]  # fmt: skip
-    return pod
-
-
 def test_a_gang_that_does_not_fit_is_told_in_the_words_of_the_pod_that_says_why():
     group = "pod group is unschedulable, 0/1 placements are available"
-    held = _not_placed(0, "Unschedulable", group, "2026-12-02T11:00:00Z")
-    own = _not_placed(1, "Unschedulable", "0/2 nodes are available: 2 Insufficient cpu.", "2026-12-02T11:30:00Z")
+    held = gang_pod(0, "Pending", scheduled=False, since=HOUR_AGO, scheduler_message=group)
+    own = gang_pod(1, "Pending", scheduled=False, since=NOW - timedelta(minutes=30), scheduler_message=NO_CPU)
     assert unplaced([held, own], NOW).message == "0/2 nodes are available: 2 Insufficient cpu."
     # kube-scheduler 1.37 reports a gang no node is feasible for as a SchedulerError: unplaced all the same.
-    error = _not_placed(0, "SchedulerError", 'error in "DynamicResources" PodGroupPostFilter', "2026-12-02T11:00:00Z")
+    why = 'error in "DynamicResources" PodGroupPostFilter'
+    error = gang_pod(
+        0,
+        "Pending",
+        scheduled=False,
+        since=HOUR_AGO,
+        scheduler_reason="SchedulerError",
+        scheduler_message=why,
+        name="demo-g0-0-x",
+    )
     assert unplaced([error], NOW).pod == "demo-g0-0-x"
 
 
 def test_schedule_timeout_counts_from_the_first_pod_of_the_gang_that_could_not_be_placed():
     """The pod that says most of why may be the newer one; the gang has waited since the older."""
-    held = _not_placed(0, "Unschedulable", "pod group is unschedulable", "2026-12-02T11:00:00Z")
-    own = _not_placed(1, "Unschedulable", "0/2 nodes are available: 2 Insufficient cpu.", "2026-12-02T11:55:00Z")
-    job = _job(status={**RUNNING, "phase": "Pending"}, scheduleTimeoutSeconds=600)
-    decision = decide(job, _running_observed(job, [held, own]), NOW, WITH_API)
+    held = gang_pod(0, "Pending", scheduled=False, since=HOUR_AGO, scheduler_message="pod group is unschedulable")
+    own = gang_pod(1, "Pending", scheduled=False, since=NOW - timedelta(minutes=5), scheduler_message=NO_CPU)
+    job = scaletrain_job(status={**RUNNING, "phase": "Pending"}, scheduleTimeoutSeconds=600)
+    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, [held, own]), NOW, WITH_API)
     assert decision.status["phase"] == "Failed" and "Insufficient cpu" in decision.status["message"]
 
 
@@ -273,10 +259,8 @@ def test_a_queued_job_says_why_kueue_holds_it_back_once_housekeeping_found_out()
     why = "couldn't assign flavors to pod set main: insufficient unused quota for cpu"
     queued = {"type": "Queued", "status": "True", "reason": "WaitingForAdmission", "message": why,
               "lastTransitionTime": "2026-12-02T11:00:00Z"}  # fmt: skip
-    job = _job(status={"phase": "Pending", "currentJob": "demo-g0", "conditions": [queued]}, queueName="team")
-    child = with_spec_hash(render_job(job, 0, gang=True))
-    services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
-    decision = decide(job, Observed(services=services, jobs={0: child}, pods=[]), NOW, WITH_API)
+    job = scaletrain_job(status={"phase": "Pending", "currentJob": "demo-g0", "conditions": [queued]}, queueName="team")
+    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}), NOW, WITH_API)
     assert decision.status["message"] == (
         "waiting for Kueue to admit it from queue team: couldn't assign flavors to pod set main: insufficient "
         "unused quota for cpu"
@@ -286,8 +270,9 @@ def test_a_queued_job_says_why_kueue_holds_it_back_once_housekeeping_found_out()
 def test_a_workload_deleted_mid_run_is_made_again_before_the_next_gang_and_that_is_said_once_made():
     """Someone deleted the job's Workload while g0 ran: g1's Job still names a template of it, and without it
     the Job controller would make no PodGroup and the pods would be placed one by one."""
-    job = _job(status=RUNNING)
-    decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
+    job = scaletrain_job(status=RUNNING)
+    crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)]
+    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, crashed), NOW, WITH_API)
     workload = decision.create[0]
     assert (workload["kind"], decision.create[1]["metadata"]["name"]) == ("Workload", "demo-g1")
     said = decision.said_if_made(workload)
@@ -296,16 +281,16 @@ def test_a_workload_deleted_mid_run_is_made_again_before_the_next_gang_and_that_
         "WorkloadRecreated",
     ) and "made again before gang demo-g1" in said.message
     assert said not in decision.events  # posted only if the create made it (cluster.apply): it may be there still
-    first = decide(_job(), Observed({}, {}, []), NOW, WITH_API)
+    first = decide(scaletrain_job(), Observed({}, {}, []), NOW, WITH_API)
     (made,) = [child for child in first.create if child["kind"] == "Workload"]
     assert first.said_if_made(made) is None  # the first gang's Workload is no news
 
 
 @pytest.mark.parametrize("there", [False, True], ids=["missing", "there"])
 def test_the_recreated_event_is_posted_only_when_the_workload_was_in_fact_made(there):
-    job = parse_job(base_job(maxRestarts=3) | {"metadata": {"name": "demo", "namespace": "ns", "uid": "stj-uid",
-                                                            "generation": 1}, "status": RUNNING})  # fmt: skip
-    decision = decide(job, _running_observed(job, [_pod(0, "Running"), _pod(1, "Failed", 137)]), NOW, WITH_API)
+    job = scaletrain_job(RUNNING, metadata={"namespace": "ns", "uid": "stj-uid"}, maxRestarts=3)
+    crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)]
+    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, crashed), NOW, WITH_API)
     workload, posted = decision.create[0], []
 
     def server(method, path, body=None, query=None, content_type=None):
@@ -328,14 +313,15 @@ def test_the_recreated_event_is_posted_only_when_the_workload_was_in_fact_made(t
 def test_a_gang_that_the_job_controller_put_in_another_workloads_pod_group_restarts_to_be_placed_by_the_jobs():
     """A co-tenant's Workload "decoy" names the job in its controllerRef, with minCount 1: the Job controller took
     it for the job's and the pods landed in its PodGroup, to be placed one by one."""
-    job = _job(status=RUNNING)
-    theirs, ours = [_pod(0, "Running"), _pod(1, "Pending")], [_pod(0, "Running"), _pod(1, "Running")]
+    job = scaletrain_job(status=RUNNING)
+    theirs = [gang_pod(0, "Running"), gang_pod(1, "Pending", scheduled=None)]
+    ours = [gang_pod(0, "Running"), gang_pod(1, "Running")]
     for pod in theirs:
         pod["spec"] = {"schedulingGroup": {"podGroupName": gang_workload.pod_group_name("decoy", "gang-even")}}
     for pod in ours:
         pod["spec"] = {"schedulingGroup": {"podGroupName": gang_workload.pod_group_name("demo", "gang-even")}}
-    assert decide(job, _running_observed(job, ours), NOW, WITH_API).create == ()
-    decision = decide(job, _running_observed(job, theirs), NOW, WITH_API)
+    assert decide(job, observed(job, {0: gang_job(job, gang=True)}, ours), NOW, WITH_API).create == ()
+    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, theirs), NOW, WITH_API)
     assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert decision.status["disruptions"] == 1 and decision.status["restarts"] == 0  # not the job's doing
     (said,) = [event for event in decision.events if event.reason == "ForeignWorkload"]

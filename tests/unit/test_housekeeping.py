@@ -4,6 +4,7 @@ list of the Job controller's FailedCreate Events per namespace and pass, however
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,40 +14,10 @@ from scaletrain_operator.controller.cluster import Cluster
 from scaletrain_operator.controller.decision import Decision
 from scaletrain_operator.controller.housekeeping import Housekeeping
 from scaletrain_operator.controller.settings import OperatorConfig
-from scaletrain_testing.jobs import base_job
+from scaletrain_testing.gang_objects import cached_gang_job, gang_pod
+from scaletrain_testing.jobs import NAMESPACE, running_status, stored_job
 
-NAMESPACE = "team-a"
-
-
-def _stj(current_job: str) -> dict:
-    stj = base_job(training={"metricsPort": 9555}) | {
-        "metadata": {"name": "demo", "namespace": NAMESPACE, "uid": "stj-uid", "resourceVersion": "1"}
-    }
-    return stj | {"status": {"phase": "Running", "currentJob": current_job}}
-
-
-def _job(generation: int) -> dict:
-    metadata = {
-        "name": f"demo-g{generation}",
-        "namespace": NAMESPACE,
-        "uid": f"job-uid-{generation}",
-        "resourceVersion": str(10 + generation),
-        "labels": {naming.LABEL_JOB_NAME: "demo", naming.LABEL_GENERATION: str(generation)},
-        "ownerReferences": [{"uid": "stj-uid", "controller": True}],
-    }
-    return {"metadata": metadata, "spec": {}}
-
-
-def _pod(name: str, generation: int, index: int, ip: str | None, owner_uid: str | None, version: int) -> dict:
-    metadata = {
-        "name": name,
-        "namespace": NAMESPACE,
-        "resourceVersion": str(version),
-        "labels": {naming.LABEL_JOB_NAME: "demo", naming.LABEL_GENERATION: str(generation)},
-        "annotations": {naming.COMPLETION_INDEX_ANNOTATION: str(index)},
-        "ownerReferences": [{"uid": owner_uid, "controller": True}] if owner_uid else [],
-    }
-    return {"metadata": metadata, "status": {"phase": "Running"} | ({"podIP": ip} if ip else {})}
+PROGRESS_PORT = {"metricsPort": 9555}  # where rank 0 serves its progress
 
 
 def _housekeeping(cache: Cache) -> Housekeeping:
@@ -55,18 +26,18 @@ def _housekeeping(cache: Cache) -> Housekeeping:
 
 def test_rank_0_is_the_index_0_pod_of_the_newest_gangs_own_job_and_never_a_forged_one():
     cache = Cache()
-    stj = _stj(current_job="demo-g0")  # the status write that named g1 was lost
+    stj = stored_job(status=running_status(), training=PROGRESS_PORT)  # the status write that named g1 was lost
     cache.scaletrainjobs.put(stj)
     for generation in (0, 1):
-        cache.jobs.put(_job(generation))
+        cache.jobs.put(cached_gang_job(generation=generation))
     housekeeping = _housekeeping(cache)
     # A bare pod with rank 0's labels and annotation, not owned by the Job: never read.
-    cache.pods.put(_pod("impostor", 1, 0, "10.6.6.6", owner_uid=None, version=20))
-    cache.pods.put(_pod("demo-g1-1-b", 1, 1, "10.0.1.2", owner_uid="job-uid-1", version=21))
+    cache.pods.put(gang_pod(0, "Running", 1, name="impostor", ip="10.6.6.6", resource_version=20))
+    cache.pods.put(gang_pod(1, "Running", 1, ip="10.0.1.2", owner_uid="demo-g1-uid", resource_version=21))
     assert housekeeping.rank_0_of(stj) is None  # rank 0 of g1 not there yet
-    cache.pods.put(_pod("demo-g1-0-a", 1, 0, None, owner_uid="job-uid-1", version=22))
+    cache.pods.put(gang_pod(0, "Running", 1, owner_uid="demo-g1-uid", resource_version=22))
     assert housekeeping.rank_0_of(stj) is None  # nor has it an IP yet
-    cache.pods.put(_pod("demo-g1-0-a", 1, 0, "10.0.1.1", owner_uid="job-uid-1", version=23))
+    cache.pods.put(gang_pod(0, "Running", 1, ip="10.0.1.1", owner_uid="demo-g1-uid", resource_version=23))
     rank_0 = housekeeping.rank_0_of(stj)
     assert rank_0 is not None and rank_0.gang_generation == 1
     assert rank_0.url == "http://10.0.1.1:9555/progress"
@@ -74,15 +45,15 @@ def test_rank_0_is_the_index_0_pod_of_the_newest_gangs_own_job_and_never_a_forge
 
 def test_an_ipv6_pod_ip_is_bracketed_in_the_progress_url_and_a_non_ascii_index_is_no_rank():
     cache = Cache()
-    stj = _stj(current_job="demo-g0")
+    stj = stored_job(status=running_status(), training=PROGRESS_PORT)
     cache.scaletrainjobs.put(stj)
-    cache.jobs.put(_job(0))
+    cache.jobs.put(cached_gang_job())
     housekeeping = _housekeeping(cache)
-    forged = _pod("demo-g0-0-x", 0, 0, "fd00::6", owner_uid="job-uid-0", version=20)
+    forged = gang_pod(0, "Running", name="demo-g0-0-x", ip="fd00::6", owner_uid="demo-g0-uid", resource_version=20)
     forged["metadata"]["annotations"][naming.COMPLETION_INDEX_ANNOTATION] = "⁰"
     cache.pods.put(forged)
     assert housekeeping.rank_0_of(stj) is None
-    cache.pods.put(_pod("demo-g0-0-a", 0, 0, "fd00::1", owner_uid="job-uid-0", version=21))
+    cache.pods.put(gang_pod(0, "Running", ip="fd00::1", owner_uid="demo-g0-uid", resource_version=21))
     assert housekeeping.rank_0_of(stj).url == "http://[fd00::1]:9555/progress"
 
 
@@ -111,14 +82,9 @@ class FailedCreates:
 
 
 def _pending_without_pods(cluster: FailedCreates, name: str) -> None:
-    metadata = {"name": name, "namespace": NAMESPACE, "uid": f"{name}-uid", "resourceVersion": "1"}
-    status = {"phase": "Pending", "currentJob": f"{name}-g0"}
-    cluster.cache.scaletrainjobs.put(base_job() | {"metadata": metadata, "status": status})
-    labels = {naming.LABEL_JOB_NAME: name, naming.LABEL_GENERATION: "0"}
-    metadata = {"name": f"{name}-g0", "namespace": NAMESPACE, "uid": f"{name}-job", "resourceVersion": "2",
-                "labels": labels, "creationTimestamp": "2026-12-01T00:00:00Z",
-                "ownerReferences": [{"uid": f"{name}-uid", "controller": True}]}  # fmt: skip
-    cluster.cache.jobs.put({"metadata": metadata, "spec": {}})
+    """The job `name`, Pending, whose first gang's Job has no pod in `cluster`."""
+    cluster.cache.scaletrainjobs.put(stored_job(name, status={"phase": "Pending", "currentJob": f"{name}-g0"}))
+    cluster.cache.jobs.put(cached_gang_job(name, created=datetime(2026, 12, 1, tzinfo=timezone.utc)))
 
 
 def test_one_list_of_failed_creates_per_namespace_and_pass_tells_each_job_why_it_lacks_pods():
@@ -153,9 +119,8 @@ def test_a_new_reason_to_wait_for_admission_keeps_when_the_job_began_to_wait():
     """metav1 conditions: lastTransitionTime changes with the status, not with the message."""
     waiting = {"type": "Queued", "status": "True", "reason": "WaitingForAdmission", "message": "insufficient quota",
                "lastTransitionTime": "2026-12-02T11:00:00Z"}  # fmt: skip
-    stj = _stj(current_job="demo-g0")
-    stj["spec"]["queueName"] = "team"
-    stj["status"] = {"phase": "Pending", "currentJob": "demo-g0", "conditions": [waiting]}
+    pending = {"phase": "Pending", "currentJob": "demo-g0", "conditions": [waiting]}
+    stj = stored_job(status=pending, queueName="team", training=PROGRESS_PORT)
     queued = _queue_wait_reported(stj, "no domain of the topology holds the gang")
     assert queued["message"] == "no domain of the topology holds the gang"
     assert queued["lastTransitionTime"] == "2026-12-02T11:00:00Z"
@@ -168,17 +133,16 @@ def test_a_gang_smaller_than_nodes_with_all_its_pods_lacks_none():
     gang = cluster.cache.jobs.get(NAMESPACE, "elastic-g0")
     owned = {"resourceVersion": "3", "ownerReferences": [{"uid": "elastic-uid", "controller": True}]}
     cluster.cache.jobs.put(gang | {"spec": {"completions": 1}, "metadata": gang["metadata"] | owned})
-    pod = _pod("elastic-g0-0-abcde", 0, 0, "10.0.0.1", "elastic-job", 4)
-    pod["metadata"]["labels"][naming.LABEL_JOB_NAME] = "elastic"
-    cluster.cache.pods.put(pod)
+    cluster.cache.pods.put(
+        gang_pod(0, "Running", job="elastic", ip="10.0.0.1", owner_uid="elastic-g0-uid", resource_version=4)
+    )
     Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None).run_pass()
     assert cluster.lists == [] and cluster.patched == {}
 
 
 def test_a_job_without_a_queue_whose_job_kueue_suspended_says_why_it_waits():
     """Where Kueue manages every Job, a job that names no queue waits for admission all the same."""
-    stj = _stj(current_job="demo-g0")
-    stj["status"] = {"phase": "Pending", "currentJob": "demo-g0", "conditions": []}
+    stj = stored_job(status={"phase": "Pending", "currentJob": "demo-g0", "conditions": []}, training=PROGRESS_PORT)
     queued = _queue_wait_reported(stj, "LocalQueue default doesn't exist")
     assert (queued["type"], queued["reason"]) == ("Queued", "WaitingForAdmission")
     assert queued["message"] == "LocalQueue default doesn't exist"
@@ -189,10 +153,10 @@ def _queue_wait_reported(stj, reason):
     Kueue's Workload of it says `reason`."""
     cache, patches = Cache(), []
     cache.scaletrainjobs.put(stj)
-    cache.jobs.put(_job(0) | {"spec": {"suspend": True}})
+    cache.jobs.put(cached_gang_job(suspend=True))
     cluster = SimpleNamespace(cache=cache, patch_status=lambda where, status: patches.append(status))
     housekeeping = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None)
-    housekeeping.report_queue_wait(stj, lambda namespace: {"job-uid-0": reason})
+    housekeeping.report_queue_wait(stj, lambda namespace: {"demo-g0-uid": reason})
     ((queued,),) = [status["conditions"] for status in patches]
     return queued
 
@@ -201,13 +165,11 @@ def test_a_job_whose_status_names_no_gang_of_ours_stops_no_other_jobs_progress_r
     """status.currentJob is anyone's to write who may write the status: a name that is no gang Job's is
     no gang, and costs that job its progress read alone, never the pass of every other job."""
     cache = Cache()
-    forged = _stj(current_job="not-a-gang") | {
-        "metadata": {"name": "forged", "namespace": NAMESPACE, "uid": "forged-uid", "resourceVersion": "1"}
-    }
+    forged = stored_job("forged", status=running_status(currentJob="not-a-gang"), training=PROGRESS_PORT)
     cache.scaletrainjobs.put(forged)
-    cache.scaletrainjobs.put(_stj(current_job="demo-g0"))
-    cache.jobs.put(_job(0))
-    cache.pods.put(_pod("demo-g0-0-a", 0, 0, "10.0.0.1", owner_uid="job-uid-0", version=20))
+    cache.scaletrainjobs.put(stored_job(status=running_status(), training=PROGRESS_PORT))
+    cache.jobs.put(cached_gang_job())
+    cache.pods.put(gang_pod(0, "Running", ip="10.0.0.1", owner_uid="demo-g0-uid", resource_version=20))
     housekeeping = _housekeeping(cache)
     assert housekeeping.rank_0_of(forged) is None
     found = housekeeping.rank_0s([forged, cache.scaletrainjobs.get(NAMESPACE, "demo")])
