@@ -10,7 +10,7 @@ from typing import Any
 
 from scaletrain_operator.api.models import ScaleTrainJob, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, LABEL_GENERATION, LABEL_JOB_NAME
-from scaletrain_operator.controller.decision import ChildJobPatch, Observed
+from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Observed
 from scaletrain_operator.render.capacity_probe import render_probe
 from scaletrain_operator.render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
@@ -53,7 +53,7 @@ def gang_job(
     generation: int = 0,
     nodes: int | None = None,
     *,
-    gang: bool = False,
+    uses_workload: bool = False,
     created: datetime | None = None,
     suspend: bool | None = None,
     annotations: dict[str, str] | None = None,
@@ -61,10 +61,12 @@ def gang_job(
     conditions: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The Job of gang `generation` of `job` at `nodes` nodes (spec.nodes if None), as the API server holds it:
-    as the operator rendered it (for the Workload API to place with `gang`), with the labels the API server
+    as the operator rendered it (for the Workload API to place with `uses_workload`), with the labels the API server
     adds to its pod template; made at `created`, its suspend flag, `annotations` and `labels` as someone set
     them, and True the `conditions` (types: Complete, Failed) the Job controller gave it."""
-    child = with_spec_hash(render_job(job if nodes is None else job.at_size(nodes), generation, gang=gang))
+    child = with_spec_hash(
+        render_job(job if nodes is None else job.at_size(nodes), generation, uses_workload=uses_workload)
+    )
     if created is not None:
         child["metadata"]["creationTimestamp"] = rfc3339(created)
     # The Job controller's own labels, which the API server adds to the template of every Job.
@@ -205,3 +207,13 @@ def probe_of(job: ScaleTrainJob, gang: dict[str, Any], pods: int, created: datet
     probe = render_probe(job, pods, gang, PROBE_CLASS)
     probe["metadata"]["creationTimestamp"] = rfc3339(created)
     return probe
+
+
+def created(decision: Decision) -> list[tuple[str, str]]:
+    """(kind, name) of what `decision` creates, as the cluster layer makes them: the job's Workload first, with the
+    other children that come before a gang's Job, then the Jobs, then a capacity probe."""
+    workload = [decision.workload] if decision.workload is not None else []
+    first = [child for child in decision.create if child["kind"] != "Job"]
+    jobs = [child for child in decision.create if child["kind"] == "Job"]
+    probe = [decision.create_probe] if decision.create_probe is not None else []
+    return [(child["kind"], child["metadata"]["name"]) for child in (*workload, *first, *jobs, *probe)]

@@ -156,7 +156,8 @@ def test_a_gang_below_its_size_probes_for_room_every_check_interval():
     assert decision.status["message"] == "2 of 2 nodes active (spec.nodes is 3; growing back when there is room)"
     gang = gang_job(job, 0, 2, created=NOW - timedelta(seconds=300))
     probing = decide(job, observed(job, {0: gang}, running), NOW, PROBING)
-    (probe,) = probing.create
+    probe = probing.create_probe
+    assert probing.create == ()
     assert probing.status["capacityProbedAt"] == rfc3339(NOW) and probing.recheck_after == PROBE_TIMEOUT_S
     assert probe["metadata"]["name"] == "demo-probe" and probe["spec"]["completions"] == 1
     pod = probe["spec"]["template"]["spec"]
@@ -228,7 +229,7 @@ def test_with_gang_placement_the_workload_asks_for_the_new_size():
     planned = {RESIZE_TO_ANNOTATION: "2", RESIZE_REASON_ANNOTATION: "Unschedulable"}
     gang = gang_job(job, 0, 3, created=HOUR_AGO, suspend=True, annotations=planned)
     decision = decide(job, observed(job, {0: gang}, []), NOW, OperatorConfig(workload_api=True))
-    (workload,) = [child for child in decision.create if child["kind"] == "Workload"]
+    workload = decision.workload
     counts = {t["schedulingPolicy"]["gang"]["minCount"] for t in workload["spec"]["podGroupTemplates"]}
     assert counts == {2}
 
@@ -318,7 +319,7 @@ def test_after_four_growths_in_a_row_that_could_not_be_placed_the_probes_stop_an
     # kubectl scale, a resize of another kind, ends the run of failed growths: the probes come again.
     scaled = elastic_job(status=RUNNING | {"resizes": [*flapped * 4, _resized(3, 2, "Scaled")]})
     again = decide(scaled, observed(scaled, {0: gang_job(scaled, 0, 2, created=HOUR_AGO)}, running), NOW, PROBING)
-    assert [child["metadata"]["name"] for child in again.create] == ["demo-probe"]
+    assert again.create == () and again.create_probe["metadata"]["name"] == "demo-probe"
 
 
 def test_a_probe_asks_for_the_gangs_host_ports_and_claims_or_there_is_none():
@@ -328,7 +329,7 @@ def test_a_probe_asks_for_the_gangs_host_ports_and_claims_or_there_is_none():
     job = elastic_job(status=RUNNING, podTemplate=template, volumes=[claim],
                       volumeMounts=[{"name": "data", "mountPath": "/data"}])  # fmt: skip
     running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
-    (probe,) = decide(job, observed(job, {0: gang_job(job, 0, 2, created=HOUR_AGO)}, running), NOW, PROBING).create
+    probe = decide(job, observed(job, {0: gang_job(job, 0, 2, created=HOUR_AGO)}, running), NOW, PROBING).create_probe
     pod = probe["spec"]["template"]["spec"]
     trainer = next(container for container in pod["containers"] if container["name"] == "trainer")
     assert {"containerPort": 7000, "hostPort": 7000} in trainer["ports"] and pod["volumes"] == [claim]
@@ -365,7 +366,7 @@ def test_a_probe_the_api_server_refuses_fails_nothing_and_says_why():
     job = elastic_job(status=RUNNING)
     gang = gang_job(job, 0, 2, created=HOUR_AGO)
     decision = decide(job, observed(job, {0: gang}, [gang_pod(0, "Running"), gang_pod(1, "Running")]), NOW, PROBING)
-    assert [child["metadata"]["name"] for child in decision.create] == ["demo-probe"]
+    assert decision.create == () and decision.create_probe["metadata"]["name"] == "demo-probe"
     cluster = RefusingCluster()
     cluster.apply(ObjectRef("team-a", "demo", "6f1c2a7e-1111-4c3b-9a61-0123456789ab"), decision)
     (said,) = cluster.events

@@ -23,7 +23,7 @@ from scaletrain_operator.render.child_annotations import (
     with_spec_hash,
 )
 from scaletrain_operator.render.children import render_children, render_job
-from scaletrain_testing.gang_objects import gang_job, gang_pod, observed, scaletrain_job
+from scaletrain_testing.gang_objects import created, gang_job, gang_pod, observed, scaletrain_job
 from scaletrain_testing.jobs import base_job, patched, running_status
 from scaletrain_trainer.contract.validation import ProblemsError
 
@@ -73,14 +73,14 @@ def test_gang_auto_follows_the_cluster_and_none_renders_no_workload(gang, served
 
 def test_whether_the_cluster_serves_the_api_is_no_spec_change():
     job = scaletrain_job()
-    hashes = {with_spec_hash(render_job(job, 0, gang=gang))["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
-              for gang in (True, False)}  # fmt: skip
+    hashes = {with_spec_hash(render_job(job, 0, uses_workload=uses))["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+              for uses in (True, False)}  # fmt: skip
     assert len(hashes) == 1
 
 
 def test_a_new_jobs_workload_is_created_before_its_services_and_first_gang():
     decision = decide(scaletrain_job(), Observed(services={}, jobs={}, pods=[]), NOW, WITH_API)
-    assert _kinds(decision.create) == [
+    assert created(decision) == [
         ("Workload", "demo"), ("Service", "demo"), ("Service", "demo-master"), ("Job", "demo-g0")
     ]  # fmt: skip
     assert decision.create[-1]["metadata"]["annotations"][TEMPLATE] == "gang-even"
@@ -96,11 +96,11 @@ def test_a_gang_restart_reuses_the_workload_by_its_other_template():
     gang's stays while its pods stop: the next gang takes the other template, for a PodGroup of its own."""
     job = scaletrain_job(status=RUNNING)
     crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)]
-    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, crashed), NOW, WITH_API)
-    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]  # made again if it went missing
+    decision = decide(job, observed(job, {0: gang_job(job, uses_workload=True)}, crashed), NOW, WITH_API)
+    assert created(decision) == [("Workload", "demo"), ("Job", "demo-g1")]  # made again if it went missing
     assert decision.delete_child_jobs == ("demo-g0",)
-    assert decision.create[1]["metadata"]["annotations"][TEMPLATE] == "gang-odd"
-    assert [render_job(job, g, gang=True)["metadata"]["annotations"][TEMPLATE] for g in (2, 3)] == [
+    assert decision.create[0]["metadata"]["annotations"][TEMPLATE] == "gang-odd"
+    assert [render_job(job, g, uses_workload=True)["metadata"]["annotations"][TEMPLATE] for g in (2, 3)] == [
         "gang-even", "gang-odd"
     ]  # fmt: skip
 
@@ -109,9 +109,11 @@ def test_a_spec_change_remakes_the_workload_for_the_new_gang():
     running = scaletrain_job(status=RUNNING)
     resized = scaletrain_job(status=RUNNING, nodes=4, training={"globalBatchSize": 32})
     saved = [gang_pod(0, "Failed", exit_code=80), gang_pod(1, "Failed", exit_code=80)]
-    decision = decide(resized, observed(running, {0: gang_job(running, gang=True, **STOPPED)}, saved), NOW, WITH_API)
-    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
-    assert _template(decision.create[0])["schedulingPolicy"]["gang"]["minCount"] == 4
+    decision = decide(
+        resized, observed(running, {0: gang_job(running, uses_workload=True, **STOPPED)}, saved), NOW, WITH_API
+    )
+    assert created(decision) == [("Workload", "demo"), ("Job", "demo-g1")]
+    assert _template(decision.workload)["schedulingPolicy"]["gang"]["minCount"] == 4
 
 
 @pytest.mark.parametrize("before", ["first gang, its Workload's create failed", "last gang placed without it"])
@@ -128,18 +130,20 @@ def test_a_gang_whose_workload_may_be_missing_has_it_made_first(before):
         seen = observed(job, {0: gang_job(job)}, [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)])
         started = ("Job", "demo-g1")
     decision = decide(job, seen, NOW, WITH_API)
-    assert _kinds(decision.create) == [("Workload", "demo"), started]
+    assert created(decision) == [("Workload", "demo"), started]
     assert TEMPLATE in decision.create[-1]["metadata"]["annotations"]
 
 
 def test_a_topology_only_the_workload_keeps_is_part_of_the_spec_and_its_change_remakes_the_workload():
     running = scaletrain_job(status=RUNNING)
     moved = scaletrain_job(status=RUNNING, placement={"topology": {"required": "example.com/rack"}})
-    stopped = observed(running, {0: gang_job(running, gang=True, **STOPPED)}, [gang_pod(0, "Failed", exit_code=80)])
+    stopped = observed(
+        running, {0: gang_job(running, uses_workload=True, **STOPPED)}, [gang_pod(0, "Failed", exit_code=80)]
+    )
     decision = decide(moved, stopped, NOW, WITH_API)
-    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
+    assert created(decision) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert decision.delete_child_jobs == ("demo-g0",) and decision.status["phase"] == "Restarting"
-    assert _template(decision.create[0])["schedulingConstraints"] == {"topology": [{"key": "example.com/rack"}]}
+    assert _template(decision.workload)["schedulingConstraints"] == {"topology": [{"key": "example.com/rack"}]}
 
 
 def test_a_required_topology_without_a_queue_on_a_cluster_without_the_api_fails_saying_what_to_change():
@@ -222,7 +226,7 @@ def test_a_pending_job_says_which_scheduling_gate_holds_its_pods():
     gated["spec"] = {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]}
     gated["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
     pods = [gang_pod(0, "Pending", scheduled=None), gated]
-    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, pods), NOW, WITH_API)
+    decision = decide(job, observed(job, {0: gang_job(job, uses_workload=True)}, pods), NOW, WITH_API)
     held = "pod demo-g0-1-x (held back from scheduling by the gate kueue.x-k8s.io/topology)"
     assert held in decision.status["message"]
 
@@ -251,7 +255,7 @@ def test_schedule_timeout_counts_from_the_first_pod_of_the_gang_that_could_not_b
     held = gang_pod(0, "Pending", scheduled=False, since=HOUR_AGO, scheduler_message="pod group is unschedulable")
     own = gang_pod(1, "Pending", scheduled=False, since=NOW - timedelta(minutes=5), scheduler_message=NO_CPU)
     job = scaletrain_job(status={**RUNNING, "phase": "Pending"}, scheduleTimeoutSeconds=600)
-    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, [held, own]), NOW, WITH_API)
+    decision = decide(job, observed(job, {0: gang_job(job, uses_workload=True)}, [held, own]), NOW, WITH_API)
     assert decision.status["phase"] == "Failed" and "Insufficient cpu" in decision.status["message"]
 
 
@@ -260,7 +264,7 @@ def test_a_queued_job_says_why_kueue_holds_it_back_once_housekeeping_found_out()
     queued = {"type": "Queued", "status": "True", "reason": "WaitingForAdmission", "message": why,
               "lastTransitionTime": "2026-12-02T11:00:00Z"}  # fmt: skip
     job = scaletrain_job(status={"phase": "Pending", "currentJob": "demo-g0", "conditions": [queued]}, queueName="team")
-    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}), NOW, WITH_API)
+    decision = decide(job, observed(job, {0: gang_job(job, uses_workload=True)}), NOW, WITH_API)
     assert decision.status["message"] == (
         "waiting for Kueue to admit it from queue team: couldn't assign flavors to pod set main: insufficient "
         "unused quota for cpu"
@@ -272,9 +276,9 @@ def test_a_workload_deleted_mid_run_is_made_again_before_the_next_gang_and_that_
     the Job controller would make no PodGroup and the pods would be placed one by one."""
     job = scaletrain_job(status=RUNNING)
     crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)]
-    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, crashed), NOW, WITH_API)
-    workload = decision.create[0]
-    assert (workload["kind"], decision.create[1]["metadata"]["name"]) == ("Workload", "demo-g1")
+    decision = decide(job, observed(job, {0: gang_job(job, uses_workload=True)}, crashed), NOW, WITH_API)
+    workload = decision.workload
+    assert (workload["kind"], decision.create[0]["metadata"]["name"]) == ("Workload", "demo-g1")
     said = decision.said_if_made(workload)
     assert (said.type, said.reason) == (
         "Warning",
@@ -282,16 +286,15 @@ def test_a_workload_deleted_mid_run_is_made_again_before_the_next_gang_and_that_
     ) and "made again before gang demo-g1" in said.message
     assert said not in decision.events  # posted only if the create made it (cluster.apply): it may be there still
     first = decide(scaletrain_job(), Observed({}, {}, []), NOW, WITH_API)
-    (made,) = [child for child in first.create if child["kind"] == "Workload"]
-    assert first.said_if_made(made) is None  # the first gang's Workload is no news
+    assert first.said_if_made(first.workload) is None  # the first gang's Workload is no news
 
 
 @pytest.mark.parametrize("there", [False, True], ids=["missing", "there"])
 def test_the_recreated_event_is_posted_only_when_the_workload_was_in_fact_made(there):
     job = scaletrain_job(RUNNING, metadata={"namespace": "ns", "uid": "stj-uid"}, maxRestarts=3)
     crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)]
-    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, crashed), NOW, WITH_API)
-    workload, posted = decision.create[0], []
+    decision = decide(job, observed(job, {0: gang_job(job, uses_workload=True)}, crashed), NOW, WITH_API)
+    workload, posted = decision.workload, []
 
     def server(method, path, body=None, query=None, content_type=None):
         if method == "POST" and path.endswith("/workloads") and there:
@@ -320,9 +323,9 @@ def test_a_gang_that_the_job_controller_put_in_another_workloads_pod_group_resta
         pod["spec"] = {"schedulingGroup": {"podGroupName": gang_workload.pod_group_name("decoy", "gang-even")}}
     for pod in ours:
         pod["spec"] = {"schedulingGroup": {"podGroupName": gang_workload.pod_group_name("demo", "gang-even")}}
-    assert decide(job, observed(job, {0: gang_job(job, gang=True)}, ours), NOW, WITH_API).create == ()
-    decision = decide(job, observed(job, {0: gang_job(job, gang=True)}, theirs), NOW, WITH_API)
-    assert _kinds(decision.create) == [("Workload", "demo"), ("Job", "demo-g1")]
+    assert decide(job, observed(job, {0: gang_job(job, uses_workload=True)}, ours), NOW, WITH_API).create == ()
+    decision = decide(job, observed(job, {0: gang_job(job, uses_workload=True)}, theirs), NOW, WITH_API)
+    assert created(decision) == [("Workload", "demo"), ("Job", "demo-g1")]
     assert decision.status["disruptions"] == 1 and decision.status["restarts"] == 0  # not the job's doing
     (said,) = [event for event in decision.events if event.reason == "ForeignWorkload"]
     assert "PodGroup decoy-gang-even-" in said.message and "delete the other Workload" in said.message

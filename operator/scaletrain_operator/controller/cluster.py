@@ -34,7 +34,6 @@ from ..api.status_schema import fit_status
 from ..api.timestamps import timestamp
 from ..policy.placement import same_gang
 from ..policy.pods import being_deleted
-from ..render.capacity_probe import is_probe
 from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
 from . import metrics
 from .cache import Cache, owned_by, version_of
@@ -263,13 +262,18 @@ class Cluster:
         status, which names the Jobs made, and the Events."""
         namespace, create = stj.namespace, functools.partial(self.create_child, stj.namespace)
         needed_first = [obj for obj in decision.create if obj["kind"] != "Job"]
-        made = self.at_once([functools.partial(create, obj) for obj in needed_first])
-        made_now = [obj for obj, new in zip(needed_first, made, strict=True) if new]
+        made = self.at_once(
+            [functools.partial(create, obj) for obj in needed_first]
+            + ([functools.partial(self.ensure_workload, namespace, decision.workload)] if decision.workload else [])
+        )
+        made_now = [
+            obj for obj, new in zip([*needed_first, *filter(None, [decision.workload])], made, strict=True) if new
+        ]
         news = [event for obj in made_now if (event := decision.said_if_made(obj)) is not None]
         jobs = [obj for obj in decision.create if obj["kind"] == "Job"]
         self.at_once(
-            [functools.partial(create, obj) for obj in jobs if not is_probe(obj)]
-            + [functools.partial(self.create_probe, stj, obj) for obj in jobs if is_probe(obj)]
+            [functools.partial(create, obj) for obj in jobs]
+            + ([functools.partial(self.create_probe, stj, decision.create_probe)] if decision.create_probe else [])
         )
         changes = [functools.partial(self.delete_child_job, namespace, name) for name in decision.delete_child_jobs]
         if decision.patch_child_job is not None:
@@ -294,9 +298,22 @@ class Cluster:
         return any(resource.get("name") == WORKLOADS.plural for resource in served.get("resources") or ())
 
     def create_child(self, namespace: str, obj: dict[str, Any]) -> bool:
-        """Create a rendered child; True if it was made (or made again, a Workload of an earlier spec replaced),
-        False if it was there. AlreadyExists is success when the object there is this ScaleTrainJob's (an
-        earlier reconcile made it), and NameConflict when it is not: it is never adopted."""
+        """Create a rendered child; True if it was made, False if it was there. AlreadyExists is success when
+        the object there is this ScaleTrainJob's (an earlier reconcile made it), and NameConflict when it is
+        not: it is never adopted."""
+        return self._create(namespace, obj) is None
+
+    def ensure_workload(self, namespace: str, workload: dict[str, Any]) -> bool:
+        """Decision.workload: made where it is missing (True); where the job's own is there but asks for
+        another gang, made anew, since a Workload's spec cannot change (False, as for one found as it is)."""
+        there = self._create(namespace, workload)
+        if there and not same_gang(there, workload):
+            self._replace_workload(namespace, there, workload)
+        return there is None
+
+    def _create(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """create_child's create: None if it made `obj`, else the object of its name there, which this
+        ScaleTrainJob owns ({} if it went before it could be read)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         resource, store = {
             "Service": (SERVICES, self.cache.services),
@@ -309,7 +326,7 @@ class Cluster:
             if store is not None:
                 store.put(created)
             log.info("created %s %s/%s", kind, namespace, name)
-            return True
+            return None
         except ApiException as error:
             if refused(error):
                 message = f"the API server refused {kind} {name}: {server_message(error)}"
@@ -319,11 +336,9 @@ class Cluster:
             query = [("fieldSelector", f"metadata.name={name}")]
             there = self._request("GET", resource.path(namespace), query=query)["items"]
             if not there:
-                return False
+                return {}
             if owned_by(there[0], owner_uid(obj)):
-                if kind == "Workload" and not same_gang(there[0], obj):
-                    self._replace_workload(namespace, there[0], obj)
-                return False
+                return there[0]
             if (going := leftover_reason(there[0], obj)) is not None:
                 raise Leftover(f"{going}; waiting for its name to be free") from None
             message = f"{kind} {name} already exists and does not belong to this ScaleTrainJob; it is left alone"

@@ -74,6 +74,12 @@ class ChildJobPatch:
 @dataclass(frozen=True)
 class Decision:
     create: tuple[dict[str, Any], ...] = ()  # rendered children, in creation order
+    # The job's Workload (gang placement), made sure of before the gang's Job: made where it is missing, made anew
+    # where the one there asks for another gang (a Workload's spec cannot change). The decide layer does not read
+    # Workloads back: their create says which it is (cluster.ensure_workload).
+    workload: dict[str, Any] | None = None
+    # An elastic gang's capacity probe: one the API server refuses fails nothing (a CapacityProbeFailed Event).
+    create_probe: dict[str, Any] | None = None
     delete_child_jobs: tuple[str, ...] = ()  # each with its pods
     patch_child_job: ChildJobPatch | None = None
     status: dict[str, Any] | None = None  # a merge patch of .status; None when nothing changed
@@ -88,6 +94,11 @@ class Decision:
 
     def said_if_made(self, child: dict[str, Any]) -> Event | None:
         return self.if_made.get((child["kind"], child["metadata"]["name"]))
+
+    @property
+    def creates(self) -> bool:
+        """Whether it creates anything: a child, the Workload or a probe."""
+        return bool(self.create) or self.workload is not None or self.create_probe is not None
 
     @property
     def changes_nothing(self) -> bool:
@@ -125,6 +136,14 @@ class Draft:
     gang_job: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
     probe: str | None = None  # the capacity probe's Job, if one exists: deleted unless `keep_probe`
     keep_probe: bool = False
+    new_probe: dict[str, Any] | None = None  # a capacity probe to make (Decision.create_probe)
+    # What a decision that creates anything makes sure of first: the job's NetworkPolicy (with the operator's
+    # settings.network_policy_from), and, when it creates a gang's Job, the job's Workload (where its gangs use
+    # one). Either may be missing before any gang: its create failed while the Services' went through, the
+    # cluster began to serve the Workload API, or someone deleted it.
+    network_policy: dict[str, Any] | None = None
+    workload: dict[str, Any] | None = None
+    respec_workload: bool = False  # a spec change: a Workload made for its gang is no news (no WorkloadRecreated)
 
     def recheck_in(self, seconds: float) -> None:
         """Decide again in `seconds` at the latest: a timeout this decision waits on passes then."""
@@ -137,14 +156,39 @@ class Draft:
             self.events.append(Event("Normal", phase, status["message"]))
         when = occasion(self.gang_job or self.status.before.current_job, self.status.spec_generation)
         probe_ends = [self.probe] if self.probe is not None and not self.keep_probe else []
+        creates = bool(self.create) or self.new_probe is not None
+        first = [self.network_policy] if self.network_policy is not None and creates else []
+        gang = next((child for child in self.create if child["kind"] == "Job"), None)
+        workload = self.workload if gang is not None else None
         return Decision(
-            create=tuple(self.create),
+            create=(*first, *self.create),
+            workload=workload,
+            create_probe=self.new_probe,
+            if_made=self._workload_news(workload, gang),
             delete_child_jobs=(*self.delete_child_jobs, *probe_ends),
             patch_child_job=patch_child_job,
             status=self.status.changes(status),
             events=tuple(replace(event, occasion=event.occasion or when) for event in self.events),
             recheck_after=self.recheck_after,
         )
+
+    def _workload_news(self, workload: dict[str, Any] | None, gang: dict[str, Any] | None) -> dict:
+        """A Workload made again for a gang after the first says so in a Warning Event, once it was in fact made
+        (Decision.if_made): without it, that gang's pods would have been placed one by one."""
+        if workload is None or gang is None or self.respec_workload:
+            return {}
+        if (gang["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == "0":
+            return {}
+        name, gang_name = workload["metadata"]["name"], gang["metadata"]["name"]
+        message = (
+            f"Workload {name} was missing (deleted by someone else): made again before gang {gang_name}, which it "
+            "places as one gang"
+        )
+        return {
+            ("Workload", name): Event(
+                "Warning", "WorkloadRecreated", message, occasion(gang_name, self.status.spec_generation)
+            )
+        }
 
 
 def occasion(current_job: str | None, spec_generation: int | None) -> str:

@@ -265,7 +265,7 @@ def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
     before = phase_of(stj)
     after = (decision.status or {}).get("phase", before)
     irreversible = bool(decision.delete_child_jobs) or (after in FINISHED and after != before)
-    contradicting = before is not None and (bool(decision.create) or after != before)
+    contradicting = before is not None and (decision.creates or after != before)
     return irreversible or contradicting
 
 

@@ -1,6 +1,6 @@
 """Pure reconciliation: from a ScaleTrainJob and the children that exist, decide what to do next.
 
-`decide(job, observed, now)` looks only at its inputs (the job and the children found by label), so
+`decide(asked, observed, now)` looks only at its inputs (the job and the children found by label), so
 calling it again after a repeated event, an operator restart or a lost status patch reaches the same
 decision. It reads as a list of steps:
 
@@ -9,10 +9,10 @@ decision. It reads as a list of steps:
    deleted), which ends those pods;
 2. find the current gang generation and its size (with spec.elastic: the running gang's, or the size a
    resize under way goes to: `at_gang_size`), and render the one Job this call may create;
-3. create what is missing: the job's Workload (gang placement, render/workload.py, before a gang's Job
-   wherever it may be missing: `decide`), the Services, and the current generation's Job (kept off the
-   nodes in status.excludedNodes); a current Job that someone else deleted ends its gang like a failure
-   (counted against maxRestarts);
+3. create what is missing: the Services, the NetworkPolicy, the job's Workload before any gang's Job
+   (gang placement, render/workload.py; Decision.workload, since the decide layer does not read it back),
+   and the current generation's Job (kept off the nodes in status.excludedNodes); a current Job that
+   someone else deleted ends its gang like a failure (counted against maxRestarts);
 4. the gang policy (policy/gang_policy.py, with spec.failurePolicy) judges the pods first, whatever else
    changed in the same pass: succeeded, failed, or restart, counted as a restart or as a disruption, maybe
    blaming a node the next gangs avoid;
@@ -25,10 +25,11 @@ decision. It reads as a list of steps:
 6. otherwise patch what the Job takes in place (suspend, deadline), say whether the scheduler can place
    the pods (Schedulable), shrink an elastic gang it could not place within elastic.scaleDownAfterSeconds,
    fail a gang it could not place within scheduleTimeoutSeconds, probe for room to grow an elastic gang
-   below spec.nodes (render/capacity_probe.py), and report the running status.
+   below spec.nodes (render/capacity_probe.py, Decision.create_probe), and report the running status.
 
-An invalid spec gets its own decision (`decide_invalid`), and so does a child the API server refuses
-(`decide_failed`): Failed once, never retried.
+Every action is named in the Decision, which controller/cluster.py carries out without deciding. An
+invalid spec gets its own decision (`decide_invalid`, finished.py), and so does a child the API server
+refuses (`decide_failed`): Failed once, never retried.
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ from ..policy.pods import (
     whole_gang_up,
 )
 from ..policy.suspension import admission_managed, current_job_deleted, preempted, resumed
-from ..render import capacity_probe
 from ..render.child_annotations import (
     RESIZE_WHY,
     child_job_suspended,
@@ -79,7 +79,7 @@ from ..render.child_annotations import (
     with_spec_hash,
 )
 from ..render.children import render_job, render_master_alias, render_network_policy, render_service, render_workload
-from ..render.workload import uses_workload
+from ..render.workload import placed_by_workload
 from ..validation import elastic_sizes
 from ..validation.progress_answer import final_progress, status_patch
 from .decision import (
@@ -90,7 +90,6 @@ from .decision import (
     Event,
     Observed,
     current_gang,
-    occasion,
     suspension,
 )
 from .finished import decide_failed, stop_what_runs
@@ -143,40 +142,9 @@ def _judge_gang(
     )
 
 
-def decide(job: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig = DEFAULTS) -> Decision:
-    """What to do next for `job`, given its children; see the module docstring. Whatever starts a gang first
-    makes sure of what the gang needs beside its Services (creating either again is a no-op): the job's
-    NetworkPolicy, with `settings.network_policy_from` (the operator's namespace); and its Workload, with
-    gang placement. The Workload is not read back, and it may be missing before any gang: its create failed
-    while the Services' went through, the cluster began to serve the API, or someone deleted it. A Workload
-    made again for a gang after the first says so in a Warning Event, once it was in fact made (`if_made`):
-    without it the gang's pods would be placed one by one."""
-    sized = at_gang_size(job, observed)
-    decision = _decide(sized, job, observed, now, settings)
-    first: list[dict[str, Any]] = []
-    if_made: dict[tuple[str, str], Event] = {}
-    if settings.network_policy_from and decision.create:
-        first.append(render_network_policy(job, settings.network_policy_from))
-    gang = next((child for child in decision.create if _gang_job(child)), None)
-    made = any(child["kind"] == "Workload" for child in decision.create)  # a spec change makes it again
-    if gang is not None and not made and uses_workload(job.spec, settings.workload_api):
-        workload = render_workload(sized)
-        first.append(workload)
-        if gang["metadata"]["name"] != naming.child_job_name(job.name, 0):
-            name, gang_name = workload["metadata"]["name"], gang["metadata"]["name"]
-            message = (
-                f"Workload {name} was missing (deleted by someone else): made again before gang {gang_name}, which "
-                "it places as one gang"
-            )
-            when = occasion(gang_name, job.metadata.generation)
-            if_made["Workload", name] = Event("Warning", "WorkloadRecreated", message, when)
-    if not first:
-        return decision
-    return replace(decision, create=(*first, *decision.create), if_made={**decision.if_made, **if_made})
-
-
-def _gang_job(child: Mapping[str, Any]) -> bool:
-    return child["kind"] == "Job" and not capacity_probe.is_probe(child)
+def decide(asked: ScaleTrainJob, observed: Observed, now: datetime, settings: OperatorConfig = DEFAULTS) -> Decision:
+    """What to do next for the job `asked`, given its children; see the module docstring."""
+    return _decide(at_gang_size(asked, observed), asked, observed, now, settings)
 
 
 def _decide(
@@ -196,13 +164,21 @@ def _decide(
     # Where another controller owns the Job's suspend flag, the operator suspends a gang by deleting its Job.
     suspended_away = gone and (job.spec.suspend or status.before.phase == "Suspended")
     deleted = gone and not suspended_away
-    gang = uses_workload(job.spec, settings.workload_api)
-    # The one render of this call: the Job it would create. That is the current gang_generation's when it was
+    uses_workload = placed_by_workload(job.spec, settings.workload_api)
+    # The one render of this call: the Job it would create. That is the current generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
     next_gang_generation = gang_generation if current is None and not gone else gang_generation + 1
-    desired = with_spec_hash(render_job(job, next_gang_generation, gang=gang))
+    desired = with_spec_hash(render_job(job, next_gang_generation, uses_workload=uses_workload))
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
-    draft = Draft(status, gang_job=naming.child_job_name(job.name, gang_generation), probe=probe)
+    draft = Draft(
+        status,
+        gang_job=naming.child_job_name(job.name, gang_generation),
+        probe=probe,
+        network_policy=render_network_policy(asked, settings.network_policy_from)
+        if settings.network_policy_from
+        else None,
+        workload=render_workload(job) if uses_workload else None,
+    )
     missing_services = [service for service in (render_service(job), render_master_alias(job))
                         if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.create += missing_services
@@ -243,7 +219,7 @@ def _decide(
     # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
     # handover even should the spec have changed back to the running size meanwhile.
     if hash_of(current) != hash_of(desired) or planned_resize(current)[0] is not None:
-        return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, gang_generation, gang)
+        return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, gang_generation)
     if (until := held_until(current)) is not None and not job.spec.suspend:
         return start_after_backoff(draft, current, until, job.spec.nodes)
     if resumed(job, current, status.before.phase):
@@ -255,7 +231,7 @@ def _decide(
     if preempted(job, current, observed.pods):
         message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
         return gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, failing)
-    if gang and (foreign := gang_placement.foreign_pod_group(current, job.name, observed.pods)) is not None:
+    if uses_workload and (foreign := gang_placement.foreign_pod_group(current, job.name, observed.pods)) is not None:
         message = (
             f"pods of Job {current['metadata']['name']} are in PodGroup {foreign}, not one of the job's Workload "
             f"{job.name}: another Workload in the namespace names this job in its spec.controllerRef, and the Job "
@@ -327,9 +303,8 @@ def _spec_changed(
     desired: dict[str, Any],
     pods: Sequence[Mapping[str, Any]],
     gang_generation: int,
-    gang: bool,
 ) -> Decision:
-    """A spec the running gang cannot take, such as another size (kubectl scale): the next gang_generation
+    """A spec the running gang cannot take, such as another size (kubectl scale): the next generation
     starts, counted as neither a restart nor a disruption. The gang stops at a step boundary first. Its Job
     is suspended, and the SIGTERM makes each pod save a checkpoint after the step it is in and exit. The
     next gang starts once no pod of it is left, from that checkpoint. Made at once, the next gang could
@@ -350,8 +325,8 @@ def _spec_changed(
         message = f"{change}: its pods save a checkpoint after the step they are in, then the next gang starts"
         return draft.done(status.phase("Restarting", message, STOPPING), patch)
     record_gang_end(draft, job, this_gang(job, gang_generation, pods, "SpecChanged"))
-    if gang:  # the gang's size or priority may have changed: the Workload is made to match (cluster.py)
-        draft.create.append(render_workload(job))
+    # The gang's size or priority may have changed: the Workload is made to match (Decision.workload).
+    draft.respec_workload = True
     if before != after:
         why = f"spec.nodes is {after}" if reason == "Scaled" else RESIZE_WHY[reason]
         draft.events.append(Event("Normal", "Resized", f"{change} ({why})"))

@@ -120,7 +120,7 @@ def grow_back(
         if (due := _next_probe_in(asked, draft, current, spec.elastic.scale_up.check_every_seconds)) > 0:
             draft.recheck_in(due)
             return None
-        draft.create.append(capacity_probe.render_probe(asked, spec.nodes - size, current, priority_class))
+        draft.new_probe = capacity_probe.render_probe(asked, spec.nodes - size, current, priority_class)
         # When it started: the next is due a check interval later, whether this one is judged or cannot be
         # made at all.
         status.fields["capacityProbedAt"] = timestamp(now)

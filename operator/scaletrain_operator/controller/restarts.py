@@ -49,7 +49,7 @@ from .status import StatusBuilder, bounded
 
 
 def this_gang(job: ScaleTrainJob, gang_generation: int, pods: Sequence[Mapping[str, Any]], ended: str) -> GangRecord:
-    """The record of the current gang, were it to end now: from the progress rank 0 of this gang_generation
+    """The record of the current gang, were it to end now: from the progress rank 0 of this generation
     reported (the status may still hold the previous gang's) and rank 0's termination message."""
     progress = job.status.progress if job.status else None
     ours = progress is not None and progress.generation == gang_generation

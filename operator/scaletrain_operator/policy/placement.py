@@ -10,8 +10,8 @@ from ..api.models import ScaleTrainJob
 from ..render.workload import (
     GROUP_TEMPLATE_ANNOTATION,
     WORKLOAD_API_VERSION,
+    placed_by_workload,
     pod_group_name,
-    uses_workload,
     workload_topology,
 )
 
@@ -31,7 +31,7 @@ def unavailable(job: ScaleTrainJob, workload_api: bool) -> str | None:
     that only a Workload would keep (no queue), where the cluster serves no Workloads."""
     if job.spec.scheduling.gang == "workload" and not workload_api:
         return GANG_UNAVAILABLE
-    if workload_topology(job) is not None and not uses_workload(job.spec, workload_api):
+    if workload_topology(job) is not None and not placed_by_workload(job.spec, workload_api):
         return TOPOLOGY_UNAVAILABLE
     return None
 

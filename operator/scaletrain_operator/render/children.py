@@ -17,7 +17,7 @@ from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 from ..api import naming
 from ..api.models import ScaleTrainJob, ScaleTrainJobSpec
 from ..validation.merge import merge_under
-from .workload import delegated, uses_workload, workload_of
+from .workload import delegated, placed_by_workload, workload_of
 
 # The trainer's pod launcher checks the training config (exiting 78 on a config error, which the
 # operator does not retry), then runs torchrun (`python -m scaletrain_trainer.torchrun`) as a child with these
@@ -33,10 +33,10 @@ def render_children(
     """The Workload (with gang placement), the Services and the generation's Job, in creation order: the
     Workload first, since the Job controller looks for it when it first sees the Job. `workload_api`:
     whether the cluster serves the Workload API (spec.scheduling.gang auto uses it then)."""
-    gang = uses_workload(job.spec, workload_api)
-    workload = [render_workload(job, namespace)] if gang else []
+    uses_workload = placed_by_workload(job.spec, workload_api)
+    workload = [render_workload(job, namespace)] if uses_workload else []
     services = [render_service(job, namespace), render_master_alias(job, namespace)]
-    return [*workload, *services, render_job(job, generation, namespace, gang=gang)]
+    return [*workload, *services, render_job(job, generation, namespace, uses_workload=uses_workload)]
 
 
 def render_workload(job: ScaleTrainJob, namespace: str | None = None) -> dict[str, Any]:
@@ -99,9 +99,9 @@ def render_network_policy(job: ScaleTrainJob, operator_namespace: str, namespace
 
 
 def render_job(
-    job: ScaleTrainJob, generation: int = 0, namespace: str | None = None, gang: bool = False
+    job: ScaleTrainJob, generation: int = 0, namespace: str | None = None, uses_workload: bool = False
 ) -> dict[str, Any]:
-    """The generation's Indexed Job; with `gang`, its pods are placed as one gang (workload.py)."""
+    """The generation's Indexed Job; with `uses_workload`, its pods are placed as one gang (workload.py)."""
     spec, queue = job.spec, job.queue
     labels = generation_labels(job, generation)
     if queue:
@@ -125,7 +125,7 @@ def render_job(
         "metadata": child_metadata(job, naming.child_job_name(job.name, generation), namespace, labels),
         "spec": job_spec,
     }
-    return delegated(rendered, job, generation) if gang else rendered
+    return delegated(rendered, job, generation) if uses_workload else rendered
 
 
 # A disrupted pod (evicted, preempted, its node lost; or the trainer's exit 80 after a SIGTERM) fails the

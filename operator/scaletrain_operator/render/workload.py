@@ -39,7 +39,7 @@ GANG_TOPOLOGY_ANNOTATION = f"{naming.GROUP}/gang-topology"  # on a Job: the topo
 GANG_TEMPLATES = ("gang-even", "gang-odd")
 
 
-def uses_workload(spec: ScaleTrainJobSpec, workload_api: bool) -> bool:
+def placed_by_workload(spec: ScaleTrainJobSpec, workload_api: bool) -> bool:
     """Whether the job's gangs are placed through a Workload, given whether the cluster serves the API."""
     return spec.scheduling.gang == "workload" or (spec.scheduling.gang == "auto" and workload_api)
 
