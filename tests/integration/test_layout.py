@@ -13,7 +13,7 @@ import pytest
 import tomllib
 
 from scaletrain_testing.imports import import_graph
-from scaletrain_testing.imports import wing as wing_of
+from scaletrain_testing.imports import room as room_of
 from scaletrain_testing.jobs import REPO
 
 
@@ -65,29 +65,35 @@ def test_cli_help_lists_the_commands():
         assert command in result.stdout
 
 
-# Importing every module of a wing (in a fresh interpreter) loads exactly these wings, and never these
-# heavy dependencies: the operator image has no torch, and the API kit needs no Kubernetes client.
-WING_LOADS = {
-    "api": ({"api"}, ("torch", "kopf", "kubernetes")),
-    "controller": ({"api", "controller"}, ("torch",)),
-    "local": ({"api", "local"}, ("kopf", "kubernetes")),
-    "cli": ({"api", "cli"}, ("torch", "kopf", "kubernetes")),  # run-local imports the local wing when run
+# Importing every module of a room (in a fresh interpreter) loads exactly these rooms, and never these heavy
+# dependencies: the operator image has no torch, and nothing but the controller needs a Kubernetes client.
+KIT = {"api", "validation"}  # the types, and the checks they run on themselves
+ROOM_LOADS = {
+    "api": (KIT, ("torch", "kopf", "kubernetes")),
+    "validation": (KIT, ("torch", "kopf", "kubernetes")),
+    "render": (KIT | {"render"}, ("torch", "kopf", "kubernetes")),
+    "policy": (KIT | {"render", "policy"}, ("torch", "kopf", "kubernetes")),
+    "progress": (KIT | {"progress"}, ("torch", "kopf", "kubernetes")),
+    "convert": (KIT | {"render", "convert"}, ("torch", "kopf", "kubernetes")),
+    "controller": (KIT | {"render", "policy", "progress", "controller"}, ("torch",)),
+    "local": (KIT | {"render", "policy", "progress", "local"}, ("kopf", "kubernetes")),
+    "cli": (KIT | {"render", "convert", "cli"}, ("torch", "kopf", "kubernetes")),  # run-local loads local when run
 }
 
 
-@pytest.mark.parametrize("wing", WING_LOADS)
-def test_importing_a_wing_loads_only_the_wings_below_it(wing):
-    modules = [name for name in import_graph() if wing_of(name) == wing]
+@pytest.mark.parametrize("room", ROOM_LOADS)
+def test_importing_a_room_loads_only_the_rooms_below_it(room):
+    modules = [name for name in import_graph() if room_of(name) == room]
     code = (
         "import importlib, json, sys\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
         "loaded = [m for m in sys.modules if m.startswith('scaletrain_operator.')]\n"
         "heavy = [m for m in ('torch', 'kopf', 'kubernetes') if m in sys.modules]\n"
-        "print(json.dumps({'wings': sorted({m.split('.')[1] for m in loaded}), 'heavy': heavy}))"
+        "print(json.dumps({'rooms': sorted({m.split('.')[1] for m in loaded}), 'heavy': heavy}))"
     )
     result = _python(code)
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
-    expected_wings, never = WING_LOADS[wing]
-    assert set(loaded["wings"]) == expected_wings
-    assert not set(loaded["heavy"]) & set(never), f"the {wing} wing loads {loaded['heavy']}"
+    expected_rooms, never = ROOM_LOADS[room]
+    assert set(loaded["rooms"]) == expected_rooms
+    assert not set(loaded["heavy"]) & set(never), f"the {room} room loads {loaded['heavy']}"
