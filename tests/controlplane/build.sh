@@ -4,7 +4,8 @@
 # (kubelet, kube-proxy) from k8s.io/kubernetes v1.37.2, etcd 3.7.0 (the version Kubernetes 1.37 is
 # tested with), and the cluster DNS, CoreDNS 1.15.0 with only the plugins it needs (coredns/, a
 # module of its own so that CoreDNS's dependency versions do not move Kubernetes's), and the Kueue
-# v0.17.0 manager (kueue/, a module of its own for the same reason: Kueue pins k8s.io/* v0.35).
+# v0.17.0 manager (kueue/, a module of its own for the same reason: Kueue pins k8s.io/* v0.35), and
+# Prometheus v0.316.0's promtool (promtool/, the same), which the monitoring tests run.
 # Upstream links the kubelet dynamically, but only for the standard library's cgo resolver and user
 # lookup (net, os/user): no Kubernetes package changes with CGO_ENABLED=0.
 #
@@ -12,11 +13,12 @@
 # and beside it kueue/: Kueue's CRDs and webhook manifests (config/components/{crd,webhook} of the
 # module), which the tests install with its manager (tests/scaletrain_testing/kueue.py).
 # The Go module and build caches live beside it, so the user's own Go caches are left alone.
-# A second call does nothing: the binaries carry a stamp of the inputs (the three modules' go.mod and
+# A second call does nothing: the binaries carry a stamp of the inputs (the modules' go.mod and
 # go.sum, this script, etcd's and CoreDNS's main.go) and are rebuilt only when it no longer matches.
 # Cost of the first build on 2 CPUs: about 10 minutes, ~700 MB of modules, ~4.4 GB of build cache; Kueue
 # adds ~0.7 GB of modules, ~1.6 GB of build cache and an 84 MB binary, and took 23 minutes (about 10 CPU
-# minutes) when measured on 2 CPUs shared with a test run (2026-12-02).
+# minutes) when measured on 2 CPUs shared with a test run (2026-12-02); promtool adds ~0.5 GB of modules
+# and an 88 MB binary, 4.5 minutes on 2 CPUs shared with a test run (2026-12-04).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,7 +29,7 @@ STAMP="$BIN_DIR/.inputs.sha256"
 COREDNS_VERSION=v1.15.0
 KUEUE_VERSION=v0.17.0
 KUEUE_MANIFESTS="$CACHE_ROOT/$KUBE_VERSION/kueue"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd coredns kueue)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd coredns kueue promtool)
 declare -A PACKAGE=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
@@ -37,12 +39,14 @@ declare -A PACKAGE=(
   [etcd]=./cmd/etcd
   [coredns]=.
   [kueue]=sigs.k8s.io/kueue/cmd/kueue
+  [promtool]=github.com/prometheus/prometheus/cmd/promtool
 )
 # The module each binary is built in (go -C), when not this directory's.
-declare -A MODULE_DIR=([coredns]=coredns [kueue]=kueue)
+declare -A MODULE_DIR=([coredns]=coredns [kueue]=kueue [promtool]=promtool)
 
 inputs_hash() {
-  cat go.mod go.sum build.sh cmd/etcd/main.go coredns/go.mod coredns/go.sum coredns/main.go kueue/go.mod kueue/go.sum |
+  cat go.mod go.sum build.sh cmd/etcd/main.go coredns/go.mod coredns/go.sum coredns/main.go kueue/go.mod kueue/go.sum \
+    promtool/go.mod promtool/go.sum |
     sha256sum | cut -d' ' -f1
 }
 
@@ -71,12 +75,12 @@ cannot_build() {
 
 # A pinned toolchain only: never let `go` download a newer one behind the user's back.
 export GOTOOLCHAIN=local
-required_go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)"
+required_go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod ./*/go.mod | sort -V | tail -1)" # the newest any module asks
 command -v go >/dev/null 2>&1 ||
-  cannot_build "Go >= $required_go is needed to build the test control plane (go.mod), but 'go' is not on PATH"
+  cannot_build "Go >= $required_go is needed to build the test control plane (its go.mod files), but 'go' is not on PATH"
 have_go="$(cd / && go env GOVERSION | sed 's/^go//')"
 [[ "$(printf '%s\n%s\n' "$required_go" "$have_go" | sort -V | head -1)" == "$required_go" ]] ||
-  cannot_build "Go >= $required_go is needed to build the test control plane (go.mod), found go$have_go"
+  cannot_build "Go >= $required_go is needed to build the test control plane (its go.mod files), found go$have_go"
 
 export GOMODCACHE="$CACHE_ROOT/gomodcache" GOCACHE="$CACHE_ROOT/gocache" GOTMPDIR="$CACHE_ROOT/tmp"
 export GOFLAGS=-modcacherw # a writable module cache can be removed with rm -rf
@@ -93,6 +97,7 @@ step_start=$(now)
 nice -n 19 go mod download
 nice -n 19 go -C coredns mod download
 nice -n 19 go -C kueue mod download
+nice -n 19 go -C promtool mod download
 echo "$(seconds_since "$step_start")s"
 
 # Version stamping as upstream's hack/lib/version.sh, so `--version` and /version say v1.37.2.
@@ -126,6 +131,9 @@ for name in "${BINARIES[@]}"; do
     kueue)
       tags=""
       ldflags="-s -w$kueue_ldflags"
+      ;;
+    promtool)
+      tags=""
       ;;
   esac
   printf 'control-plane: [%d/%d] building %-24s ... ' "$index" "${#BINARIES[@]}" "$name"

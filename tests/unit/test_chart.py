@@ -223,3 +223,19 @@ def test_capacity_probes_get_a_class_that_preempts_nothing_where_the_chart_may_m
         assert classes == []
     given = build_parser().parse_args(operator_container(objects)["args"]).probe_priority_class
     assert given == named
+
+
+def test_the_chart_renders_the_dashboard_the_rules_and_the_pod_monitor_only_when_asked():
+    kinds = {"PrometheusRule", "PodMonitor", "ConfigMap"}
+    assert not kinds & {obj["kind"] for obj in render(load_chart(), {})}
+    enabled = {name: {"enabled": True} for name in ("dashboard", "podMonitor", "alerts")}
+    objects = render(load_chart(), {"monitoring": enabled, "watchNamespaces": ["team-a"]})
+    assert kinds <= {obj["kind"] for obj in objects}
+    (configmap,) = [obj for obj in objects if obj["kind"] == "ConfigMap"]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert '"uid": "scaletrain-jobs"' in configmap["data"]["scaletrain.json"]
+    (monitor,) = [obj for obj in objects if obj["kind"] == "PodMonitor"]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    alerts = {rule["alert"] for obj in objects if obj["kind"] == "PrometheusRule"
+              for group in obj["spec"]["groups"] for rule in group["rules"]}  # fmt: skip
+    assert "ScaleTrainLowMFU" not in alerts and "ScaleTrainJobHung" in alerts  # low MFU: off unless a bound is set

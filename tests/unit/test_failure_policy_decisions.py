@@ -203,6 +203,33 @@ def test_the_operator_exports_each_jobs_goodput_and_restart_causes_until_it_is_g
     assert sample("scaletrain_job_seconds", spent="running") is None
 
 
+def test_the_operator_exports_each_jobs_phase_progress_and_alerted_events_and_skips_what_is_not_a_number():
+    """The series the chart's dashboard and alerts read (charts/scaletrain/files/, prometheusrule.yaml)."""
+    progress = {"step": 40, "checkpointStep": 20, "tokensPerSecond": "fast", "lossFinite": False,
+                "updatedAt": "2026-12-04T12:00:00Z"}  # fmt: skip
+    training = {"checkpoint": {"dir": "/checkpoints"}}
+    job = {"metadata": {"namespace": "team", "name": "demo"}, "spec": {"training": training},
+           "status": {"phase": "Running", "progress": progress}}  # fmt: skip
+
+    def sample(name, **labels):
+        return REGISTRY.get_sample_value(name, {"namespace": "team", "name": "demo"} | labels)
+
+    metrics.report_jobs([job])
+    assert (sample("scaletrain_job_phase", phase="Running"), sample("scaletrain_job_phase", phase="Pending")) == (1, 0)
+    assert (sample("scaletrain_job_step"), sample("scaletrain_job_checkpoint_step")) == (40, 20)
+    assert sample("scaletrain_job_tokens_per_second") is None  # anyone may write the status: not a number, left out
+    assert sample("scaletrain_job_loss_finite") == 0
+    assert sample("scaletrain_job_progress_updated_timestamp_seconds") == 1796385600
+    assert sample("scaletrain_job_checkpoint_every_steps") == 100  # the default
+    # The Events the alerts count with increase() exist at 0, so that a job's first one is seen.
+    assert sample("scaletrain_events_total", type="Warning", reason="Hang") == 0
+    metrics.count_event("team", "demo", "Warning", "Hang")
+    assert sample("scaletrain_events_total", type="Warning", reason="Hang") == 1
+    metrics.report_jobs([])
+    assert sample("scaletrain_events_total", type="Warning", reason="Hang") is None
+    assert sample("scaletrain_job_phase", phase="Running") is None
+
+
 def _reported(generation, started, saved, step):
     """status.progress as the operator copied it from rank 0 of `generation`."""
     return {"step": step, "resumedFromStep": started, "checkpointStep": saved, "generation": generation}

@@ -204,8 +204,13 @@ class Cluster:
         prepared = self.api.param_serialize(
             method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
         )
-        response = self.api.call_api(*prepared, _request_timeout=self.timeout)
-        response.read()
+        try:
+            response = self.api.call_api(*prepared, _request_timeout=self.timeout)
+            response.read()
+        except Exception:
+            metrics.count_response(method, "error")
+            raise
+        metrics.count_response(method, response.status)
         if response.status >= 400:  # call_api returns errors; the generated API classes raise them
             raise ApiException(http_resp=response)
         return json.loads(response.data) if response.data else None
@@ -508,3 +513,5 @@ class Cluster:
                 log.info("Event %s for %s/%s was posted before", event.reason, stj.namespace, stj.name)
                 return
             log.warning("cannot post Event %s for %s/%s: %s", event.reason, stj.namespace, stj.name, error.reason)
+            return
+        metrics.count_event(stj.namespace, stj.name, event.type, event.reason)

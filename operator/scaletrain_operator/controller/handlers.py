@@ -89,6 +89,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         on_error=functools.partial(report_failures, memo.cluster),
     )
     memo.queue = queue
+    metrics.WORK_QUEUE_DEPTH.set_function(queue.depth)
     queue.start()
     if config.metrics_port:
         metrics.serve(config.metrics_port)

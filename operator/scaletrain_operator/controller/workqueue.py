@@ -89,6 +89,9 @@ class FairReady:
     def __bool__(self) -> bool:
         return bool(self._keys)
 
+    def __len__(self) -> int:
+        return len(self._keys)
+
 
 class WorkQueue:
     def __init__(
@@ -138,6 +141,11 @@ class WorkQueue:
                 self._again[key] = min(due, self._again.get(key, due))
             elif key not in self._ready:
                 self._schedule(key, due)
+
+    def depth(self) -> int:
+        """The keys due now and not yet taken by a worker: what the workers are behind by."""
+        with self._changed:
+            return len(self._ready)
 
     def forget(self, key: Hashable) -> None:
         """`key` is gone (its ScaleTrainJob was deleted)."""

@@ -155,6 +155,7 @@ PROGRESS_FIELDS = (
     ProgressField(
         "checkpointStep", "integer", "trainer",
         "The step of the newest checkpoint the gang saved or resumed from; 0: none.", minimum=0,
+        gauge=Gauge("scaletrain_checkpoint_step", "The step of the newest checkpoint saved or resumed from."),
     ),
     ProgressField(
         "generation", "integer", "operator", "The gang generation rank 0 reported this from.", minimum=0
