@@ -1,7 +1,7 @@
 """Why a script failed reaches the job's status: under run-local, as on a cluster, a script run by the
-pod launcher's torchrun raises in rank 1, and the exception's last line is in that pod's termination
-message and in the job's failure message (run-local prints the message the operator writes to
-status.message and the Failed Event)."""
+pod launcher's torchrun, or by a torchrun of the script's own command, raises in rank 1, and the
+exception's last line ends the job's failure message (run-local prints the message the operator writes to
+status.message and the Failed Event) and, with the launcher, the pod's termination message."""
 
 from __future__ import annotations
 
@@ -41,3 +41,28 @@ def test_the_exception_of_a_rank_under_torchrun_is_in_its_termination_message_an
     assert re.search(f"{re.escape(LAST_LINE)} in [0-9.]+$", message), output
     (termination_log,) = (tmp_path / "work" / "pods").glob("*_raises-g0-1-*/containers/trainer/termination-log")
     assert termination_log.read_text().rstrip().endswith(LAST_LINE), termination_log.read_text()
+
+
+def test_the_exception_of_a_rank_under_a_scripts_own_torchrun_ends_the_jobs_message(tmp_path):
+    """A command of one's own runs torchrun itself. torchrun copies its first failed worker's error into its
+    own TORCHELASTIC_ERROR_FILE, removing that file first: were it the termination message (a mount), that
+    failed (EBUSY here, EACCES on a node), and torchrun's own traceback ended the log and the message."""
+    job = base_job(
+        training=DELETE,
+        command=["python", "-m", "torch.distributed.run", "--nproc-per-node=2", "-m", "raise_in_rank_1"],
+        nodes=1,
+        procsPerNode=2,
+        maxRestarts=0,
+        env=[{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+    )
+    job["metadata"] = {"name": "own"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", "job.yaml", "--workdir", "work"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_LOCAL_SCRIPT_S)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    message = result.stdout.split(" s, 0 restart(s)")[0]
+    assert "maxRestarts (0) reached. Root Cause (first observed failure):" in message, output
+    assert re.search(f"{re.escape(LAST_LINE)} in [0-9.]+$", message), output
+    (log,) = (tmp_path / "work" / "logs").glob("own-g0-0-*_trainer.log")
+    assert "OSError" not in log.read_text() and "PermissionError" not in log.read_text()

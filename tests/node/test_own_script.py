@@ -1,16 +1,21 @@
 """Bring your own script: a third-party gloo all-reduce runs in the trainer image through its own
-`command` (torchrun, or python with the master alias; the rank env from the operator), and deleting a
-running job removes every pod and every container of it from the node."""
+`command` (torchrun, or python with the master alias; the rank env from the operator), a rank that raises
+under the script's own torchrun is why the job failed, and deleting a running job removes every pod and
+every container of it from the node."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
+from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION
+from scaletrain_testing.jobs import patched
 from scaletrain_testing.node_jobs import SCRIPTS_MOUNT, container_id, job, script_job, scripts_config_map
 from scaletrain_testing.operator_harness import Team
 from scaletrain_testing.timeouts import CLUSTER_POD_TEARDOWN_S, TRAINER_RUN_S
 from scaletrain_testing.waiting import wait_until
+
+RANK_1_RAISES = "ValueError: shard 7 of the training data is corrupt (rank 1 raises this on purpose)"
 
 
 @pytest.mark.parametrize(
@@ -32,6 +37,23 @@ def test_a_third_party_script_runs_through_its_own_command(node_cluster, restric
     selector = "--selector=scaletrain.io/job-name=allreduce"
     logs = node_cluster.cluster.kubectl("--namespace", team.namespace, "logs", selector, "--prefix").stdout
     assert logs.count("of 2: sum 3") == 2, logs
+
+
+def test_the_exception_of_a_rank_under_a_scripts_own_torchrun_ends_the_jobs_message(node_cluster, restricted_namespace):
+    """Rank 1 raises under @record. torchrun, as the image's user (uid 10001), once tried to remove
+    /dev/termination-log to copy the error there, and its PermissionError ended the log and the message."""
+    team = Team(node_cluster.kube, restricted_namespace)
+    command = ["python", "-m", "torch.distributed.run", f"{SCRIPTS_MOUNT}/raise_in_rank_1.py"]
+    submitted = patched(script_job("cause", team.namespace, node_cluster.images["TRAINER_IMAGE"], command),
+                        {"spec": {"maxRestarts": 0}})  # fmt: skip
+    config_map = scripts_config_map(team.namespace, "raise_in_rank_1.py")
+    node_cluster.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([config_map, submitted]))
+    message = team.wait_phase("cause", "Failed", TRAINER_RUN_S)["status"]["message"]
+    assert message.endswith(RANK_1_RAISES), message
+    (rank_1,) = [pod for pod in team.kube.list("pods", team.namespace, "scaletrain.io/job-name=cause")
+                 if pod["metadata"]["annotations"][COMPLETION_INDEX_ANNOTATION] == "1"]  # fmt: skip
+    log = node_cluster.cluster.kubectl("--namespace", team.namespace, "logs", rank_1["metadata"]["name"]).stdout
+    assert RANK_1_RAISES in log and "PermissionError" not in log, log[-3000:]
 
 
 def test_deleting_a_running_job_removes_its_pods_and_containers(node_cluster, restricted_namespace):

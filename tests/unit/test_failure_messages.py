@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from scaletrain_operator.controller.status import bounded
+from scaletrain_operator.policy.gang_policy import failure_text
 from scaletrain_trainer.contract.exit_codes import elastic_error_text, result_of, summary_of
 from scaletrain_trainer.contract.wire import TERMINATION_MESSAGE_LIMIT
 from scaletrain_trainer.launch import CUT_MARK, tail, with_error
@@ -52,6 +53,47 @@ def test_a_torchelastic_error_file_gives_its_traceback_else_its_message():
     assert elastic_error_text({"message": "Signal 6 (SIGABRT)", "timestamp": 1}) == "Signal 6 (SIGABRT)"
     for other in ({"result": "Hang"}, {"message": "a script's own field"}, [1], None):
         assert elastic_error_text(other) is None
+
+
+# The end of a script's own torchrun's log when rank 1 raised under @record (torch 2.13, as run-local and the
+# kubelet keep it with FallbackToLogsOnError): torchrun's ChildFailedError and its failure table.
+TORCHRUN_LOG_TAIL = """\
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+raise_in_rank_1 FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-04_21:18:06
+  host      : cause-g0-0.cause.default.svc.cluster.local
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 13186)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 13186
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-04_21:18:05
+  host      : cause-g0-0.cause.default.svc.cluster.local
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 13187)
+  error_file: /tmp/torchelastic_ne3vaquu/none_44dg94oj/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "/opt/scripts/raise_in_rank_1.py", line 21, in main
+      raise ValueError("shard 7 of the training data is corrupt")
+  ValueError: shard 7 of the training data is corrupt
+  \n============================================================
+"""
+
+
+def test_a_script_s_own_torchrun_failure_is_told_by_its_first_failed_worker():
+    """Not torchrun's own exception, nor the SIGTERM of the rank it stopped: the Root Cause entry, ending with
+    the worker's exception."""
+    told = failure_text(TORCHRUN_LOG_TAIL)
+    assert told.startswith("Root Cause (first observed failure):\n[0]:") and "rank      : 1" in told
+    assert told.endswith(LAST_LINE)
+    assert failure_text("a log without torchrun's table\n") == "a log without torchrun's table"
 
 
 def test_a_bounded_message_keeps_its_start_and_most_of_its_end():

@@ -428,14 +428,15 @@ def test_a_job_of_its_own_script_needs_no_training_block_and_gets_no_trainer_con
         assert env["WORLD_SIZE"] == "2" and env["RANK"] == env["NODE_RANK"]  # the rank env is all there
 
 
-def test_every_pod_records_its_root_cause_error_in_its_termination_message():
+def test_every_pod_records_its_root_cause_error_in_a_file_of_its_own_and_its_log_tail_is_the_fallback():
     """torchelastic's @record (and torchrun, for its first failed worker) write an uncaught exception to
-    TORCHELASTIC_ERROR_FILE: the termination message, with the built-in trainer or a script of one's own;
-    a crash that writes nothing there leaves the end of its log instead."""
+    TORCHELASTIC_ERROR_FILE: a file of the pod's own, never the termination message, which the kubelet mounts
+    and torchrun would try to remove (wire.ERROR_FILE_PATH); the message is the launcher's, else the end of
+    the container's log."""
     for spec in ({}, {"training": DELETE, "command": ["torchrun", "train.py"]}, {"training": DELETE, "args": ["x.py"]}):
         children = _children(base_job(**spec))
         container = _container(children)
-        assert _env(children)["TORCHELASTIC_ERROR_FILE"] == "/dev/termination-log"
+        assert _env(children)["TORCHELASTIC_ERROR_FILE"] == "/tmp/torchelastic-error.json"
         assert container["terminationMessagePath"] == "/dev/termination-log"
         assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     own = base_job(env=[{"name": "TORCHELASTIC_ERROR_FILE", "value": "/output/error.json"}])

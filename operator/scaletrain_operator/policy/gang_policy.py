@@ -47,6 +47,7 @@ from scaletrain_trainer.contract.exit_codes import (
     elastic_error_text,
     result_of,
     summary_of,
+    torchrun_root_cause,
     waited_on_peers,
 )
 
@@ -175,14 +176,15 @@ class PodOutcome:
 def failure_text(termination_message: str) -> str:
     """What a termination message tells people of a failure: the exception the pod launcher recorded (the
     summary's `error`, after the rest of the summary), a torchelastic error file's traceback (a script's own
-    torchrun or @record writing to the termination message path), else the message as it is: the trainer's
-    summary, a script's own words, or with FallbackToLogsOnError the log's tail."""
+    @record writing to the termination message path), the first failed worker's entry of torchrun's failure
+    table (a script's own torchrun, the end of its log), else the message as it is: the trainer's summary, a
+    script's own words, or with FallbackToLogsOnError the log's tail."""
     document = summary_of(termination_message)
     if (traceback := elastic_error_text(document)) is not None:
         return traceback
     error = document.get(ERROR_FIELD)
     if not isinstance(error, str):
-        return termination_message.strip()
+        return torchrun_root_cause(termination_message) or termination_message.strip()
     rest = {key: value for key, value in document.items() if key != ERROR_FIELD}
     return f"{json.dumps(rest)}\n{error.strip()}" if rest else error.strip()
 

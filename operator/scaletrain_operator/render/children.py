@@ -298,10 +298,11 @@ def _completion_index() -> dict[str, Any]:
 
 def backend_env_defaults(spec: ScaleTrainJobSpec) -> dict[str, str]:
     """Defaults that users may override through spec.env. TORCHELASTIC_ERROR_FILE: where torchelastic's
-    @record, and torchrun for its first failed worker, write an uncaught exception with its traceback; the
-    termination message, so that a script's own `torchrun` or `python` tells the operator why it failed
-    (the built-in launcher gives torchrun a file of its own and writes the end of it there: launch.py)."""
-    defaults = {"PYTHONUNBUFFERED": "1", wire.ERROR_FILE_ENV: wire.TERMINATION_MESSAGE_PATH}
+    @record, and torchrun for its first failed worker, write an uncaught exception with its traceback: a file
+    of the pod's own (wire.ERROR_FILE_PATH says why not the termination message), so that a script's own
+    `torchrun` ends its log, and with it the message, with the worker's traceback (the built-in launcher
+    gives torchrun a file of its own and writes the end of it into the termination message: launch.py)."""
+    defaults = {"PYTHONUNBUFFERED": "1", wire.ERROR_FILE_ENV: wire.ERROR_FILE_PATH}
     if spec.resolved_backend == "nccl":
         # A dead peer must fail the job (and so trigger a gang restart), never hang it.
         defaults |= {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}

@@ -100,6 +100,21 @@ def elastic_error_text(document: object) -> str | None:
     return None
 
 
+# torchrun's failure table (ChildFailedError) names its first failed worker under this, with its traceback.
+ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
+
+
+def torchrun_root_cause(text: str) -> str | None:
+    """The first failed worker's entry of the failure table torchrun prints when a worker fails, as the end
+    of a container's log holds it: from the table's Root Cause header on, without its rules of = and -, so
+    that it ends with the worker's exception. None when `text` holds no such table."""
+    start = text.rfind(ROOT_CAUSE_HEADER)
+    if start < 0:
+        return None
+    lines = [line.rstrip() for line in text[start:].splitlines()]
+    return "\n".join(line for line in lines if line.strip() and set(line.strip()) - {"=", "-"})
+
+
 def final_failure(exit_code: int | None, termination_message: str) -> Result | None:
     """The result, when it is one no gang restart can fix (FINAL)."""
     result = result_of(exit_code, termination_message)

@@ -22,6 +22,12 @@ TERMINATION_LOG_ENV = "SCALETRAIN_TERMINATION_LOG"  # where the trainer writes i
 # torchelastic's @record writes an uncaught exception, with its traceback, to the file this names; torchrun,
 # itself decorated so, copies its first failed worker's file into its own (launch.py reads it from there).
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# A pod's own: never the termination message. The kubelet mounts that file, and torchrun removes its error
+# file before it copies a worker's into it (ErrorHandler._rm): EACCES in /dev, EBUSY on a mount point, and
+# a traceback of torchrun's own at the end of the log instead of the worker's. A file that does not exist
+# yet, where the container may write, is written in place; torchrun's failure table, which ends with its
+# first failed worker's traceback, is then the end of the log, which the kubelet makes the message.
+ERROR_FILE_PATH = "/tmp/torchelastic-error.json"
 
 # The trainer image's user and group (the Dockerfile's TRAINER_UID). Pods get it as their fsGroup unless
 # the job says otherwise, so that a volume the kubelet mounts root-owned (a new disk: mode 0755) is theirs.
