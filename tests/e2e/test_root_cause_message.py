@@ -6,31 +6,22 @@ status.message and the Failed Event) and, with the launcher, the pod's terminati
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
-
+from scaletrain_testing.cli import run_local_job
 from scaletrain_testing.jobs import DELETE, base_job
 from scaletrain_testing.timeouts import RUN_LOCAL_SCRIPT_S
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # on the "image": PYTHONPATH points here
+SCRIPT_ENV = [{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}]
 LAST_LINE = "ValueError: shard 7 of the training data is corrupt (rank 1 raises this on purpose)"
 
 
 def test_the_exception_of_a_rank_under_torchrun_is_in_its_termination_message_and_the_jobs_message(tmp_path):
     # No command: the default one, the pod launcher, runs torchrun with these arguments.
-    job = base_job(
-        training=DELETE,
-        args=["--module", "raise_in_rank_1"],
-        maxRestarts=0,
-        env=[{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}],
-    )
+    job = base_job(training=DELETE, args=["--module", "raise_in_rank_1"], maxRestarts=0, env=SCRIPT_ENV)
     job["metadata"] = {"name": "raises"}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", "job.yaml", "--workdir", "work"]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_LOCAL_SCRIPT_S)
+    result = run_local_job(tmp_path, job, RUN_LOCAL_SCRIPT_S)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     # The summary's first line is "NAME: Failed: MESSAGE in N s, ...", before the pod's log tail.
@@ -53,12 +44,10 @@ def test_the_exception_of_a_rank_under_a_scripts_own_torchrun_ends_the_jobs_mess
         nodes=1,
         procsPerNode=2,
         maxRestarts=0,
-        env=[{"name": "PYTHONPATH", "value": str(SCRIPTS)}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+        env=SCRIPT_ENV,
     )
     job["metadata"] = {"name": "own"}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", "job.yaml", "--workdir", "work"]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_LOCAL_SCRIPT_S)
+    result = run_local_job(tmp_path, job, RUN_LOCAL_SCRIPT_S)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     message = result.stdout.split(" s, 0 restart(s)")[0]

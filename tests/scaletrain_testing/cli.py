@@ -1,5 +1,5 @@
-"""The `scaletrain` command run in this process, for the unit tier: the same `main` the console script
-calls, with its stdin, stdout and stderr captured."""
+"""The `scaletrain` command: run in this process, for the unit tier (the same `main` the console script
+calls, with its stdin, stdout and stderr captured), or `run-local` of a job as a process of its own."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import io
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from scaletrain_operator.cli import main
 
@@ -24,3 +28,10 @@ def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
     finally:
         sys.stdin = saved_stdin
     return subprocess.CompletedProcess(["scaletrain", *args], code, out.getvalue(), err.getvalue())
+
+
+def run_local_job(directory: Path, job: dict[str, Any], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """`scaletrain run-local job.yaml --workdir work` of `job` in `directory`, its output captured."""
+    (directory / "job.yaml").write_text(yaml.safe_dump(job))
+    command = [sys.executable, "-m", "scaletrain_operator.cli", "run-local", "job.yaml", "--workdir", "work"]
+    return subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=timeout_s, check=False)
