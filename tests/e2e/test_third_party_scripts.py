@@ -71,6 +71,17 @@ def test_master_addr_in_args_is_expanded_and_each_pod_has_its_own_cwd_and_env(tm
         assert len(set(cwds)) == 2 and all(cwd.startswith(str(tmp_path / "work" / "pods")) for cwd in cwds), cwds
 
 
+def test_an_hf_trainer_script_reports_its_progress_as_it_would_to_the_operator(tmp_path, network):
+    """run-local serves the status-report endpoint (the Kubeflow Trainer status protocol) where its pods reach
+    this machine: HF's Trainer, told nothing, reports its step, loss and ETA, which run-local shows."""
+    command = ["python", "-m", "hf_trainer", "--max-steps", "30", "--seconds-per-step", "0.2"]
+    job = script_job("tp-hf", command)
+    job["spec"]["nodes"] = 1
+    returncode, output, logs = run_local(tmp_path, job, network)
+    assert returncode == 0, output
+    assert re.search(r"step \d+/30 +loss \d+\.\d+ .*ETA", output), output
+
+
 def test_a_working_dir_is_where_the_script_runs(tmp_path, network):
     code = tmp_path / "work" / "volumes" / "default" / "code"  # the claim "code", as run-local keeps it
     code.mkdir(parents=True)

@@ -74,8 +74,9 @@ ROOM_LOADS = {
     "render": (KIT | {"render"}, ("torch", "kopf", "kubernetes")),
     "policy": (KIT | {"render", "policy"}, ("torch", "kopf", "kubernetes")),
     "progress": (KIT | {"progress"}, ("torch", "kopf", "kubernetes")),
+    "report_server": (KIT | {"report_server"}, ("torch", "kopf", "kubernetes")),
     "convert": (KIT | {"render", "convert"}, ("torch", "kopf", "kubernetes")),
-    "controller": (KIT | {"render", "policy", "progress", "controller"}, ("torch",)),
+    "controller": (KIT | {"render", "policy", "progress", "report_server", "controller"}, ("torch",)),
     "local": (KIT | {"render", "policy", "progress", "local"}, ("kopf", "kubernetes")),
     "cli": (KIT | {"render", "convert", "cli"}, ("torch", "kopf", "kubernetes")),  # run-local loads local when run
 }

@@ -240,6 +240,14 @@ class ControlPlane(StartedWhileEntered):
             raise KubectlError(result.returncode, command, result.stdout, result.stderr)
         return result
 
+    def get_wide(self, kind: str, namespace: str, name: str) -> dict[str, str]:
+        """What `kubectl get KIND NAME -o wide` prints of the object, by column header: each column starts where its
+        header does (a value may be empty)."""
+        header, row = self.kubectl("get", kind, name, "-n", namespace, "-o", "wide").stdout.splitlines()
+        starts = [match.start() for match in re.finditer(r"\S+", header)]
+        ends = [*starts[1:], None]
+        return {header[start:end].strip(): row[start:end].strip() for start, end in zip(starts, ends, strict=True)}
+
     def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
         """Create a namespace and wait for its `default` ServiceAccount: pods are refused until it exists."""
         core = self._core()

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from scaletrain_operator.local.status_reports import serving_pki
+
 from .jobs import patched
 from .kube import Kube
 from .kubelet import FakeNode, Kubelet
@@ -60,6 +62,16 @@ def e2e_namespace(control_plane, workdir: Path, nodes: Sequence[FakeNode]) -> It
     install = install_watching(control_plane, namespace, workdir)
     with Kubelet(control_plane.api_client(), nodes, workdir / "kubelet", namespaces=[namespace]) as kubelet:
         yield Team(Kube(control_plane.api_client()), namespace, kubelet=kubelet, workdir=workdir, install=install)
+
+
+def status_report_args(team: Team) -> tuple[str, ...]:
+    """The operator's arguments that serve the status-report endpoint where the team's pods reach this machine
+    (the kubelet's host address), with a certificate for that address."""
+    address = team.kubelet.executor.network.host_ip
+    tls = serving_pki(team.workdir / "status-reports-tls", address)
+    port = free_port()
+    return (f"--status-reports-port={port}", f"--status-reports-url=https://{address}:{port}",
+            f"--status-reports-tls-dir={tls}")  # fmt: skip
 
 
 def paced(seconds_per_read=0.01):

@@ -112,8 +112,10 @@ def install_watching(
 def operator_process(install: OperatorInstall, *args: str, env: dict[str, str] | None = None) -> Iterator[Any]:
     """`scaletrain-operator` with the chart's arguments, then `args` (later ones win), authenticated as
     the chart's ServiceAccount. Its log goes to a file (a pipe nobody reads would block it),
-    `process.log_path`, shown when the block fails."""
-    command = [sys.executable, "-m", "scaletrain_operator.controller.main", *install.args, *args]
+    `process.log_path`, shown when the block fails. The status-report endpoint is off unless `args` turn it on
+    (e2e_jobs.status_report_args): the chart's certificate is for its Service's name, which no test resolves."""
+    chart_args = [*install.args, "--status-reports-port=0"]
+    command = [sys.executable, "-m", "scaletrain_operator.controller.main", *chart_args, *args]
     environment = os.environ | {"KUBECONFIG": str(install.kubeconfig), "PYTHONUNBUFFERED": "1"} | (env or {})
     with tempfile.NamedTemporaryFile("w", suffix=".log") as log:
         process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)

@@ -5,11 +5,15 @@ against the operator's own command line."""
 
 from __future__ import annotations
 
+import base64
+
 import helm_python
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
 
+from scaletrain_operator.api import naming
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.controller import rbac
 from scaletrain_operator.controller.main import build_parser
@@ -103,15 +107,21 @@ def test_rbac_is_the_operator_table_for_the_scope(chart, mode, clusterwide, peer
     subject = {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": RELEASE_NAMESPACE}
     (deployment,) = of_kind(objects, "Deployment")
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    status_reports = f"{account['metadata']['name']}-status-reports"  # status reports' own (a test below)
+
+    def operators(kind):
+        return [obj for obj in of_kind(objects, kind) if obj["metadata"]["name"] != status_reports]
+
+    cluster_roles, cluster_bindings = operators("ClusterRole"), operators("ClusterRoleBinding")
     if clusterwide:
-        assert of_kind(objects, "Role") == [] and of_kind(objects, "RoleBinding") == []
-        (role,), (binding,) = of_kind(objects, "ClusterRole"), of_kind(objects, "ClusterRoleBinding")
+        assert operators("Role") == [] and operators("RoleBinding") == []
+        (role,), (binding,) = cluster_roles, cluster_bindings
         assert role["rules"] == expected
         assert binding["roleRef"]["name"] == role["metadata"]["name"] and binding["subjects"] == [subject]
     else:  # nothing cluster-wide; a Role and RoleBinding in each watched namespace
-        assert of_kind(objects, "ClusterRole") == [] and of_kind(objects, "ClusterRoleBinding") == []
+        assert cluster_roles == [] and cluster_bindings == []
         watched = VALUES[mode]["watchNamespaces"]
-        roles, bindings = of_kind(objects, "Role"), of_kind(objects, "RoleBinding")
+        roles, bindings = operators("Role"), operators("RoleBinding")
         assert [r["metadata"]["namespace"] for r in roles] == [b["metadata"]["namespace"] for b in bindings] == watched
         assert all(role["rules"] == expected for role in roles)
         assert all(binding["subjects"] == [subject] for binding in bindings)
@@ -146,14 +156,15 @@ def test_the_deployment_is_hardened_and_highly_available(chart):
     assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
-    assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/tmp"}  # writable scratch only
+    mounts = {mount["mountPath"]: mount.get("readOnly", False) for mount in container["volumeMounts"]}
+    assert mounts == {"/tmp": False, "/etc/scaletrain/status-reports": True}  # writable scratch only
 
 
 def test_metrics_service_and_service_monitor_select_the_operator(chart):
     objects = render(chart, VALUES["monitored"])
     (deployment,) = of_kind(objects, "Deployment")
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    (service,) = of_kind(objects, "Service")
+    (service,) = [s for s in of_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics")]
     (monitor,) = of_kind(objects, "ServiceMonitor")
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
@@ -167,7 +178,7 @@ def test_network_policies_are_the_operators_to_make_with_the_rights_to(chart):
     objects = render(chart, VALUES["network-policy"])
     args = build_parser().parse_args(operator_container(objects)["args"])
     assert args.network_policy_from == RELEASE_NAMESPACE
-    for role in of_kind(objects, "Role"):
+    for role in [r for r in of_kind(objects, "Role") if r["metadata"]["namespace"] != RELEASE_NAMESPACE]:
         assert {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["list", "create"]} in (
             role["rules"]
         )
@@ -239,3 +250,40 @@ def test_the_chart_renders_the_dashboard_the_rules_and_the_pod_monitor_only_when
     alerts = {rule["alert"] for obj in objects if obj["kind"] == "PrometheusRule"
               for group in obj["spec"]["groups"] for rule in group["rules"]}  # fmt: skip
     assert "ScaleTrainLowMFU" not in alerts and "ScaleTrainJobHung" in alerts  # low MFU: off unless a bound is set
+
+
+@pytest.mark.parametrize("mode", ["default", "namespaced"])
+def test_the_status_report_endpoint_has_a_certificate_for_its_service_and_may_review_tokens(chart, mode):
+    objects = render(chart, VALUES[mode])
+    container = operator_container(objects)
+    args = build_parser().parse_args(container["args"])
+    (secret,) = of_kind(objects, "Secret")
+    (service,) = [s for s in of_kind(objects, "Service") if s["metadata"]["name"] == secret["metadata"]["name"]]
+    host = f"{service['metadata']['name']}.{RELEASE_NAMESPACE}.svc"
+    assert args.status_reports_url == f"https://{host}"
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "status-reports", "protocol": "TCP"}
+    ]
+    assert ports["status-reports"] == args.status_reports_port
+    volume = next(v for v in of_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["volumes"] if "secret" in v)
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["mountPath"] == args.status_reports_tls_dir
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert host in names
+    cert.verify_directly_issued_by(ca)
+    (role,) = [r for r in of_kind(objects, "ClusterRole") if r["metadata"]["name"] == secret["metadata"]["name"]]
+    assert role["rules"] == rbac.rules(rbac.STATUS_REPORTS)  # cluster-scoped, in a namespaced install too
+    # The Service reaches the active replica alone, which labels its own pod (known from the downward API).
+    (own_pod,) = [r for r in of_kind(objects, "Role") if r["metadata"]["name"] == secret["metadata"]["name"]]
+    assert own_pod["metadata"]["namespace"] == RELEASE_NAMESPACE and own_pod["rules"] == rbac.rules(rbac.OWN_POD)
+    assert service["spec"]["selector"][naming.ACTIVE_REPLICA_LABEL] == "true"
+    env = {var["name"]: var["valueFrom"]["fieldRef"]["fieldPath"] for var in container["env"]}
+    assert env == {
+        "SCALETRAIN_OPERATOR_POD_NAME": "metadata.name",
+        "SCALETRAIN_OPERATOR_POD_NAMESPACE": "metadata.namespace",
+    }
+    assert of_kind(render(chart, {"statusReports": {"enabled": False}}), "Secret") == []

@@ -37,15 +37,18 @@ def test_crd_names_scope_and_status_subresource(crd):
         "Tokens/s": ".status.progress.tokensPerSecond",
         "TFLOPS/Device": ".status.progress.tflopsPerDevice",
         "MFU": ".status.progress.mfu",
+        "ETA-Seconds": ".status.progress.etaSeconds",
+        "Progress-%": ".status.progress.progressPercentage",
         "Restarts": ".status.restarts",
         "Age": ".metadata.creationTimestamp",
     }
 
 
-def test_eval_loss_and_throughput_columns_show_only_in_kubectls_wide_output(crd):
+def test_eval_loss_throughput_and_eta_columns_show_only_in_kubectls_wide_output(crd):
     (version,) = crd["spec"]["versions"]
     wide = {c["name"]: c["type"] for c in version["additionalPrinterColumns"] if c.get("priority", 0) > 0}
-    assert wide == {"Eval-Loss": "number", "Tokens/s": "number", "TFLOPS/Device": "number", "MFU": "number"}
+    assert set(wide) == {"Eval-Loss", "Tokens/s", "TFLOPS/Device", "MFU", "ETA-Seconds", "Progress-%"}
+    assert set(wide.values()) == {"number"}
 
 
 def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
@@ -94,6 +97,9 @@ def test_schema_has_bounds_enums_required_and_defaults(crd_schema):
         "checkpointStep",
         "generation",
         "readAt",
+        "progressPercentage",
+        "metrics",
+        "reportedAt",
     }
 
 

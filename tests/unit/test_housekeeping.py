@@ -14,6 +14,7 @@ from scaletrain_operator.controller.cluster import Cluster
 from scaletrain_operator.controller.decision import Decision
 from scaletrain_operator.controller.housekeeping import Housekeeping
 from scaletrain_operator.controller.settings import OperatorConfig
+from scaletrain_operator.report_server import Reports
 from scaletrain_testing.gang_objects import cached_gang_job, gang_pod
 from scaletrain_testing.jobs import NAMESPACE, running_status, stored_job
 
@@ -21,7 +22,9 @@ PROGRESS_PORT = {"metricsPort": 9555}  # where rank 0 serves its progress
 
 
 def _housekeeping(cache: Cache) -> Housekeeping:
-    return Housekeeping(OperatorConfig(), SimpleNamespace(cache=cache), reconcile_soon=lambda job: None)
+    return Housekeeping(
+        OperatorConfig(), SimpleNamespace(cache=cache), reconcile_soon=lambda job: None, reports=Reports()
+    )
 
 
 def test_rank_0_is_the_index_0_pod_of_the_newest_gangs_own_job_and_never_a_forged_one():
@@ -91,7 +94,7 @@ def test_one_list_of_failed_creates_per_namespace_and_pass_tells_each_job_why_it
     cluster = FailedCreates({"refused-g0": "pods are forbidden: violates PodSecurity", "other-g0": "quota exceeded"})
     for name in ("refused", "waiting", "also-waiting"):
         _pending_without_pods(cluster, name)
-    Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None).run_pass()
+    Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None, reports=Reports()).run_pass()
     assert cluster.lists == [NAMESPACE]
     assert set(cluster.patched) == {"refused"} and cluster.events == ["refused"]
     (failed,) = cluster.patched["refused"]["conditions"]
@@ -136,7 +139,7 @@ def test_a_gang_smaller_than_nodes_with_all_its_pods_lacks_none():
     cluster.cache.pods.put(
         gang_pod(0, "Running", job="elastic", ip="10.0.0.1", owner_uid="elastic-g0-uid", resource_version=4)
     )
-    Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None).run_pass()
+    Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None, reports=Reports()).run_pass()
     assert cluster.lists == [] and cluster.patched == {}
 
 
@@ -155,7 +158,7 @@ def _queue_wait_reported(stj, reason):
     cache.scaletrainjobs.put(stj)
     cache.jobs.put(cached_gang_job(suspend=True))
     cluster = SimpleNamespace(cache=cache, patch_status=lambda where, status: patches.append(status))
-    housekeeping = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None)
+    housekeeping = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None, reports=Reports())
     housekeeping.report_queue_wait(stj, lambda namespace: {"demo-g0-uid": reason})
     ((queued,),) = [status["conditions"] for status in patches]
     return queued
@@ -176,3 +179,20 @@ def test_a_job_whose_status_names_no_gang_of_ours_stops_no_other_jobs_progress_r
     assert [(raw["metadata"]["name"], rank_0.url) for raw, rank_0 in found] == [
         ("demo", "http://10.0.0.1:9555/progress")
     ]
+
+
+def test_the_active_replica_labels_its_own_pod_once_and_takes_the_label_off_when_it_stands_by():
+    """The status-report Service selects the label: reports reach the active replica alone."""
+    labels = []
+    cluster = SimpleNamespace(cache=Cache(), label_pod=lambda *call: labels.append(call))
+    config = OperatorConfig(pod_name="operator-abc", pod_namespace="scaletrain-system")
+    housekeeping = Housekeeping(config, cluster, reconcile_soon=lambda job: None, reports=Reports())
+    for active in (True, True, False, False, True):
+        housekeeping.active = active
+        housekeeping.label_own_pod()
+    call = ("scaletrain-system", "operator-abc", naming.ACTIVE_REPLICA_LABEL)
+    assert labels == [(*call, True), (*call, False), (*call, True)]
+    outside_a_pod = Housekeeping(OperatorConfig(), cluster, reconcile_soon=lambda job: None, reports=Reports())
+    outside_a_pod.active = True
+    outside_a_pod.label_own_pod()
+    assert len(labels) == 3

@@ -10,7 +10,12 @@ from scaletrain_testing.imports import import_graph, is_torch, is_trainer_beyond
 
 # Each tier imports the tiers below it. Within a tier: a decision may read how its objects are rendered
 # (policy -> render), and the types check themselves with the validation (api <-> validation).
-TIERS = ({"cli"}, {"controller", "local", "convert"}, {"policy", "render", "progress"}, {"validation", "api"})
+TIERS = (
+    {"cli"},
+    {"controller", "local", "convert"},
+    {"policy", "render", "progress", "report_server"},
+    {"validation", "api"},
+)
 ALLOWED_ROOMS = {
     "package": set(),
     **{name: set().union(*TIERS[depth + 1 :]) for depth, tier in enumerate(TIERS) for name in tier},

@@ -350,6 +350,30 @@ def test_a_container_is_resolved_with_a_clean_env_and_its_own_directories(tmp_pa
     assert run.env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
 
 
+def test_an_env_value_naming_a_file_the_node_wrote_moves_to_it_where_no_mount_puts_it_in_place(tmp_path):
+    """A projected token (the status-report endpoint's) on this machine's filesystem: the container's path to
+    it is moved to where the node wrote it; a path into a claim is the script's to resolve, and stays."""
+    env = [
+        {"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "value": "/var/run/reports/token"},
+        {"name": "DATA", "value": "/data/train.bin"},
+    ]
+    mounts = [{"name": "reports", "mountPath": "/var/run/reports", "readOnly": True},
+              {"name": "data", "mountPath": "/data"}]  # fmt: skip
+    volumes = [{"name": "reports", "projected": {"sources": []}}, {"name": "data", "emptyDir": {}}]
+    container = {"name": "main", "command": ["python"], "env": env, "volumeMounts": mounts}
+    pod = a_pod(env, containers=[container], volumes=volumes)
+    written = tmp_path / "node" / "reports"
+    written.mkdir(parents=True)
+    (written / "token").write_text("a token")
+    executor = PodExecutor(
+        tmp_path, LoopbackNetwork("a test"), node_name="node-a", filesystem=SharedFilesystem("a test")
+    )
+    sandbox = executor.network.attach(PodIdentity.of(pod))
+    run = executor.resolve_container(pod, sandbox, "m", PodExtras(volumes={"reports": written}), CONTAINER, container)
+    assert run.env["KUBEFLOW_TRAINER_SERVER_TOKEN"] == str(written / "token")
+    assert run.env["DATA"] == "/data/train.bin"
+
+
 def contained_container(tmp_path, pod, container):
     executor = PodExecutor(
         tmp_path, LoopbackNetwork("a test"), node_name="node-a", filesystem=ContainedFilesystem(tmp_path)

@@ -15,11 +15,16 @@ from scaletrain_operator.validation.progress_answer import parse_progress, statu
 from scaletrain_testing.jobs import REPO
 from scaletrain_trainer.contract import exit_codes, wire
 
-SCHEMA_TYPES = {"integer": "integer", "number": "number", "boolean": "boolean", "timestamp": "string"}
+SCHEMA_TYPES = {
+    "integer": "integer", "number": "number", "boolean": "boolean", "timestamp": "string", "named numbers": "object"
+}  # fmt: skip
 SOURCES = sorted((REPO / "operator").rglob("*.py")) + sorted((REPO / "trainer").rglob("*.py"))
 WIRE = REPO / "trainer" / "scaletrain_trainer" / "contract" / "wire.py"
 # A value of each kind that every field of that kind takes.
-FITTING = {"integer": 7, "number": 0.5, "timestamp": "2026-12-01T10:00:00Z", "set-aside names": ["step-4.corrupt"]}
+FITTING = {
+    "integer": 7, "number": 0.5, "timestamp": "2026-12-01T10:00:00Z", "set-aside names": ["step-4.corrupt"],
+    "named numbers": {"learning_rate": 0.0003},
+}  # fmt: skip
 
 
 def progress_schema() -> dict:
@@ -34,6 +39,8 @@ def test_each_progress_field_is_in_the_crd_with_its_type_and_bounds(field):
     assert schema.get("minimum") == field.minimum and schema.get("maximum") == field.maximum
     if field.kind == "set-aside names":
         assert schema["maxItems"] == wire.MAX_SET_ASIDE and schema["items"]["maxLength"] == wire.MAX_TEXT
+    elif field.kind == "named numbers":
+        assert schema["maxProperties"] == wire.MAX_METRICS and schema["additionalProperties"]["type"] == "number"
     else:
         assert schema["type"] == SCHEMA_TYPES[field.kind]
 
@@ -64,8 +71,11 @@ def test_the_reader_keeps_a_reported_value_in_range_and_drops_one_out_of_it(fiel
 
 def test_the_operator_adds_its_own_fields_and_takes_none_of_them_from_rank_0():
     stamped = {field.name for field in wire.PROGRESS_FIELDS} - {field.name for field in wire.REPORTED}
-    assert stamped == {"lossFinite", "generation", "readAt"}
-    assert parse_progress(b'{"generation": 9, "readAt": "2026-12-01T10:00:00Z", "lossFinite": true}') == {}
+    assert stamped == {"lossFinite", "generation", "readAt", "reportedAt"}
+    operators = (
+        b'{"generation": 9, "readAt": "2026-12-01T10:00:00Z", "reportedAt": "2026-12-01T10:00:00Z", "lossFinite": true}'
+    )
+    assert parse_progress(operators) == {}
     patch = status_patch({"step": 3}, generation=2)
     assert set(patch) == {field.name for field in wire.PROGRESS_FIELDS} and patch["generation"] == 2
 

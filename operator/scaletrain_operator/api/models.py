@@ -386,6 +386,20 @@ class RestartBackoff(SpecModel):
             yield Problem(("maxSeconds",), f"must be at least initialSeconds ({self.initial_seconds})")
 
 
+class StatusReports(SpecModel):
+    """The reports a script of one's own pushes to the operator in the Kubeflow Trainer status protocol
+    (KUBEFLOW_TRAINER_SERVER_*; HF's Trainer does so by itself): they become status.progress (docs/api.md)."""
+
+    hang_after_seconds: int | None = Field(
+        None,
+        ge=10,
+        le=7 * 86400,
+        description="Once the running gang has reported, no report for this long is a Hang (restarted, or failed, "
+        "as failurePolicy says for the built-in trainer's hangs). Counted only while the operator serves the "
+        "reports: a gang never reported, or an operator that cannot be reached, is no hang. Default: off.",
+    )
+
+
 class Topology(SpecModel):
     """All pods of the gang in one domain of a node label (a rack, a block, an NVLink domain)."""
 
@@ -555,6 +569,10 @@ class ScaleTrainJobSpec(SpecModel):
         "script of one's own (which must then report resumedFromStep and checkpointStep, docs/api.md).",
     )
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
+    status_reports: StatusReports = Field(
+        default_factory=StatusReports,
+        description="Progress a script of one's own pushes (not for the built-in trainer, which reports its own).",
+    )
     termination_grace_period_seconds: int | None = Field(
         None,
         ge=0,
@@ -723,6 +741,9 @@ class ScaleTrainJobSpec(SpecModel):
         yield from self._kubernetes_problems()
 
     def _training_problems(self) -> Iterator[Problem]:
+        if self.training is not None and self.status_reports.hang_after_seconds is not None:
+            message = "is for a script of one's own; the built-in trainer's hang timeout is training.hangTimeoutSeconds"
+            yield Problem(("statusReports", "hangAfterSeconds"), message)
         if self.training is None:
             if self.command is None and self.args is None:
                 yield Problem(("training",), TRAINING_REQUIRED)
@@ -949,9 +970,10 @@ def _progress_field(field: wire.ProgressField) -> tuple[Any, Any]:
         "boolean": bool,
         "timestamp": Timestamp,
         "set-aside names": list[Annotated[str, Field(max_length=wire.MAX_TEXT)]],
+        "named numbers": dict[str, float],  # names are checked where read (progress_answer.fits)
     }[field.kind]
-    if field.kind == "set-aside names":
-        bounds["max_length"] = wire.MAX_SET_ASIDE
+    if field.kind in ("set-aside names", "named numbers"):
+        bounds["max_length"] = wire.MAX_SET_ASIDE if field.kind == "set-aside names" else wire.MAX_METRICS
     bounds = {name: bound for name, bound in bounds.items() if bound is not None}
     return kind | None, Field(None, description=field.description, **bounds)
 

@@ -118,3 +118,11 @@ def child_job_name(job_name: str, generation: int) -> str:
     """The batch/v1 Job of one gang generation. A new name per generation means a restarted gang
     never resolves the master address to a still-terminating pod of the previous generation."""
     return f"{job_name}-g{generation}"
+
+
+# Where on the operator's HTTPS endpoint a script of one's own posts its progress (report_server.py); pods are given
+# the whole URL (render/status_reports.py).
+STATUS_REPORTS_PATH = "/v1/trainer-status"
+# On the operator's own pod while it is the active replica: the status-report Service selects it, so that reports
+# reach only the replica that can take them (controller/housekeeping.py).
+ACTIVE_REPLICA_LABEL = f"{GROUP}/active-replica"

@@ -477,6 +477,20 @@ class Cluster:
             items = self._request("GET", CLUSTER_KOPF_PEERINGS.path(None))["items"]
         return next((item.get("status") or {} for item in items if item["metadata"]["name"] == name), None)
 
+    def label_pod(self, namespace: str, name: str, label: str, on: bool) -> None:
+        """Set `label` to "true" on the pod, or remove it."""
+        patch = {"metadata": {"labels": {label: "true" if on else None}}}
+        self._request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", patch, content_type=MERGE_PATCH)
+
+    def review_token(self, token: str, audience: str) -> dict[str, Any]:
+        """The API server's verdict on a bearer token meant for `audience` (a TokenReview's status)."""
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [audience]},
+        }
+        return self._request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", review).get("status") or {}
+
     def post_event(self, stj: ObjectRef, event: Event) -> None:
         """Post `event` on the ScaleTrainJob. One with an occasion is posted once: its name is made from what
         it is about, so a repeat is refused as AlreadyExists, which means it was posted."""

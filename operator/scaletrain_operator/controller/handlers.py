@@ -39,6 +39,7 @@ from scaletrain_trainer.contract.validation import ProblemsError
 from ..api import naming
 from ..api.models import parse_job
 from ..policy.pods import being_deleted
+from ..report_server import REVIEWERS, Reports, StatusServer
 from . import metrics
 from .cache import Cache, Key, Store
 from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
@@ -46,6 +47,7 @@ from .decision import Decision, Event, Observed
 from .finished import decide_failed, decide_invalid, stop_what_runs
 from .housekeeping import HOUSEKEEPING_CONNECTIONS, Housekeeping
 from .reconcile import decide
+from .reporters import Senders
 from .settings import DEFAULTS, OperatorConfig
 from .status import FINISHED, phase_of
 from .workqueue import Outcome, WorkQueue
@@ -78,7 +80,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     for resource in CHILDREN:  # filtered by the API server: only the operator's own children arrive (and are cached)
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     if "cluster" not in memo:  # a connection for each thread that calls the API: workers, helpers, housekeeping
-        api = connect(RECONCILE_WORKERS + API_HELPERS + HOUSEKEEPING_CONNECTIONS)
+        api = connect(RECONCILE_WORKERS + API_HELPERS + HOUSEKEEPING_CONNECTIONS + REVIEWERS)
         memo.cluster = Cluster(api, timeout_seconds=config.request_timeout_seconds, helpers=API_HELPERS)
     memo.config = config = dataclasses.replace(config, workload_api=memo.cluster.serves_workloads())
     log.info("gang placement through the Workload API: %s", "served" if config.workload_api else "not served")
@@ -93,13 +95,24 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     queue.start()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    memo.housekeeping = Housekeeping(config, memo.cluster, reconcile_soon=queue.add)
+    reports = Reports()
+    memo.housekeeping = Housekeeping(config, memo.cluster, reconcile_soon=queue.add, reports=reports)
     memo.housekeeping.start()
+    memo.status_server = None
+    if config.status_reports_port:
+        senders = Senders(memo.cluster, memo.cluster.cache)
+        active = lambda: memo.housekeeping.active  # noqa: E731
+        memo.status_server = StatusServer(
+            config.status_reports_port, config.status_reports_tls_dir, senders, reports, active
+        )
+        memo.status_server.start()
 
 
 @kopf.on.cleanup()
 def stop(memo: kopf.Memo, **_: Any) -> None:
     memo.housekeeping.stop()
+    if memo.status_server is not None:
+        memo.status_server.stop()
     memo.queue.stop()
 
 

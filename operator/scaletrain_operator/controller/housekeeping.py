@@ -1,5 +1,6 @@
 """Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status (all
-read at once, each with its own deadline; or ProgressUnreachable when it cannot be read), the TTL of
+read at once, each with its own deadline; or ProgressUnreachable when it cannot be read; or, for a script
+that pushes its reports, the newest of them: report_server.py), the TTL of
 finished ones, and why a gang's pods are missing (PodCreationFailed). A plain thread rather than
 a kopf timer, which would put a finalizer on every job. A standby replica stays passive here too (peering.py).
 
@@ -29,11 +30,13 @@ from ..api.timestamps import parse_timestamp
 from ..policy.pods import POD_CREATION_FAILED, pod_index, pod_phase
 from ..progress import read_all_progress
 from ..render.child_annotations import suspended_by_operator
+from ..report_server import Reports
 from ..validation.progress_answer import Unreadable, status_patch
 from . import metrics, peering
 from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef
 from .decision import Event, Observed, current_gang
+from .reporters import pushed_progress
 from .settings import OperatorConfig
 from .status import bounded, condition, phase_of, with_condition
 from .ttl import decide_ttl
@@ -50,8 +53,12 @@ POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; aft
 
 
 class Housekeeping:
-    def __init__(self, config: OperatorConfig, cluster: Cluster, reconcile_soon: Callable[[Key], None]):
-        self.config, self.cluster, self.reconcile_soon = config, cluster, reconcile_soon
+    def __init__(
+        self, config: OperatorConfig, cluster: Cluster, reconcile_soon: Callable[[Key], None], reports: Reports
+    ):
+        self.config, self.cluster, self.reconcile_soon, self.reports = config, cluster, reconcile_soon, reports
+        self.active = False  # whether this replica was the active one at the last look (report_server.py asks)
+        self._labelled: bool | None = None  # what this replica's pod says of it (ACTIVE_REPLICA_LABEL); None: unknown
         self._stop = threading.Event()
         self._unread: dict[Key, int] = {}  # failed progress reads in a row, by job
         self._thread = threading.Thread(target=self._loop, name="housekeeping", daemon=True)
@@ -65,7 +72,9 @@ class Housekeeping:
     def _loop(self) -> None:
         while not self._stop.wait(self.config.progress_interval_seconds):
             try:
-                if self.active_replica():
+                self.active = self.active_replica()
+                self.label_own_pod()
+                if self.active:
                     self.run_pass()
             except Exception:  # best effort: never let this break the operator
                 log.exception("housekeeping pass failed")
@@ -87,15 +96,33 @@ class Housekeeping:
                 isolated("queue", raw, functools.partial(self.report_queue_wait, waits=waits))
         running_keys = {(raw["metadata"]["namespace"], raw["metadata"]["name"]) for raw in running}
         self._unread = {key: failures for key, failures in self._unread.items() if key in running_keys}
+        self.reports.keep_only(running_keys)
         found = self.rank_0s(running)
-        answers = read_all_progress([rank_0.url for _, rank_0 in found], self.config.progress_timeout_seconds)
-        read = [(raw, rank_0, answer) for (raw, rank_0), answer in zip(found, answers, strict=True)]
+        pushed = [self.pushed(rank_0) for _, rank_0 in found]
+        to_read = [rank_0.url for (_, rank_0), report in zip(found, pushed, strict=True) if report is None]
+        answers = iter(read_all_progress(to_read, self.config.progress_timeout_seconds))
+        read = [(raw, rank_0, report or next(answers)) for (raw, rank_0), report in zip(found, pushed, strict=True)]
         if read:
             with ThreadPoolExecutor(min(len(read), STATUS_WRITERS), thread_name_prefix="progress") as writers:
                 for raw, rank_0, answer in read:
                     writers.submit(
                         isolated, "progress", raw, functools.partial(self.record_progress, rank_0=rank_0, answer=answer)
                     )
+
+    def pushed(self, rank_0: Rank0) -> dict[str, Any] | None:
+        """The progress the job's script pushed (report_server.py), or None: rank 0's /progress is read."""
+        key = (rank_0.job.metadata.namespace, rank_0.job.name)
+        return pushed_progress(rank_0.job, rank_0.gang_generation, self.reports.newest(key), self.reports.since)
+
+    def label_own_pod(self) -> None:
+        """Say on this replica's pod whether it is the active one (naming.ACTIVE_REPLICA_LABEL), so that the
+        chart's status-report Service sends reports only to it: a standby could not tell whose they are. Only
+        where the operator knows its pod (the chart gives it), and only when that changes."""
+        config = self.config
+        if not config.pod_name or self._labelled == self.active:
+            return
+        self.cluster.label_pod(config.pod_namespace, config.pod_name, naming.ACTIVE_REPLICA_LABEL, self.active)
+        self._labelled = self.active
 
     def active_replica(self) -> bool:
         """Standalone, or the active one of the peered replicas (kopf pauses the others' watches)."""

@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the PriorityClass of elastic gangs' capacity probes: one with preemptionPolicy Never (the chart "
         "makes it), so that a probe never preempts a pod",
     )
+    reports = parser.add_argument_group("status reports", "the HTTPS endpoint scripts of one's own push progress to")
+    reports.add_argument("--status-reports-port", type=int, help="serve it on this port (0: off, the default)")
+    reports.add_argument(
+        "--status-reports-url", metavar="URL", help="https://HOST[:PORT], as pods reach it (the chart's Service)"
+    )
+    reports.add_argument(
+        "--status-reports-tls-dir", metavar="DIR", help="its certificate and key (tls.crt, tls.key) and CA (ca.crt)"
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser
 
@@ -88,6 +96,9 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         config = replace(config, network_policy_from=args.network_policy_from)
     if args.probe_priority_class is not None:
         config = replace(config, probe_priority_class=args.probe_priority_class)
+    for name in ("status_reports_port", "status_reports_url", "status_reports_tls_dir"):
+        if getattr(args, name) is not None:
+            config = replace(config, **{name: getattr(args, name)})
     if args.peering:
         identity, priority = peering.new_identity(), peering.new_priority()
         config = replace(config, peering=args.peering, peering_identity=identity, peering_priority=priority)

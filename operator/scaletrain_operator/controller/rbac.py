@@ -113,9 +113,35 @@ NETWORK_POLICIES = (
 )
 
 
-def permissions(*, clusterwide: bool, peering: bool, network_policies: bool = False) -> tuple[Permission, ...]:
-    """Everything one operator needs, for its scope, peering mode and NetworkPolicies."""
-    table = OPERATOR + (NETWORK_POLICIES if network_policies else ())
+# With statusReports.enabled: who sent a report (reporters.py). TokenReviews are cluster-scoped, so this one
+# rule is a ClusterRole's in a namespaced install too; it lets the operator check tokens, not read anything.
+STATUS_REPORTS = (
+    Permission(
+        "authentication.k8s.io",
+        "tokenreviews",
+        ("create",),
+        "the pod a pushed progress report's token is bound to (status reports); cluster-scoped, so a ClusterRole's",
+    ),
+)
+
+
+# With statusReports.enabled, in the operator's own namespace: the active replica labels its pod so that the
+# status-report Service reaches only it.
+OWN_POD = (
+    Permission(
+        "",
+        "pods",
+        ("patch",),
+        "this replica's own pod, labelled while it is the active one (status reports go there); its own namespace",
+    ),
+)
+
+
+def permissions(
+    *, clusterwide: bool, peering: bool, network_policies: bool = False, status_reports: bool = False
+) -> tuple[Permission, ...]:
+    """Everything one operator needs, for its scope, peering mode, NetworkPolicies and status reports."""
+    table = OPERATOR + (NETWORK_POLICIES if network_policies else ()) + (STATUS_REPORTS if status_reports else ())
     if not peering:
         return table
     return table + (CLUSTER_PEERING if clusterwide else NAMESPACED_PEERING)
@@ -134,6 +160,8 @@ def chart_rules_yaml() -> str:
         "networkPolicies": NETWORK_POLICIES,
         "namespacedPeering": NAMESPACED_PEERING,
         "clusterPeering": CLUSTER_PEERING,
+        "statusReports": STATUS_REPORTS,
+        "ownPod": OWN_POD,
     }
     lines = ["# Generated from operator/scaletrain_operator/controller/rbac.py by `make generate`; do not edit."]
     for section, table in sections.items():

@@ -79,6 +79,7 @@ from ..render.child_annotations import (
     with_spec_hash,
 )
 from ..render.children import render_job, render_master_alias, render_network_policy, render_service, render_workload
+from ..render.status_reports import reporting_to
 from ..render.workload import placed_by_workload
 from ..validation import elastic_sizes
 from ..validation.progress_answer import final_progress, status_patch
@@ -168,7 +169,11 @@ def _decide(
     # The one render of this call: the Job it would create. That is the current generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
     next_gang_generation = gang_generation if current is None and not gone else gang_generation + 1
-    desired = with_spec_hash(render_job(job, next_gang_generation, uses_workload=uses_workload))
+    desired = reporting_to(
+        with_spec_hash(render_job(job, next_gang_generation, uses_workload=uses_workload)),
+        job,
+        settings.status_endpoint,
+    )
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
     draft = Draft(
         status,

@@ -3,8 +3,12 @@ them (main.py); kopf hands them to the handlers through its memo."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from ..render.status_reports import Endpoint
 
 ENV_PREFIX = "SCALETRAIN_OPERATOR_"
 
@@ -32,9 +36,26 @@ class OperatorConfig:
     # The PriorityClass of elastic gangs' capacity probes (render/capacity_probe.py), whose preemptionPolicy
     # Never keeps a probe from preempting anything (the chart makes it); "": none, so the cluster's default.
     probe_priority_class: str = ""
+    # The endpoint scripts of one's own push their progress to (report_server.py): the port this replica serves
+    # it on (0: none), https://HOST[:PORT] as pods reach it, and the directory of its TLS files (tls.crt, tls.key,
+    # and ca.crt, which pods are given to check it with).
+    status_reports_port: int = 0
+    status_reports_url: str = ""
+    status_reports_tls_dir: str = ""
+    # This replica's own pod (the chart sets them from the downward API), labelled while it is the active one
+    # (naming.ACTIVE_REPLICA_LABEL); "": not labelled (an operator outside a pod).
+    pod_name: str = ""
+    pod_namespace: str = ""
     # Whether the API server serves the Workload API (gang placement, render/workload.py): found by
     # discovery when the operator starts (handlers.configure), so the environment does not set it.
     workload_api: bool = field(default=False, metadata={"discovered": True})
+
+    @functools.cached_property  # read once: a CA that changes reaches gangs only when the operator restarts
+    def status_endpoint(self) -> Endpoint | None:
+        """Where pods push their reports, with the CA to check it by; None when this operator serves none."""
+        if not (self.status_reports_port and self.status_reports_url):
+            return None
+        return Endpoint(self.status_reports_url, (Path(self.status_reports_tls_dir) / "ca.crt").read_text())
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> OperatorConfig:

@@ -16,6 +16,7 @@ run at a time holds (a second one would interleave the metrics and trip over the
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -48,6 +49,7 @@ from ..policy.gang_policy import (
 from ..policy.ledger import Ledger
 from ..progress import read_progress
 from ..render.children import render_job, render_master_alias, render_service
+from ..render.status_reports import VOLUME, reporting_to
 from ..validation import elastic_sizes
 from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
 from .job_controller import indexed_pods
@@ -55,6 +57,7 @@ from .pod_filesystem import FilesystemError, PodFilesystem, open_filesystem
 from .pod_network import AUTO, NetworkError, PodNetwork, free_port, open_network
 from .pod_spec import Pod
 from .report import RunResult, metrics_records, summary
+from .status_reports import LocalReports
 from .view import ProgressView
 
 POLL_SECONDS = 0.25
@@ -141,9 +144,12 @@ def _config_path(executor: PodExecutor, pod: Pod, path: str, field: tuple[str, .
 class Gang:
     """One generation of the job's pods, started together and stopped together."""
 
-    def __init__(self, job: ScaleTrainJob, generation: int, executor: PodExecutor, gpus: list[str]):
-        self.executor, self.gpus, self.per_node = executor, gpus, job.spec.gpus_per_node
-        self.specs = indexed_pods(render_job(job, generation))
+    def __init__(
+        self, job: ScaleTrainJob, generation: int, executor: PodExecutor, gpus: list[str], reports: LocalReports | None
+    ):
+        self.executor, self.gpus, self.per_node, self.reports = executor, gpus, job.spec.gpus_per_node, reports
+        endpoint = reports.endpoint if reports is not None else None
+        self.specs = indexed_pods(reporting_to(render_job(job, generation), job, endpoint))
         self.metrics_port = job.spec.metrics_port
         training, rank_0 = job.spec.training, self.specs[0]
         # A script of one's own (no training block) writes neither: its progress is what /progress says.
@@ -162,10 +168,13 @@ class Gang:
         self.last_progress: dict[str, Any] | None = None  # rank 0's last /progress answer
         self.judged: list[PodOutcome] = []  # the pods as the last judgement saw them
 
-    @property
-    def progress_url(self) -> str:
+    def progress(self) -> dict[str, Any] | None:
+        """What the gang's script last pushed (status_reports.py), else rank 0's /progress answer; None when
+        neither can be had."""
+        if self.reports is not None and (pushed := self.reports.progress(self.generation)) is not None:
+            return pushed
         host, port = self.pods[0].address(self.metrics_port)
-        return f"http://{host}:{port}/progress"
+        return read_progress(f"http://{host}:{port}/progress", timeout_seconds=POLL_SECONDS)
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -173,7 +182,10 @@ class Gang:
             # A device plugin's part: this node's slice of the GPUs run-local may use.
             slice_ = self.gpus[index * self.per_node : (index + 1) * self.per_node]
             devices = {"CUDA_VISIBLE_DEVICES": ",".join(slice_)} if slice_ else {}
-            self.pods.append(self.executor.start(spec, PodExtras(device_env=devices)))
+            # The kubelet's part: the status-report volume's token and CA, as it projects them.
+            reports = self.reports
+            volumes = {VOLUME: reports.pod_volume(spec["metadata"]["name"], self.generation)} if reports else {}
+            self.pods.append(self.executor.start(spec, PodExtras(device_env=devices, volumes=volumes)))
         for pod in self.pods:  # a command that cannot start never will: no point in restarting the gang
             for container in pod.containers:
                 if container.reason == "StartError":
@@ -304,14 +316,17 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     started, ledger, ended = time.monotonic(), Ledger(), ()
     for service in (render_service(job), render_master_alias(job)):  # their DNS names, in every gang
         executor.network.publish(service)
-    with ProgressView(job) as view:
+    # A script of one's own may push its progress (the Kubeflow Trainer status protocol), as to the operator.
+    reporting = job.spec.command is not None
+    reports = LocalReports(job, executor.network.host_ip, executor.root / "status-reports") if reporting else None
+    with ProgressView(job) as view, reports or contextlib.nullcontext():
         view.say(
             f"{job.name}: {spec.nodes} node(s) × {spec.resolved_procs_per_node} process(es), "
             f"backend {spec.resolved_backend}; logs and volumes in {executor.root}"
         )
         view.say(f"pod network: {executor.network_mode} ({executor.network_reason})")
         view.say(f"pod filesystem: {executor.filesystem_mode} ({executor.filesystem_reason})")
-        gang, quick = Gang(job, 0, executor, gpus), 0
+        gang, quick = Gang(job, 0, executor, gpus, reports), 0
         first_metrics = gang.metrics_path
         offset = (
             first_metrics.stat().st_size if first_metrics and first_metrics.exists() else 0
@@ -322,7 +337,7 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
             wait, quick = restart_backoff(spec.restart_backoff, quick, time.monotonic() - gang.started)
             view.say(verdict.message + (f"; the next gang starts in {wait} s (spec.restartBackoff)" if wait else ""))
             time.sleep(wait)
-            gang = Gang(job, ledger.gangs_ended, executor, gpus)
+            gang = Gang(job, ledger.gangs_ended, executor, gpus, reports)
     result = RunResult(
         job,
         verdict,
@@ -350,7 +365,7 @@ def _run_gang(
             passed = deadline is not None and time.monotonic() > deadline
             if (verdict := gang.judge(limits, ledger, ended, passed)).action is not Action.KEEP_RUNNING:
                 return verdict
-            if (progress := read_progress(gang.progress_url, timeout_seconds=POLL_SECONDS)) is not None:
+            if (progress := gang.progress()) is not None:
                 gang.last_progress = progress
                 view.update(progress)
             time.sleep(POLL_SECONDS)

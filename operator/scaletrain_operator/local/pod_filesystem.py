@@ -109,12 +109,28 @@ class SharedFilesystem(PodFilesystem):
         # No file is at its terminationMessagePath: the file's path is passed instead.
         termination_log = own / "termination-log"
         moved = {container.get("terminationMessagePath") or wire.TERMINATION_MESSAGE_PATH: termination_log}
+        moved |= node_written_files(pod, container, mounts)
         runtime = {wire.TERMINATION_LOG_ENV: str(termination_log)}
         dirs = [rootfs / "root", rootfs / "tmp", cwd]
         return ContainerFiles(image, runtime, mounts, moved, cwd, cwd, dirs, None)
 
     def host_path(self, path: str, mounts: Mapping[str, Path], own: Path) -> Path:
         return under_mount(path, mounts) or Path(path)
+
+
+NODE_WRITTEN = frozenset({"projected", "secret", "configMap", "downwardAPI"})  # volumes of files the node writes
+
+
+def node_written_files(pod: Pod, container: Container, mounts: Mapping[str, Path]) -> dict[str, Path]:
+    """Each file of the container's volumes that the node wrote (a projected token, a Secret's keys), by its path
+    in the container: with no mount to put it there, an env value that names one (KUBEFLOW_TRAINER_SERVER_TOKEN)
+    is moved to it. A few small files, unlike a claim's."""
+    written = {volume["name"] for volume in pod["spec"].get("volumes") or [] if NODE_WRITTEN & volume.keys()}
+    files = {}
+    for mount in container.get("volumeMounts") or []:
+        if mount["name"] in written and (local := mounts.get(mount_path_of(mount))) is not None:
+            files |= {f"{mount_path_of(mount)}/{f.relative_to(local)}": f for f in local.rglob("*") if f.is_file()}
+    return files
 
 
 class ContainedFilesystem(PodFilesystem):

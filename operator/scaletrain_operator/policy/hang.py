@@ -1,5 +1,7 @@
 """Hang detection: a Running gang whose rank 0 promised its next report (staleAfter) and broke the promise by more
-than one read's deadline is taken for hung; the gang policy then judges it as a failure (HANG_RESULT)."""
+than one read's deadline is taken for hung; the gang policy then judges it as a failure (HANG_RESULT). For a
+script that pushes its reports, the operator makes the promise for it (statusReports.hangAfterSeconds after the
+last report: report_server.py)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,11 @@ def broken_promise(job: ScaleTrainJob, generation: int, read_seconds: float) -> 
 def stalled_message(job: ScaleTrainJob, due: datetime) -> str:
     progress = job.status.progress if job.status else None
     step = progress.step if progress else "?"
+    if progress is not None and progress.reported_at is not None:  # a script's pushed reports (report_server.py)
+        return (
+            f"the script reported nothing since {timestamp(progress.reported_at)} (step {step}) and was due to by "
+            f"{timestamp(due)} (statusReports.hangAfterSeconds): the gang is taken for hung"
+        )
     return (
         f"rank 0 reported no progress since step {step} and was due to by {timestamp(due)} (its hang timeout "
         "plus a logging interval): the gang is taken for hung"

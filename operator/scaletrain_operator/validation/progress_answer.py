@@ -17,6 +17,8 @@ from scaletrain_trainer.contract import wire
 # The fields rank 0 reports, by name (contract/wire.py defines each: its type and range).
 REPORTED = {field.name: field for field in wire.REPORTED}
 SET_ASIDE_NAME = re.compile(wire.SET_ASIDE_NAME)
+METRIC_NAME = re.compile(wire.METRIC_NAME)
+NAMED_NUMBER = wire.ProgressField("metric", "number", "trainer", "One of the named numbers.")
 
 
 class Unreadable(Exception):
@@ -28,7 +30,12 @@ def parse_progress(body: bytes) -> dict[str, Any]:
     each only when it is of its type and range (status.progress's schema, so that the status patch is
     never refused). A loss that is not finite, or that the trainer says is not (`lossFinite: false`, its
     loss then null), is left out and reported as `lossFinite: false`."""
-    raw = json.loads(body)
+    return progress_of(json.loads(body))
+
+
+def progress_of(raw: Any) -> dict[str, Any]:
+    """status.progress from a decoded answer (parse_progress), or from a script's pushed report translated
+    into the same fields (trainer_status.py)."""
     if not isinstance(raw, dict):
         raise Unreadable(f"a JSON {type(raw).__name__}, not an object")
     progress = {key: raw[key] for key in REPORTED if key in raw and fits(REPORTED[key], raw[key])}
@@ -54,12 +61,19 @@ def status_patch(progress: dict[str, Any], generation: int, read_at: datetime | 
             continue
         if field.kind == "timestamp":
             patch[field.name] = timestamp(parse_timestamp(patch[field.name]).astimezone(timezone.utc))
+        elif field.kind == "named numbers":
+            patch[field.name] = {name: shown(value) for name, value in patch[field.name].items()}
         elif field.rounded:
-            rounded = float(f"{patch[field.name]:.{wire.SHOWN_DIGITS}g}")
-            # Near the largest float, rounding up overflows: the status could not hold that, and the field would
-            # be left out of the patch, keeping an older answer's value beside this one's.
-            patch[field.name] = rounded if math.isfinite(rounded) else patch[field.name]
+            patch[field.name] = shown(patch[field.name])
     return patch
+
+
+def shown(number: float) -> float:
+    """`number` rounded to SHOWN_DIGITS significant digits, as kubectl shows it."""
+    rounded = float(f"{number:.{wire.SHOWN_DIGITS}g}")
+    # Near the largest float, rounding up overflows: the status could not hold that, and the field would be
+    # left out of the patch, keeping an older answer's value beside this one's.
+    return rounded if math.isfinite(rounded) else number
 
 
 def final_progress(termination_message: str) -> dict[str, Any]:
@@ -78,6 +92,13 @@ def fits(field: wire.ProgressField, value: Any) -> bool:
         names = value if isinstance(value, list) and len(value) <= wire.MAX_SET_ASIDE else [None]
         return all(
             isinstance(name, str) and len(name) <= wire.MAX_TEXT and SET_ASIDE_NAME.match(name) for name in names
+        )
+    if field.kind == "named numbers":
+        return (
+            isinstance(value, dict)
+            and len(value) <= wire.MAX_METRICS
+            and all(isinstance(name, str) and METRIC_NAME.match(name) for name in value)
+            and all(fits(NAMED_NUMBER, number) for number in value.values())
         )
     if field.kind == "timestamp":
         return isinstance(value, str) and len(value) <= wire.MAX_TEXT and is_timestamp(value)

@@ -40,11 +40,13 @@ TERMINATION_MESSAGE_LIMIT = 4096  # bytes: the kubelet keeps at most this much o
 # Bounds of the progress report that are not a field's own number range.
 MAX_TEXT = 64  # a timestamp; a checkpoint directory's name
 MAX_SET_ASIDE = 16  # checkpointsSetAside: damaged checkpoints named (a resume sets aside a few at most)
+MAX_METRICS = 16  # metrics: the numbers a script reports by name (HF's Trainer logs about ten)
+METRIC_NAME = r"^[A-Za-z0-9_./:-]{1,64}$"
 SET_ASIDE_NAME = r"^step-\d+\.corrupt(-\d+)?$"
 # kubectl cannot round a column, so the status keeps numbers shown there with this many significant digits.
 SHOWN_DIGITS = 4
 
-Kind = Literal["integer", "number", "boolean", "timestamp", "set-aside names"]
+Kind = Literal["integer", "number", "boolean", "timestamp", "set-aside names", "named numbers"]
 # Who writes a field: rank 0's step record, rank 0 at other moments (a checkpoint, an evaluation, the
 # promise of its next report), or the operator when it reads the report.
 Source = Literal["step record", "trainer", "operator"]
@@ -146,7 +148,20 @@ PROGRESS_FIELDS = (
         "etaSeconds", "number", "trainer",
         "Estimated seconds until maxSteps, at the average step time since the trainer (re)started; removed "
         "once the job succeeded.",
-        minimum=0, gauge=Gauge("scaletrain_eta_seconds", "Estimated seconds until maxSteps."),
+        minimum=0, column=Column("ETA-Seconds", wide=True),
+        gauge=Gauge("scaletrain_eta_seconds", "Estimated seconds until maxSteps."),
+    ),
+    ProgressField(
+        "progressPercentage", "number", "trainer",
+        "How far the job's own script says it is, in percent (the Kubeflow Trainer status protocol's "
+        "progressPercentage); the built-in trainer reports step and maxSteps instead.",
+        minimum=0, maximum=100, column=Column("Progress-%", wide=True),
+    ),
+    ProgressField(
+        "metrics", "named numbers", "trainer",
+        f"Other numbers the job's own script reports by name (the status protocol's metrics, e.g. "
+        f"learning_rate), rounded to {SHOWN_DIGITS} significant digits; at most {MAX_METRICS}, the first by name.",
+        rounded=True,
     ),
     ProgressField("updatedAt", "timestamp", "trainer", "When rank 0 last logged progress (RFC 3339)."),
     ProgressField(
@@ -170,6 +185,11 @@ PROGRESS_FIELDS = (
         "readAt", "timestamp", "operator",
         "When the operator read this from rank 0 (RFC 3339). A gang is taken for hung only when a read after "
         "staleAfter still holds that promise.",
+    ),
+    ProgressField(
+        "reportedAt", "timestamp", "operator",
+        "When the job's own script last reported (RFC 3339): set only for progress the script pushed to the "
+        "operator (the Kubeflow Trainer status protocol) rather than served on /progress.",
     ),
     ProgressField(
         "staleAfter", "timestamp", "trainer",

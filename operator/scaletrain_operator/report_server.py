@@ -1,0 +1,193 @@
+"""The endpoint scripts of one's own push their progress to: the Kubeflow Trainer status protocol (KEP-2779), which
+HF's Trainer speaks by itself (KubeflowCallback) and the Kubeflow SDK's update_trainjob_status() speaks from any
+loop. render/status_reports.py tells each pod where it is; validation/trainer_status.py reads a report. The
+operator serves it (controller/reporters.py says whose a report is), and run-local on the pods' side of this
+machine (local/status_reports.py), so that a script behaves the same in both.
+
+An HTTPS server on a thread and event loop of its own. Each connection has its own deadline and size cap, so a
+slow or garbled client holds up no other; the check of a sender (`senders.sender(token)`, which may call the
+API server) runs on a pool of REVIEWERS threads. A report taken is kept in memory (Reports), the newest per job:
+whoever runs the jobs copies it in at its own pace (the operator once a housekeeping pass)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from .api.naming import STATUS_REPORTS_PATH as PATH
+from .validation.progress_answer import Unreadable
+from .validation.trainer_status import MAX_REPORT_BYTES, parse_trainer_status
+
+log = logging.getLogger(__name__)
+
+REQUEST_SECONDS = 10.0  # a whole request, TLS handshake to body: a slow client holds nothing longer
+MAX_HEAD_BYTES = 16 * 1024
+REVIEWERS = 8  # senders checked at once (the operator's each hold one API connection)
+Key = tuple[str, str]  # a job's namespace and name
+
+
+@dataclass(frozen=True)
+class Report:
+    """A gang's newest report, as status.progress fields (trainer_status.py), and when it came."""
+
+    gang_generation: int
+    progress: dict[str, Any]
+    received_at: datetime
+
+
+class Reports:
+    """The newest report of each job, kept for housekeeping to copy into the status; `since` is when this
+    process began to take them (a silence is counted from then at the earliest)."""
+
+    def __init__(self) -> None:
+        self.since = datetime.now(timezone.utc)
+        self._lock = threading.Lock()
+        self._newest: dict[Key, Report] = {}
+
+    def put(self, job: Key, report: Report) -> None:
+        """`report` over the gang's earlier ones: a field it lacks keeps its last value (HF's last report, at
+        train end, has no step), and a finite loss ends an earlier divergence."""
+        with self._lock:
+            held = self._newest.get(job)
+            if held is not None and held.gang_generation == report.gang_generation:
+                kept = {k: v for k, v in held.progress.items() if not (k == "lossFinite" and "loss" in report.progress)}
+                report = Report(report.gang_generation, kept | report.progress, report.received_at)
+            self._newest[job] = report
+
+    def newest(self, job: Key) -> Report | None:
+        with self._lock:
+            return self._newest.get(job)
+
+    def keep_only(self, jobs: set[Key]) -> None:
+        """Forget the reports of jobs no longer running."""
+        with self._lock:
+            self._newest = {job: report for job, report in self._newest.items() if job in jobs}
+
+
+@dataclass(frozen=True)
+class Sender:
+    """The gang a report came from."""
+
+    job: Key
+    gang_generation: int
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class Senders(Protocol):
+    def sender(self, token: str) -> Sender:
+        """The gang that holds `token`; Refused (with the HTTP status and why) when none does."""
+
+
+class StatusServer:
+    """The HTTPS endpoint on `host` (None: every interface) and `port`; `active` says whether to take reports
+    (a standby operator replica answers 503: its cache is paused, peering.py, and could not tell whose they are)."""
+
+    def __init__(
+        self,
+        port: int,
+        tls_dir: str,
+        senders: Senders,
+        reports: Reports,
+        active: Callable[[], bool],
+        host: str | None = None,
+    ):
+        self.port, self.host, self.senders, self.reports, self.active = port, host, senders, reports, active
+        self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.tls.load_cert_chain(Path(tls_dir) / "tls.crt", Path(tls_dir) / "tls.key")
+        self._reviewers = ThreadPoolExecutor(REVIEWERS, thread_name_prefix="token-review")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="status-reports", daemon=True)
+        self._started = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._started.wait(10.0):
+            raise RuntimeError(f"the status-report endpoint did not start on port {self.port}")
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(
+            asyncio.start_server(
+                self._connection, self.host, self.port, ssl=self.tls, ssl_handshake_timeout=REQUEST_SECONDS
+            )
+        )
+        log.info("status reports served on port %d", self.port)
+        self._started.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, message = await asyncio.wait_for(self._answer(reader), REQUEST_SECONDS)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            writer.close()
+            return
+        body = json.dumps({"message": message}).encode()
+        head = f"HTTP/1.1 {status} {STATUS_TEXT[status]}\r\nContent-Type: application/json\r\n"
+        writer.write(f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        try:
+            await asyncio.wait_for(writer.drain(), REQUEST_SECONDS)
+        except (asyncio.TimeoutError, ConnectionError):
+            pass
+        writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if len(head) > MAX_HEAD_BYTES:
+            return 431, "request head too large"
+        request_line, *header_lines = head.decode("latin-1").split("\r\n")
+        method, path, *_ = (request_line.split(" ") + ["", ""])[:3]
+        headers = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if path.split("?")[0] == "/healthz":
+            return 200, "ok"
+        if path.split("?")[0] != PATH:
+            return 404, f"reports go to {PATH}"
+        if method != "POST":
+            return 405, "POST a report"
+        length = headers.get("content-length", "")
+        if not length.isdigit() or int(length) > MAX_REPORT_BYTES:
+            return 413, f"a report has a Content-Length of at most {MAX_REPORT_BYTES} bytes"
+        body = await reader.readexactly(int(length))
+        if not self.active():
+            return 503, "this operator replica stands by; report again"
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return 401, "a bearer token is expected (KUBEFLOW_TRAINER_SERVER_TOKEN)"
+        try:
+            sender = await asyncio.get_running_loop().run_in_executor(self._reviewers, self.senders.sender, token)
+            progress = parse_trainer_status(body)
+        except Refused as refused:
+            return refused.status, str(refused)
+        except Unreadable as unreadable:
+            return 400, str(unreadable)
+        self.reports.put(sender.job, Report(sender.gang_generation, progress, datetime.now(timezone.utc)))
+        return 200, "accepted"
+
+
+STATUS_TEXT = {
+    200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 413: "Content Too Large", 429: "Too Many Requests",
+    431: "Request Header Fields Too Large", 503: "Service Unavailable",
+}  # fmt: skip
