@@ -1,7 +1,8 @@
 """Bring your own script: a third-party gloo all-reduce runs in the trainer image through its own
 `command` (torchrun, or python with the master alias; the rank env from the operator), a rank that raises
-under the script's own torchrun is why the job failed, and deleting a running job removes every pod and
-every container of it from the node."""
+under the script's own torchrun is why the job failed, an HF Trainer script's progress reaches the status
+through the status protocol, and deleting a running job removes every pod and every container of it from the
+node."""
 
 from __future__ import annotations
 
@@ -54,6 +55,56 @@ def test_the_exception_of_a_rank_under_a_scripts_own_torchrun_ends_the_jobs_mess
                  if pod["metadata"]["annotations"][COMPLETION_INDEX_ANNOTATION] == "1"]  # fmt: skip
     log = node_cluster.cluster.kubectl("--namespace", team.namespace, "logs", rank_1["metadata"]["name"]).stdout
     assert RANK_1_RAISES in log and "PermissionError" not in log, log[-3000:]
+
+
+# Run in the HF script's pod: a report to the operator's endpoint with the token in argv[1], then with the token
+# the kubelet projected for the endpoint.
+POST_WITH_EACH_TOKEN = """
+import json, os, ssl, sys, urllib.error, urllib.request
+def post(token):
+    body = json.dumps({"trainerStatus": {}}).encode()
+    url = os.environ["KUBEFLOW_TRAINER_SERVER_URL"]
+    request = urllib.request.Request(url, body, {"Authorization": "Bearer " + token})
+    context = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
+    try:
+        return urllib.request.urlopen(request, timeout=10, context=context).status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+print(post(sys.argv[1]), post(open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read().strip()))
+"""
+
+
+def test_an_unmodified_hf_trainer_scripts_progress_shows_in_kubectl_and_a_foreign_token_is_refused(
+    node_cluster, restricted_namespace
+):
+    """HF's Trainer reports by itself to the operator's endpoint (the chart's Service, its certificate and CA,
+    the kubelet's projected token); a real token bound to the same pod, for the API server, is refused."""
+    team = Team(node_cluster.kube, restricted_namespace)
+    command = ["python", f"{SCRIPTS_MOUNT}/hf_trainer.py", "--max-steps", "100", "--seconds-per-step", "0.4"]
+    submitted = patched(script_job("hf", team.namespace, node_cluster.images["TRAINER_IMAGE"], command),
+                        {"spec": {"nodes": 1, "env": [{"name": "HF_HOME", "value": "/tmp/hf"}]}})  # fmt: skip
+    config_map = scripts_config_map(team.namespace, "hf_trainer.py")
+    node_cluster.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([config_map, submitted]))
+
+    def reported_a_step(status):
+        progress = status.get("progress") or {}
+        return status.get("phase") == "Running" and progress.get("step", 0) > 0 and "etaSeconds" in progress
+
+    team.wait_status("hf", reported_a_step, TRAINER_RUN_S, "a step reported")
+    wide = node_cluster.cluster.control_plane.get_wide("stj", team.namespace, "hf")
+    assert int(wide["STEP"]) > 0 and float(wide["LOSS"]) > 0 and float(wide["ETA-SECONDS"]) >= 0, wide
+    (pod,) = team.kube.list("pods", team.namespace, "scaletrain.io/job-name=hf")
+    metadata = pod["metadata"]
+    bound = {"apiVersion": "v1", "kind": "Pod", "name": metadata["name"], "uid": metadata["uid"]}
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"boundObjectRef": bound}}
+    path = f"/api/v1/namespaces/{team.namespace}/serviceaccounts/default/token"
+    for_the_api_server = team.kube.request("POST", path, request)["status"]["token"]
+    exec_ = ("--namespace", team.namespace, "exec", metadata["name"], "-c", "trainer", "--")
+    command = ("python", "-c", POST_WITH_EACH_TOKEN, for_the_api_server)
+    answers = node_cluster.cluster.kubectl(*exec_, *command).stdout.split()
+    assert answers == ["401", "200"], answers
+    status = team.wait_phase("hf", "Succeeded", TRAINER_RUN_S)["status"]
+    assert 0 < status["progress"]["step"] <= 100, status["progress"]
 
 
 def test_deleting_a_running_job_removes_its_pods_and_containers(node_cluster, restricted_namespace):

@@ -1,5 +1,5 @@
 """The seams, read from the source (no import runs): the operator's rooms import in one direction,
-cli -> {controller, local, convert} -> {policy, render, progress} -> {validation, api} -> the trainer's
+cli -> {controller, local, convert} -> {policy, render, progress, report_server} -> {validation, api} -> the trainer's
 contract, the operator takes nothing of the trainer but its contract, and the contract imports nothing of
 torch or of the rest of the trainer. No module imports itself through a cycle. Importing the operator as a
 process is checked in tests/integration/test_contract_imports.py."""

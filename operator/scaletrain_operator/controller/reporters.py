@@ -144,19 +144,3 @@ def _claims(token: str) -> dict[str, Any]:
     except (IndexError, ValueError, RecursionError):
         return {}
     return claims if isinstance(claims, dict) else {}
-
-
-def _verdict(verdict: tuple[str, str, str] | str) -> tuple[str, str, str]:
-    if isinstance(verdict, str):
-        raise Refused(401, verdict)
-    return verdict
-
-
-def _claims(token: str) -> dict[str, Any]:
-    """A JWT's claims, unverified: only for what a TokenReview then confirms, or to share out reviews."""
-    try:
-        payload = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (IndexError, ValueError, RecursionError):
-        return {}
-    return claims if isinstance(claims, dict) else {}
