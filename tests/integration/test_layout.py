@@ -77,7 +77,7 @@ ROOM_LOADS = {
     "report_server": (KIT | {"report_server"}, ("torch", "kopf", "kubernetes")),
     "convert": (KIT | {"render", "convert"}, ("torch", "kopf", "kubernetes")),
     "controller": (KIT | {"render", "policy", "progress", "report_server", "controller"}, ("torch",)),
-    "local": (KIT | {"render", "policy", "progress", "local"}, ("kopf", "kubernetes")),
+    "local": (KIT | {"render", "policy", "progress", "report_server", "local"}, ("kopf", "kubernetes")),
     "cli": (KIT | {"render", "convert", "cli"}, ("torch", "kopf", "kubernetes")),  # run-local loads local when run
 }
 

@@ -93,7 +93,7 @@ def test_a_missing_rule_fails_its_step_visibly(control_plane, namespace, tmp_pat
     not silently."""
 
     def drop_create_jobs(objects):
-        (role,) = of_kind(objects, "Role")
+        (role,) = [role for role in of_kind(objects, "Role") if role["metadata"]["namespace"] == namespace]
         for rule in role["rules"]:
             if rule["resources"] == ["jobs"]:
                 rule["verbs"] = [verb for verb in rule["verbs"] if verb != "create"]

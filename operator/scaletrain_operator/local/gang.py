@@ -149,9 +149,11 @@ class Gang:
     ):
         self.executor, self.gpus, self.per_node, self.reports = executor, gpus, job.spec.gpus_per_node, reports
         endpoint = reports.endpoint if reports is not None else None
-        self.specs = indexed_pods(reporting_to(render_job(job, generation), job, endpoint))
+        rendered = render_job(job, generation)
+        self.specs = indexed_pods(reporting_to(rendered, job, endpoint))
         self.metrics_port = job.spec.metrics_port
-        training, rank_0 = job.spec.training, self.specs[0]
+        # Where the config's paths lie, from rank 0 without the status-report volume (the node's to make).
+        training, rank_0 = job.spec.training, indexed_pods(rendered)[0]
         # A script of one's own (no training block) writes neither: its progress is what /progress says.
         self.metrics_path = (
             _config_path(executor, rank_0, f"{training.output_dir}/metrics.jsonl", ("outputDir",))
