@@ -112,28 +112,47 @@ class StatusServer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="status-reports", daemon=True)
         self._started = threading.Event()
+        self._failed: OSError | None = None
 
     def start(self) -> None:
+        """Serve on the thread; raises OSError, saying why, when the port cannot be had."""
         self._thread.start()
-        if not self._started.wait(10.0):
-            raise RuntimeError(f"the status-report endpoint did not start on port {self.port}")
+        self._started.wait(REQUEST_SECONDS)
+        if self._failed is not None or not self._started.is_set():
+            failed = self._failed
+            why = (failed.strerror or str(failed)) if failed is not None else f"nothing within {REQUEST_SECONDS} s"
+            raise OSError(f"the status-report endpoint cannot listen on port {self.port}: {why}")
 
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        """Stop listening, end the connections still open, and wait (a while) for the thread to end."""
+        if self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(REQUEST_SECONDS)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(
-            asyncio.start_server(
-                self._connection, self.host, self.port, ssl=self.tls, ssl_handshake_timeout=REQUEST_SECONDS
-            )
+        self._loop.set_exception_handler(_quiet_about_clients)
+        listening = asyncio.start_server(
+            self._connection, self.host, self.port, ssl=self.tls, ssl_handshake_timeout=REQUEST_SECONDS
         )
+        try:
+            server = self._loop.run_until_complete(listening)
+        except OSError as error:  # the port is taken, or the address is not this machine's
+            self._failed = error
+            self._loop.close()
+            self._started.set()
+            return
         log.info("status reports served on port %d", self.port)
         self._started.set()
         try:
             self._loop.run_forever()
         finally:
             server.close()
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -141,6 +160,9 @@ class StatusServer:
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()
             return
+        except Exception:  # a bug of ours: the client learns that much, and the endpoint goes on
+            log.exception("a status report could not be answered")
+            status, message = 500, "internal error; see the operator's log"
         body = json.dumps({"message": message}).encode()
         head = f"HTTP/1.1 {status} {STATUS_TEXT[status]}\r\nContent-Type: application/json\r\n"
         writer.write(f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
@@ -186,8 +208,17 @@ class StatusServer:
         return 200, "accepted"
 
 
+def _quiet_about_clients(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A client that hung up or spoke no TLS is the client's business, not a line in the operator's log with a
+    traceback; anything else is logged as asyncio would."""
+    if isinstance(context.get("exception"), ConnectionError | ssl.SSLError | TimeoutError):
+        log.debug("a status-report client went away: %s", context["exception"])
+        return
+    loop.default_exception_handler(context)
+
+
 STATUS_TEXT = {
     200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-    405: "Method Not Allowed", 413: "Content Too Large", 429: "Too Many Requests",
+    405: "Method Not Allowed", 413: "Content Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
     431: "Request Header Fields Too Large", 503: "Service Unavailable",
 }  # fmt: skip

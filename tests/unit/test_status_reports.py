@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -15,7 +16,9 @@ import pytest
 
 from scaletrain_operator.api.timestamps import parse_timestamp
 from scaletrain_operator.controller.cache import Cache
+from scaletrain_operator.controller.main import status_reports_problem
 from scaletrain_operator.controller.reporters import Senders, pushed_progress
+from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy.hang import broken_promise, stalled_message
 from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
 from scaletrain_operator.render.children import render_job
@@ -206,3 +209,29 @@ def test_a_report_is_taken_only_from_a_running_pod_of_the_current_gang_that_its_
     with pytest.raises(Refused):
         senders.sender("garbage")
     assert reviews.asked == asked  # a refused token is remembered too
+
+
+def test_a_token_review_that_fails_is_a_503_asked_again_only_after_a_while_and_odd_claims_break_nothing():
+    class Down:
+        asked = 0
+
+        def review_token(self, token: str, audience: str) -> dict:
+            self.asked += 1
+            raise OSError(111, "Connection refused")
+
+    down = Down()
+    senders = Senders(down, Cache())
+    odd = "header." + base64.urlsafe_b64encode(b'{"kubernetes.io": "not an object"}').decode().rstrip("=") + ".sig"
+    for _ in range(2):
+        with pytest.raises(Refused) as refused:
+            senders.sender(odd)
+        assert refused.value.status == 503 and "Connection refused" in str(refused.value)
+    assert down.asked == 1
+
+
+def test_the_operator_refuses_to_start_an_endpoint_it_has_no_certificate_for(tmp_path):
+    config = OperatorConfig(status_reports_port=9443, status_reports_url="https://reports.svc")
+    missing = replace(config, status_reports_tls_dir=str(tmp_path))
+    assert "lacks tls.crt, tls.key, ca.crt" in status_reports_problem(missing)
+    assert "https://" in status_reports_problem(replace(config, status_reports_url="reports.svc"))
+    assert status_reports_problem(OperatorConfig()) is None  # off

@@ -57,7 +57,8 @@ class Housekeeping:
         self, config: OperatorConfig, cluster: Cluster, reconcile_soon: Callable[[Key], None], reports: Reports
     ):
         self.config, self.cluster, self.reconcile_soon, self.reports = config, cluster, reconcile_soon, reports
-        self.active = False  # whether this replica was the active one at the last look (report_server.py asks)
+        # Whether this replica was the active one at the last look (report_server.py asks); standalone, at once.
+        self.active = not config.peering
         self._labelled: bool | None = None  # what this replica's pod says of it (ACTIVE_REPLICA_LABEL); None: unknown
         self._stop = threading.Event()
         self._unread: dict[Key, int] = {}  # failed progress reads in a row, by job

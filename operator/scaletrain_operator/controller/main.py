@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import kopf
 
@@ -105,9 +106,28 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
     return config
 
 
+def status_reports_problem(config: OperatorConfig) -> str | None:
+    """What keeps the status-report endpoint from being served as configured, in words, or None."""
+    if not config.status_reports_port:
+        return None
+    if not config.status_reports_url.startswith("https://"):
+        return "--status-reports-url must be https://HOST[:PORT], as pods reach the endpoint (the chart's Service)"
+    tls = Path(config.status_reports_tls_dir)
+    missing = [name for name in ("tls.crt", "tls.key", "ca.crt") if not (tls / name).is_file()]
+    if missing:
+        return (
+            f"--status-reports-tls-dir {str(tls)!r} lacks {', '.join(missing)}: mount the chart's Secret "
+            "RELEASE-status-reports there, or turn the endpoint off with --status-reports-port=0"
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     config = operator_config(args)
+    if (problem := status_reports_problem(config)) is not None:
+        parser.error(problem)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
     quiet_kopf_objects(args.verbose)
     decode_anything_the_api_server_stores()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import threading
 import time
 from datetime import datetime, timedelta
@@ -33,10 +34,16 @@ from .cluster import Cluster, describe
 
 TOKEN_CACHE_SECONDS = 300.0  # a reviewed token's verdict, at most until the token expires
 REFUSED_CACHE_SECONDS = 60.0
+# A TokenReview that failed (the API server down, RBAC missing) is no verdict on the token, but is not asked again
+# for each of the reports that keep coming meanwhile.
+UNREVIEWED_CACHE_SECONDS = 5.0
 REVIEWS_PER_NAMESPACE = 2
 POD_NAME = "authentication.kubernetes.io/pod-name"  # what a TokenReview says of a token bound to a pod
 POD_UID = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+PodOf = tuple[str, str, str]  # the namespace, name and uid of the pod a token is bound to
+
+log = logging.getLogger(__name__)
 
 
 # Fields of status.progress that the operator sets when it copies a report in, not the script.
@@ -70,7 +77,7 @@ class Senders:
 
     def __init__(self, cluster: Cluster, cache: Cache):
         self.cluster, self.cache = cluster, cache
-        self._reviewed: dict[str, tuple[float, tuple[str, str, str] | str]] = {}  # by token digest
+        self._reviewed: dict[str, tuple[float, PodOf | Refused]] = {}  # by token digest, until when
         self._lock = threading.Lock()
         self._reviewing: dict[str, int] = {}  # TokenReviews under way, by the namespace the token claims
 
@@ -87,7 +94,7 @@ class Senders:
         labels = pod["metadata"].get("labels") or {}
         return Sender(job, int(labels[naming.LABEL_GENERATION]))
 
-    def pod_of(self, token: str) -> tuple[str, str, str]:
+    def pod_of(self, token: str) -> PodOf:
         """The namespace, name and uid of the pod `token` is bound to, reviewed once per TOKEN_CACHE_SECONDS."""
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
@@ -95,8 +102,7 @@ class Senders:
             held = self._reviewed.get(digest)
             if held is not None and held[0] > now:
                 return _verdict(held[1])
-            claimed = _claims(token).get("kubernetes.io", {}).get("namespace")
-            claimed = claimed if isinstance(claimed, str) else ""
+            claimed = _claimed_namespace(token)
             if self._reviewing.get(claimed, 0) >= REVIEWS_PER_NAMESPACE:
                 raise Refused(429, "too many tokens under review for this namespace; report again later")
             self._reviewing[claimed] = self._reviewing.get(claimed, 0) + 1
@@ -111,29 +117,39 @@ class Senders:
             self._reviewed[digest] = (now + lifetime, verdict)
         return _verdict(verdict)
 
-    def _review(self, token: str) -> tuple[tuple[str, str, str] | str, float]:
+    def _review(self, token: str) -> tuple[PodOf | Refused, float]:
         """The pod `token` is bound to, or why it is refused, and how long that verdict holds."""
         try:
             status = self.cluster.review_token(token, AUDIENCE)
-        except Exception as error:  # the API server's trouble is no verdict on the token: not remembered
-            raise Refused(503, f"the token could not be reviewed: {describe(error)}") from None
+        except Exception as error:  # the API server's trouble, not the token's
+            log.warning("a status report's token could not be reviewed: %s", describe(error))
+            return Refused(503, f"the token could not be reviewed: {describe(error)}"), UNREVIEWED_CACHE_SECONDS
         user = status.get("user") or {}
         extra, username = user.get("extra") or {}, user.get("username") or ""
         pod_name, pod_uid = (extra.get(POD_NAME) or [None])[0], (extra.get(POD_UID) or [None])[0]
         if not status.get("authenticated") or AUDIENCE not in (status.get("audiences") or []):
-            return f"not a token for {AUDIENCE}: {status.get('error') or 'refused'}", REFUSED_CACHE_SECONDS
+            return Refused(
+                401, f"not a token for {AUDIENCE}: {status.get('error') or 'refused'}"
+            ), REFUSED_CACHE_SECONDS
         if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not pod_name or not pod_uid:
-            return "not a service-account token bound to a pod", REFUSED_CACHE_SECONDS
+            return Refused(401, "not a service-account token bound to a pod"), REFUSED_CACHE_SECONDS
         namespace = username.removeprefix(SERVICE_ACCOUNT_PREFIX).split(":")[0]
         expires = _claims(token).get("exp")
         left = expires - time.time() if isinstance(expires, int | float) else TOKEN_CACHE_SECONDS
         return (namespace, pod_name, pod_uid), max(0.0, min(TOKEN_CACHE_SECONDS, left))
 
 
-def _verdict(verdict: tuple[str, str, str] | str) -> tuple[str, str, str]:
-    if isinstance(verdict, str):
-        raise Refused(401, verdict)
+def _verdict(verdict: PodOf | Refused) -> PodOf:
+    if isinstance(verdict, Refused):
+        raise verdict
     return verdict
+
+
+def _claimed_namespace(token: str) -> str:
+    """The namespace a service-account token says it is of, unverified ("" if none): only to share out reviews."""
+    claimed = _claims(token).get("kubernetes.io")
+    namespace = claimed.get("namespace") if isinstance(claimed, dict) else None
+    return namespace if isinstance(namespace, str) else ""
 
 
 def _claims(token: str) -> dict[str, Any]:

@@ -1,0 +1,72 @@
+"""The status-report endpoint (report_server.py) as clients meet it, over real TLS on loopback: a client that
+holds a connection open and says nothing delays no other's report, a report over the size cap is refused before
+it is read, and a port already taken is said so at start. Whose a report is (TokenReviews) is
+tests/e2e/test_status_reports.py's."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from scaletrain_operator.api.naming import STATUS_REPORTS_PATH
+from scaletrain_operator.local.pod_network import free_port
+from scaletrain_operator.local.status_reports import serving_pki
+from scaletrain_operator.report_server import REQUEST_SECONDS, Refused, Reports, Sender, StatusServer
+from scaletrain_operator.validation.trainer_status import MAX_REPORT_BYTES
+
+JOB = ("team-a", "demo")
+
+
+class OneToken:
+    def sender(self, token: str) -> Sender:
+        if token != "good":
+            raise Refused(401, "not a token of ours")
+        return Sender(JOB, 0)
+
+
+@pytest.fixture
+def endpoint(tmp_path):
+    tls, reports, port = serving_pki(tmp_path / "tls", "127.0.0.1"), Reports(), free_port()
+    server = StatusServer(port, str(tls), OneToken(), reports, active=lambda: True, host="127.0.0.1")
+    server.start()
+    context = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+    yield f"https://127.0.0.1:{port}{STATUS_REPORTS_PATH}", context, reports, port
+    server.stop()
+
+
+def post(url, context, body: bytes, token: str = "good") -> int:
+    request = urllib.request.Request(url, body, {"Authorization": f"Bearer {token}"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_SECONDS, context=context) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_a_silent_client_delays_no_other_report_and_an_oversized_one_is_refused_unread(endpoint):
+    url, context, reports, port = endpoint
+    silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]  # no TLS hello, nothing
+    try:
+        started = time.monotonic()
+        report = json.dumps({"trainerStatus": {"metrics": [{"name": "current_step", "value": "5"}]}}).encode()
+        assert post(url, context, report) == 200
+        assert time.monotonic() - started < REQUEST_SECONDS / 2
+        assert reports.newest(JOB).progress == {"step": 5}
+        assert post(url, context, b"x" * (MAX_REPORT_BYTES + 1)) == 413
+        assert post(url, context, report, token="forged") == 401
+    finally:
+        for connection in silent:
+            connection.close()
+
+
+def test_a_port_already_taken_is_said_at_start(endpoint, tmp_path):
+    _, _, _, port = endpoint
+    server = StatusServer(port, str(serving_pki(tmp_path / "other", "127.0.0.1")), OneToken(), Reports(), lambda: True)
+    with pytest.raises(OSError, match=f"cannot listen on port {port}: .*[Aa]ddress already in use"):
+        server.start()
