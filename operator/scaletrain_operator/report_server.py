@@ -104,8 +104,11 @@ class StatusServer:
         reports: Reports,
         active: Callable[[], bool],
         host: str | None = None,
+        answered: Callable[[int], None] = lambda status: None,
     ):
+        """`answered(status)` is told each answer's HTTP status (the operator counts them)."""
         self.port, self.host, self.senders, self.reports, self.active = port, host, senders, reports, active
+        self.answered = answered
         self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.tls.load_cert_chain(Path(tls_dir) / "tls.crt", Path(tls_dir) / "tls.key")
         self._reviewers = ThreadPoolExecutor(REVIEWERS, thread_name_prefix="token-review")
@@ -163,6 +166,7 @@ class StatusServer:
         except Exception:  # a bug of ours: the client learns that much, and the endpoint goes on
             log.exception("a status report could not be answered")
             status, message = 500, "internal error; see the operator's log"
+        self.answered(status)
         body = json.dumps({"message": message}).encode()
         head = f"HTTP/1.1 {status} {STATUS_TEXT[status]}\r\nContent-Type: application/json\r\n"
         writer.write(f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)

@@ -32,11 +32,11 @@ class OneToken:
 
 @pytest.fixture
 def endpoint(tmp_path):
-    tls, reports, port = serving_pki(tmp_path / "tls", "127.0.0.1"), Reports(), free_port()
-    server = StatusServer(port, str(tls), OneToken(), reports, active=lambda: True, host="127.0.0.1")
+    tls, reports, port, answers = serving_pki(tmp_path / "tls", "127.0.0.1"), Reports(), free_port(), []
+    server = StatusServer(port, str(tls), OneToken(), reports, lambda: True, "127.0.0.1", answered=answers.append)
     server.start()
     context = ssl.create_default_context(cafile=str(tls / "ca.crt"))
-    yield f"https://127.0.0.1:{port}{STATUS_REPORTS_PATH}", context, reports, port
+    yield f"https://127.0.0.1:{port}{STATUS_REPORTS_PATH}", context, reports, port, answers
     server.stop()
 
 
@@ -50,7 +50,7 @@ def post(url, context, body: bytes, token: str = "good") -> int:
 
 
 def test_a_silent_client_delays_no_other_report_and_an_oversized_one_is_refused_unread(endpoint):
-    url, context, reports, port = endpoint
+    url, context, reports, port, answers = endpoint
     silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]  # no TLS hello, nothing
     try:
         started = time.monotonic()
@@ -60,13 +60,14 @@ def test_a_silent_client_delays_no_other_report_and_an_oversized_one_is_refused_
         assert reports.newest(JOB).progress == {"step": 5}
         assert post(url, context, b"x" * (MAX_REPORT_BYTES + 1)) == 413
         assert post(url, context, report, token="forged") == 401
+        assert answers == [200, 413, 401]  # what the operator counts (scaletrain_status_reports_total)
     finally:
         for connection in silent:
             connection.close()
 
 
 def test_a_port_already_taken_is_said_at_start(endpoint, tmp_path):
-    _, _, _, port = endpoint
+    port = endpoint[3]
     server = StatusServer(port, str(serving_pki(tmp_path / "other", "127.0.0.1")), OneToken(), Reports(), lambda: True)
     with pytest.raises(OSError, match=f"cannot listen on port {port}: .*[Aa]ddress already in use"):
         server.start()

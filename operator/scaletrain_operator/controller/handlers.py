@@ -103,7 +103,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         senders = Senders(memo.cluster, memo.cluster.cache)
         active = lambda: memo.housekeeping.active  # noqa: E731
         memo.status_server = StatusServer(
-            config.status_reports_port, config.status_reports_tls_dir, senders, reports, active
+            config.status_reports_port,
+            config.status_reports_tls_dir,
+            senders,
+            reports,
+            active,
+            answered=metrics.count_status_report,
         )
         memo.status_server.start()
 

@@ -78,6 +78,14 @@ API_RESPONSES = Counter(
     "The operator's requests to the API server by verb and answer: the HTTP code, or error (no answer).",
     ["verb", "code"],
 )
+STATUS_REPORTS = Counter(
+    "scaletrain_status_reports_total",
+    "Progress reports scripts pushed to the operator's endpoint, by its answer: 200 taken, 401/403 a token not a "
+    "running gang pod's, 400 not a report, 429 too many unknown tokens at once, 503 standby or TokenReview failing.",
+    ["code"],
+)
+for _taken_or_refused in ("200", "401", "403"):  # at 0 from the start: rate() and the dashboard see the first ones
+    STATUS_REPORTS.labels(_taken_or_refused)
 # The Warning Events the chart's alerts count with increase(): each job has them at 0 from the first pass that
 # sees it, since increase() cannot see a counter's first value, the 1 it would be born at.
 ALERTED_EVENTS = ("Hang", "CheckpointSetAside")
@@ -172,6 +180,10 @@ def _forget_events_of_jobs_gone(jobs: set[tuple[str, str]]) -> None:
 
 def count_response(verb: str, code: int | str) -> None:
     API_RESPONSES.labels(verb, str(code)).inc()
+
+
+def count_status_report(code: int) -> None:
+    STATUS_REPORTS.labels(str(code)).inc()
 
 
 _served_ports: set[int] = set()
