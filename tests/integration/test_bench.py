@@ -89,3 +89,9 @@ def test_operator_scale_benchmark_runs(tmp_path, control_plane):
         and restart["apiRequestsByKind"]["create jobs.batch"] == 5
     )
     assert restart["seconds"]["p95"] > 0 and restart["reconcilesPerJob"] >= 1
+
+
+def test_status_report_benchmark_runs(tmp_path):
+    report = _bench("status_reports.py", tmp_path, "--reports", "20", "--hogs", "4", "--rounds", "1")
+    assert set(report["medians"]) == {"alone", "besideHogs"}
+    assert all(run["reportsPerSecond"] > 0 and run["cpuMsPerReport"] >= 0 for run in report["medians"].values())
