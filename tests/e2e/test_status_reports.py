@@ -65,8 +65,7 @@ def test_an_unmodified_hf_trainer_script_shows_its_step_loss_and_eta(cluster, co
     assert 0 < progress["progressPercentage"] < 100 and progress["etaSeconds"] > 0 and progress["loss"] > 0
     assert {"learning_rate", "current_epoch"} <= set(progress["metrics"]) and progress["reportedAt"]
     wide = control_plane.get_wide("stj", cluster.namespace, "hf-trainer")
-    assert {"STEP", "LOSS", "ETA-SECONDS"} <= set(wide)
-    assert wide["STEP"] != "<none>" and wide["LOSS"] != "<none>" and wide["ETA-SECONDS"] != "<none>", wide
+    assert int(wide["STEP"]) > 0 and float(wide["LOSS"]) > 0 and float(wide["ETA-SECONDS"]) >= 0, wide
     status = cluster.wait_phase("hf-trainer", "Succeeded", WHOLE_JOB_S)["status"]
     assert status["progress"]["step"] > 0 and status["restarts"] == 0
 
