@@ -20,11 +20,11 @@ from typing import Any
 from ..api import naming
 from ..api.models import ScaleTrainJob
 
-AUDIENCE = "scaletrain.dev/status-reports"
+AUDIENCE = f"{naming.GROUP}/status-reports"
 TOKEN_SECONDS = 600  # the shortest the API server grants; the kubelet renews it at 80% of its life
 VOLUME = "status-reports"
-MOUNT_PATH = "/var/run/secrets/scaletrain.dev/status-reports"
-CA_ANNOTATION = "scaletrain.dev/status-reports-ca"
+MOUNT_PATH = f"/var/run/secrets/{naming.GROUP}/status-reports"
+CA_ANNOTATION = f"{naming.GROUP}/status-reports-ca"
 URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
