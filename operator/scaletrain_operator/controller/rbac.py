@@ -137,11 +137,10 @@ OWN_POD = (
 )
 
 
-def permissions(
-    *, clusterwide: bool, peering: bool, network_policies: bool = False, status_reports: bool = False
-) -> tuple[Permission, ...]:
-    """Everything one operator needs, for its scope, peering mode, NetworkPolicies and status reports."""
-    table = OPERATOR + (NETWORK_POLICIES if network_policies else ()) + (STATUS_REPORTS if status_reports else ())
+def permissions(*, clusterwide: bool, peering: bool, network_policies: bool = False) -> tuple[Permission, ...]:
+    """Everything one operator needs in the watched namespaces, for its scope, peering mode and NetworkPolicies
+    (status reports' own rules, STATUS_REPORTS and OWN_POD, are Roles of their own in the chart)."""
+    table = OPERATOR + (NETWORK_POLICIES if network_policies else ())
     if not peering:
         return table
     return table + (CLUSTER_PEERING if clusterwide else NAMESPACED_PEERING)

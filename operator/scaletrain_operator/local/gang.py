@@ -49,7 +49,7 @@ from ..policy.gang_policy import (
 from ..policy.ledger import Ledger
 from ..progress import read_progress
 from ..render.children import render_job, render_master_alias, render_service
-from ..render.status_reports import VOLUME, reporting_to
+from ..render.status_reports import VOLUME, pushes_reports, reporting_to
 from ..validation import elastic_sizes
 from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
 from .job_controller import indexed_pods
@@ -319,8 +319,8 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     for service in (render_service(job), render_master_alias(job)):  # their DNS names, in every gang
         executor.network.publish(service)
     # A script of one's own may push its progress (the Kubeflow Trainer status protocol), as to the operator.
-    reporting = job.spec.command is not None
-    reports = LocalReports(job, executor.network.host_ip, executor.root / "status-reports") if reporting else None
+    directory = executor.root / "status-reports"
+    reports = LocalReports(job, executor.network.host_ip, directory) if pushes_reports(job) else None
     with ProgressView(job) as view, reports or contextlib.nullcontext():
         view.say(
             f"{job.name}: {spec.nodes} node(s) × {spec.resolved_procs_per_node} process(es), "

@@ -42,10 +42,16 @@ class Endpoint:
         return self.base_url.rstrip("/") + naming.STATUS_REPORTS_PATH
 
 
+def pushes_reports(job: ScaleTrainJob) -> bool:
+    """Whether the job's pods are told where to report: a script of one's own (the built-in trainer serves
+    /progress, which is read instead)."""
+    return job.spec.command is not None
+
+
 def reporting_to(rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: Endpoint | None) -> dict[str, Any]:
     """`rendered_job` with the trainer container told where to report, or unchanged: no endpoint, or the
     built-in trainer. A variable the job sets itself (spec.env) is left as it is."""
-    if endpoint is None or job.spec.command is None:
+    if endpoint is None or not pushes_reports(job):
         return rendered_job
     reporting = copy.deepcopy(rendered_job)
     template = reporting["spec"]["template"]
