@@ -1,10 +1,9 @@
 """The test tiers: each test is marked with the folder it lives in (unit, integration, e2e or node), so that
 `pytest -m unit` is the fast lane. Shared fixtures: the generated CRD, and the real control plane with
-a namespace per test."""
+a namespace per test, and a real S3 server (SeaweedFS)."""
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -13,8 +12,11 @@ from typing import Any
 
 import pytest
 
+from scaletrain_testing.availability import require
 from scaletrain_testing.control_plane import KUBERNETES_VERSION, ControlPlane, unavailable_reason
 from scaletrain_testing.jobs import REPO, load_yaml
+from scaletrain_testing.seaweedfs import SeaweedS3
+from scaletrain_testing.seaweedfs import unavailable_reason as s3_unavailable_reason
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e", "node")
@@ -55,11 +57,7 @@ _control_plane_started = pytest.StashKey[ControlPlane]()
 def control_plane(request, tmp_path_factory) -> Iterator[ControlPlane]:
     """One real control plane per test session, started by the first test that asks for it. Where it
     cannot run the tests skip with the reason, except in CI (CI=true), where the tier must run."""
-    reason = unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(unavailable_reason())
     # Under pytest's temp root, so the component logs of the last few runs stay for a post-mortem.
     with ControlPlane(tmp_path_factory.mktemp("control-plane")) as started:
         request.config.stash[_control_plane_started] = started
@@ -82,6 +80,16 @@ def dry_run_namespace(request, control_plane) -> Iterator[str]:
     name = control_plane.create_namespace(f"dry-runs-{secrets.token_hex(3)}")
     yield name
     control_plane.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> Iterator[SeaweedS3]:
+    """One S3 server (SeaweedFS on loopback) per test session, started by the first test that asks for it.
+    Where it cannot run the tests skip with the reason, except in CI (CI=true), where they must run."""
+    require(s3_unavailable_reason())
+    # Under pytest's temp root, so the server's log of the last few runs stays for a post-mortem.
+    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as started:
+        yield started
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

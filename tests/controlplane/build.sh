@@ -5,7 +5,8 @@
 # tested with), and the cluster DNS, CoreDNS 1.15.0 with only the plugins it needs (coredns/, a
 # module of its own so that CoreDNS's dependency versions do not move Kubernetes's), and the Kueue
 # v0.17.0 manager (kueue/, a module of its own for the same reason: Kueue pins k8s.io/* v0.35), and
-# Prometheus v0.316.0's promtool (promtool/, the same), which the monitoring tests run.
+# Prometheus v0.316.0's promtool (promtool/, the same), which the monitoring tests run, and SeaweedFS's weed
+# (seaweedfs/, the same), the S3-compatible server of the object-storage tests.
 # Upstream links the kubelet dynamically, but only for the standard library's cgo resolver and user
 # lookup (net, os/user): no Kubernetes package changes with CGO_ENABLED=0.
 #
@@ -18,7 +19,8 @@
 # Cost of the first build on 2 CPUs: about 10 minutes, ~700 MB of modules, ~4.4 GB of build cache; Kueue
 # adds ~0.7 GB of modules, ~1.6 GB of build cache and an 84 MB binary, and took 23 minutes (about 10 CPU
 # minutes) when measured on 2 CPUs shared with a test run (2026-12-02); promtool adds ~0.5 GB of modules
-# and an 88 MB binary, 4.5 minutes on 2 CPUs shared with a test run (2026-12-04).
+# and an 88 MB binary, 4.5 minutes on 2 CPUs shared with a test run (2026-12-04); weed a 164 MB binary, 4m52s
+# cold on 2 CPUs.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,7 +31,7 @@ STAMP="$BIN_DIR/.inputs.sha256"
 COREDNS_VERSION=v1.15.0
 KUEUE_VERSION=v0.17.0
 KUEUE_MANIFESTS="$CACHE_ROOT/$KUBE_VERSION/kueue"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd coredns kueue promtool)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd coredns kueue promtool weed)
 declare -A PACKAGE=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
@@ -40,13 +42,14 @@ declare -A PACKAGE=(
   [coredns]=.
   [kueue]=sigs.k8s.io/kueue/cmd/kueue
   [promtool]=github.com/prometheus/prometheus/cmd/promtool
+  [weed]=github.com/seaweedfs/seaweedfs/weed
 )
 # The module each binary is built in (go -C), when not this directory's.
-declare -A MODULE_DIR=([coredns]=coredns [kueue]=kueue [promtool]=promtool)
+declare -A MODULE_DIR=([coredns]=coredns [kueue]=kueue [promtool]=promtool [weed]=seaweedfs)
 
 inputs_hash() {
   cat go.mod go.sum build.sh cmd/etcd/main.go coredns/go.mod coredns/go.sum coredns/main.go kueue/go.mod kueue/go.sum \
-    promtool/go.mod promtool/go.sum |
+    promtool/go.mod promtool/go.sum seaweedfs/go.mod seaweedfs/go.sum |
     sha256sum | cut -d' ' -f1
 }
 
@@ -98,6 +101,7 @@ nice -n 19 go mod download
 nice -n 19 go -C coredns mod download
 nice -n 19 go -C kueue mod download
 nice -n 19 go -C promtool mod download
+nice -n 19 go -C seaweedfs mod download
 echo "$(seconds_since "$step_start")s"
 
 # Version stamping as upstream's hack/lib/version.sh, so `--version` and /version say v1.37.2.
@@ -132,7 +136,7 @@ for name in "${BINARIES[@]}"; do
       tags=""
       ldflags="-s -w$kueue_ldflags"
       ;;
-    promtool)
+    promtool | weed)
       tags=""
       ;;
   esac

@@ -4,6 +4,7 @@ with their status reported as the kubelet reports it, and deletion with the pod'
 
 from __future__ import annotations
 
+import base64
 import secrets
 import time
 
@@ -175,6 +176,23 @@ def test_a_spec_the_node_cannot_run_stays_pending_with_the_reason(kubelet, kube,
 
     state = wait_until(waiting, POD_RUN_S, "pod misconfigured to wait")
     assert state["reason"] == "CreateContainerConfigError" and "TOKEN" in state["message"]
+
+
+def test_env_from_a_secret_is_read_from_the_api_server(kubelet, kube, namespace):
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "credentials"},
+        "data": {"token": base64.b64encode(b"s3cret").decode()},
+    }
+    kube.create("secrets", secret, namespace)
+    env = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "credentials", "key": "token"}}},
+        {"name": "ABSENT", "valueFrom": {"secretKeyRef": {"name": "missing", "key": "k", "optional": True}}},
+    ]
+    check = "import os, sys; sys.exit(os.environ['TOKEN'] != 's3cret' or 'ABSENT' in os.environ)"
+    kube.create("pods", a_pod("reader", [container("main", ["python", "-c", check], env=env)]), namespace)
+    assert phase_of(kube, namespace, "reader", "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
 
 
 def test_deletion_honours_the_grace_period_then_kills(kubelet, kube, namespace):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from scaletrain_testing import host_residue
+from scaletrain_testing.availability import require
 from scaletrain_testing.kind_cluster import KindCluster
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.local_cluster import LocalCluster, RealCluster, built_images, state_dir, unavailable_reason
@@ -46,11 +47,7 @@ def node_cluster() -> Iterator[NodeCluster]:
         finally:
             kind.down()
         return
-    reason = unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(unavailable_reason())
     cluster = LocalCluster(detached=False)
     running = state_dir() / "cluster.json"
     if running.exists() and cluster.attach():

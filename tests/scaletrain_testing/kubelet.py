@@ -12,7 +12,8 @@
   container: the volumes at their mountPaths, its own /dev/termination-log and /dev/shm, and this
   machine's files never written), one worker thread per pod, as the kubelet's pod workers.
   Projected, secret and configMap volumes (every pod has the projected service-account token the
-  ServiceAccount admission plugin adds) are written as files from the API.
+  ServiceAccount admission plugin adds) are written as files from the API, and env from a Secret
+  (secretKeyRef) is read from it.
 - **Status**, as the kubelet writes it: phase, podIP, hostIP, startTime, conditions, and
   containerStatuses with exit codes, reasons and the termination message files' contents. A spec the
   executor cannot run stays Pending with the reason CreateContainerConfigError and the message.
@@ -283,6 +284,20 @@ class Kubelet:
             prepared[volume["name"]] = directory
         return prepared
 
+    def secret_lookup(self, pod: dict[str, Any]) -> Callable[[str, str], str | None]:
+        """The env's secretKeyRefs as the kubelet resolves them: a key of a Secret in the pod's namespace, read
+        once per Secret when the pod starts. Unlike a volume's, a missing Secret is not waited for: the kubelet
+        does not wait either, it reports CreateContainerConfigError and retries (which the stand-in does not)."""
+        namespace, read = pod["metadata"]["namespace"], {}
+
+        def lookup(name: str, key: str) -> str | None:
+            if name not in read:
+                read[name] = self._wait_for_object("secret", namespace, name, optional=True)
+            data = (read[name] or {}).get("data") or {}
+            return base64.b64decode(data[key]).decode(errors="surrogateescape") if key in data else None
+
+        return lookup
+
     def _source_files(self, pod: dict[str, Any], source: dict[str, Any], where: tuple) -> dict[str, bytes]:
         """One volume source's files, by path."""
         metadata = pod["metadata"]
@@ -394,7 +409,9 @@ class PodWorker:
 
     def _start(self) -> None:
         try:
-            extras = PodExtras(volumes=self.kubelet.prepared_volumes(self.latest))
+            extras = PodExtras(
+                volumes=self.kubelet.prepared_volumes(self.latest), secrets=self.kubelet.secret_lookup(self.latest)
+            )
             self.running = self.kubelet.executor.start(self.latest, extras)
         except (ProblemsError, ApiException) as error:
             # ApiException: a volume's token or ConfigMap could not be had, e.g. while the namespace is

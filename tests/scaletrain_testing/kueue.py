@@ -50,6 +50,7 @@ import kubernetes
 import pytest
 import yaml
 
+from .availability import require
 from .control_plane import ControlPlane, StartedWhileEntered, binaries_dir, free_ports, launch, stop_recorded
 from .control_plane import unavailable_reason as control_plane_unavailable_reason
 from .timeouts import API_REQUEST_S, CONTROLLERS_REACTION_S, KUEUE_READY_S, READINESS_REQUEST_S, WEBHOOK_ARMED_S
@@ -496,11 +497,7 @@ def is_true(obj: dict[str, Any] | None, kind: str) -> bool:
 def kueue(tmp_path_factory) -> Iterator[Kueue]:
     """Kueue on a control plane of its own, started by the first test that asks for it. Where it cannot run the
     tests skip with the reason, except in CI (CI=true), where they must run."""
-    reason = unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(unavailable_reason())
     work_dir = tmp_path_factory.mktemp("kueue")
     with ControlPlane(work_dir / "control-plane") as control_plane, Kueue(control_plane, work_dir) as started:
         yield started

@@ -51,6 +51,7 @@ from .pod_network import PodIdentity, PodNetwork, PodSandbox, open_network
 from .pod_spec import (
     Pod,
     PodFields,
+    SecretLookup,
     VolumeDirs,
     command_line,
     containers_of,
@@ -85,6 +86,7 @@ class PodExtras:
 
     device_env: Mapping[str, str] = field(default_factory=dict)  # a device plugin's, e.g. CUDA_VISIBLE_DEVICES
     volumes: Mapping[str, Path] = field(default_factory=dict)  # directories made for volumes of other kinds
+    secrets: SecretLookup | None = None  # the pod's namespace's Secrets, where a cluster has them (resolve_env)
 
 
 NO_EXTRAS = PodExtras()
@@ -507,7 +509,7 @@ class PodExecutor:
         env_spec = move_files_env(
             relocate_config_env(container.get("env") or [], files.config_mounts), files.moved_files
         )
-        declared = resolve_env(pod, self.network.rewrite_env(sandbox, env_spec), fields, where)
+        declared = resolve_env(pod, self.network.rewrite_env(sandbox, env_spec), fields, where, extras.secrets)
         image = image_env(Path(sys.executable).parent, pod_hostname(pod)) | files.image_env
         runtime = {MARKER_ENV: f"{marker}/{name}", **files.runtime_env}
         return ContainerRun(

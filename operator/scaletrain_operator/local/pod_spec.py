@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -26,6 +26,8 @@ from .expansion import expand
 
 Container = Mapping[str, Any]
 Pod = Mapping[str, Any]
+# A Secret's key in the pod's namespace: (Secret name, key) -> the decoded value, None when either is missing.
+SecretLookup = Callable[[str, str], str | None]
 
 DEFAULT_GRACE_SECONDS = 30  # terminationGracePeriodSeconds when the pod does not say
 # An image's PATH (Debian's, as in the python and pytorch images); this interpreter's directory goes first.
@@ -61,20 +63,37 @@ def containers_of(pod: Pod, kind: str = "containers") -> list[tuple[tuple[PathPa
     return [(("spec", kind, index), container) for index, container in enumerate(pod["spec"].get(kind) or [])]
 
 
-def resolve_env(pod: Pod, env_spec: Sequence[Mapping[str, Any]], fields: PodFields, where: tuple) -> dict[str, str]:
+def resolve_env(
+    pod: Pod,
+    env_spec: Sequence[Mapping[str, Any]],
+    fields: PodFields,
+    where: tuple,
+    secrets: SecretLookup | None = None,
+) -> dict[str, str]:
     """A container's env (`env_spec`, the container's `env` list) as the kubelet resolves it: in
     order, each literal value with `$(VAR)` references to the variables before it expanded, each
-    `fieldRef` read from the pod. Secrets and ConfigMaps do not exist here: a clear error names the
-    variable."""
+    `fieldRef` read from the pod, each `secretKeyRef` from `secrets` where there is a cluster to read
+    them from (the kubelet stand-in of the tests). Without `secrets`, and for ConfigMaps, a clear
+    error names the variable: they do not exist outside a cluster. A missing Secret or key is an
+    error naming the variable, unless the reference is optional: then the variable is left unset."""
     values: dict[str, str] = {}
     for index, var in enumerate(env_spec):
         at = (*where, "env", index)
         source = var.get("valueFrom") or {}
-        if source and "fieldRef" not in source:
+        if "secretKeyRef" in source and secrets is not None:
+            reference = source["secretKeyRef"]
+            value = secrets(reference["name"], reference["key"])
+            if value is not None:
+                values[var["name"]] = value  # as a fieldRef's: taken as it is, not expanded
+            elif not reference.get("optional", False):
+                name, key = reference["name"], reference["key"]
+                message = f"{var['name']} comes from key {key!r} of Secret {name!r}, which is not there"
+                raise ProblemsError([Problem((*at, "valueFrom", "secretKeyRef"), message)])
+        elif source and "fieldRef" not in source:
             kind = next(iter(source))
             message = f"{var['name']} comes from a {kind}, which does not exist outside a cluster; give it a value"
             raise ProblemsError([Problem((*at, "valueFrom", kind), message)])
-        if source:
+        elif source:
             values[var["name"]] = pod_field(pod, source["fieldRef"]["fieldPath"], fields, (*at, "valueFrom"))
         else:  # a field reference is taken as it is; only literal values are expanded
             values[var["name"]] = expand(str(var.get("value", "")), values)
