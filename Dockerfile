@@ -26,10 +26,10 @@ COPY operator/ operator/
 COPY trainer/ trainer/
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # The trainer installs the wheel with its `train` extra (the pinned torch) through a requirements file,
-# plus `hf` (model.name: hf, the export command) and `tensorboard` (training.tensorboard).
+# plus `hf` (model.name: hf, the export command), `tensorboard` (training.tensorboard) and `s3` (s3:// URLs).
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip wheel --no-deps --wheel-dir /wheels . \
-    && printf '%s[train,hf,tensorboard]\n' /wheels/scaletrain-*.whl > /wheels/trainer-requirements.txt
+    && printf '%s[train,hf,tensorboard,s3]\n' /wheels/scaletrain-*.whl > /wheels/trainer-requirements.txt
 
 # ---- operator: slim Python with kopf and the kubernetes client; no torch
 FROM ${PYTHON_BASE} AS operator

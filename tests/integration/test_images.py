@@ -70,7 +70,7 @@ def test_the_operator_image_has_no_torch_and_the_trainer_image_runs_as_non_root(
     assert not any(word in operator_installs for word in ("[train", "requirements", "torch"))
     trainer_installs = " ".join(instruction("trainer", "RUN"))
     wheel = " ".join(instruction("wheel", "RUN"))
-    assert "trainer-requirements.txt" in trainer_installs and "[train,hf,tensorboard]" in wheel
+    assert "trainer-requirements.txt" in trainer_installs and "[train,hf,tensorboard,s3]" in wheel
     for stage in ("operator", "trainer"):
         (user,) = instruction(stage, "USER")
         assert user.split(":")[0] not in ("root", "0")

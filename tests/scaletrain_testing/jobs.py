@@ -39,6 +39,11 @@ def stored_job(name: str = "demo", status: dict[str, Any] | None = None, **spec:
     return patched(base_job(**spec), stored | ({"status": status} if status else {}))
 
 
+def secret_key_ref(name: str, key: str) -> dict[str, Any]:
+    """An env var's valueFrom: `key` of the Secret `name`."""
+    return {"secretKeyRef": {"name": name, "key": key}}
+
+
 def running_status(**status: Any) -> dict[str, Any]:
     """The status of a job whose first gang, demo-g0, runs, with no restart yet; keyword arguments add
     fields or replace them."""

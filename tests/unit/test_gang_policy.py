@@ -28,6 +28,7 @@ from scaletrain_trainer.contract.exit_codes import (
     EXIT_HANG,
     EXIT_NON_FINITE,
     EXIT_PREEMPTED,
+    EXIT_STORAGE_ERROR,
     EXIT_WRITE_ERROR,
 )
 
@@ -45,6 +46,10 @@ def pod(index, phase, exit_code=None, second=None, stopping=False, message=""):
 # stuck in work of its own.
 WAITED = '{"result": "Hang", "step": 7, "doing": "in step 8", "waitingOnPeers": true}'
 STUCK = '{"result": "Hang", "step": 7, "doing": "loading the data of step 8", "waitingOnPeers": false}'
+# The trainer's start-up check of checkpoint.dir, refused by the store (exit 77).
+STORAGE_REFUSED = (
+    '{"result": "CheckpointStorageError", "cause": "s3://team-a/ckpt: AccessDenied writing a test object"}'
+)
 
 # (case, pods, restarts, keyword arguments, action, reason, root-cause pod name, words in the message)
 CASES = [
@@ -80,6 +85,11 @@ CASES = [
      Action.KEEP_RUNNING, None, None, ""),
     ("a write error is final", [pod(0, "Failed", EXIT_WRITE_ERROR, 5, message="disk full (ENOSPC)")], 0, {},
      Action.FAIL, "WriteError", "demo-g0-0", "cannot write its checkpoints or outputs, not retried"),
+    ("checkpoint storage that refused the trainer is final, its cause told",
+     [pod(0, "Failed", EXIT_STORAGE_ERROR, 5, message=STORAGE_REFUSED), pod(1, "Running")], 0, {}, Action.FAIL,
+     "CheckpointStorageError", "demo-g0-0", "s3://team-a/ckpt: AccessDenied writing a test object"),
+    ("a worker's storage error under torchrun is final", [pod(0, "Failed", 1, 5, message=STORAGE_REFUSED)], 0, {},
+     Action.FAIL, "CheckpointStorageError", "demo-g0-0", "its checkpoint storage refused it, not retried"),
     ("a pod that waited on a stuck peer is not the cause: the stuck one is",
      [pod(0, "Failed", EXIT_HANG, 5, message=WAITED), pod(1, "Running")], 0, {}, Action.RESTART, "Hang", "demo-g0-1",
      "pod demo-g0-1 stopped advancing (its peers timed out waiting on it); gang restart 1/3"),

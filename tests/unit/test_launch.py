@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from scaletrain_trainer import launch
+from scaletrain_trainer.contract.validation import ProblemsError
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +48,13 @@ def test_a_stop_during_preflight_ends_the_pod_without_starting_torchrun(monkeypa
     monkeypatch.setattr(launch, "preflight", lambda environ: deliver(signal.SIGTERM))
     monkeypatch.setattr(subprocess, "Popen", lambda *args, **kwargs: pytest.fail("torchrun was started"))
     assert launch.main([]) == 128 + signal.SIGTERM
+
+
+def test_preflight_leaves_an_object_stores_data_file_to_the_trainer_and_checks_the_pods_own(tmp_path):
+    config = '{"globalBatchSize": 8, "microBatchSize": 8, "data": {"source": "text", "path": "%s"}}'
+    launch.preflight({"SCALETRAIN_CONFIG": config % "s3://team-a/corpus/train.txt"})
+    with pytest.raises(ProblemsError, match=r"data\.path: .* is not a readable file in this pod"):
+        launch.preflight({"SCALETRAIN_CONFIG": config % (tmp_path / "missing.txt")})
 
 
 def error_file_at(log_dir, attempt: int, rank: int, written_ns: int):

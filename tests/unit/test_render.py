@@ -11,7 +11,7 @@ import pytest
 from scaletrain_operator.api.models import parse_job
 from scaletrain_operator.render.children import generation_free, render_children, render_job
 from scaletrain_operator.validation.merge import merge_under
-from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO, base_job, load_yaml
+from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO, base_job, load_yaml, secret_key_ref
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import ProblemsError
 
@@ -36,6 +36,14 @@ POD_TEMPLATE = {
         "restartPolicy": "Always",
     },
 }
+
+# spec.objectStorage of a SeaweedFS in the cluster, with an access key in a Secret.
+OBJECT_STORAGE = {
+    "endpoint": "http://seaweedfs.storage:8333",
+    "region": "us-east-1",
+    "credentialsSecret": {"name": "s3-credentials"},
+}
+CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 SPECS = {
     "cpu-1-node": base_job(nodes=1, training={"globalBatchSize": 8}),
@@ -65,6 +73,10 @@ SPECS = {
     "pod-template-merge": base_job(
         podTemplate=POD_TEMPLATE,
         volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+    ),
+    "object-storage": base_job(
+        objectStorage=OBJECT_STORAGE | {"credentialsSecret": {"name": "s3-credentials", "sessionTokenKey": "token"}},
+        training={"checkpoint": {"dir": "s3://team-a/ckpt"}, "data": {"source": "text", "path": "s3://team-a/x.txt"}},
     ),
     "kueue-queued": base_job(queueName="team-a-queue", activeDeadlineSeconds=86400),
     "custom-command": base_job(
@@ -477,3 +489,63 @@ def test_the_trainers_command_is_not_pid_1_unless_the_template_says():
     assert _pod(_children(base_job()))["spec"]["shareProcessNamespace"] is True
     opted_out = base_job(podTemplate={"spec": {"shareProcessNamespace": False}})
     assert _pod(_children(opted_out))["spec"]["shareProcessNamespace"] is False
+
+
+def test_object_storage_becomes_the_aws_sdks_env_with_the_keys_from_the_secret():
+    container = _container(_children(base_job(objectStorage=OBJECT_STORAGE)))
+    names = [var["name"] for var in container["env"]]
+    rendered = container["env"][names.index("AWS_ENDPOINT_URL") :]  # after the rank layout and the defaults
+    assert rendered == [
+        {"name": "AWS_ENDPOINT_URL", "value": "http://seaweedfs.storage:8333"},
+        {"name": "AWS_REGION", "value": "us-east-1"},
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": secret_key_ref("s3-credentials", "AWS_ACCESS_KEY_ID")},
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": secret_key_ref("s3-credentials", "AWS_SECRET_ACCESS_KEY")},
+    ]
+
+
+def test_a_session_token_and_keys_of_other_names_come_from_the_secret():
+    secret = {"name": "s3-credentials", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret", "sessionTokenKey": "t"}
+    env = _env(_children(base_job(objectStorage={"credentialsSecret": secret})))
+    assert {name: env[name] for name in CREDENTIALS} == {
+        "AWS_ACCESS_KEY_ID": secret_key_ref("s3-credentials", "id"),
+        "AWS_SECRET_ACCESS_KEY": secret_key_ref("s3-credentials", "secret"),
+        "AWS_SESSION_TOKEN": secret_key_ref("s3-credentials", "t"),
+    }
+    assert "AWS_ENDPOINT_URL" not in env and "AWS_REGION" not in env  # AWS's own endpoints, the SDK's region
+
+
+def test_without_a_secret_no_key_is_set_and_the_pod_uses_its_own_identity():
+    env = _env(_children(base_job(objectStorage={"region": "eu-west-1"}, serviceAccountName="trainer")))
+    assert env["AWS_REGION"] == "eu-west-1" and not set(CREDENTIALS) & set(env)
+    assert not any(name.startswith("AWS_") for name in _env(_children(base_job())))  # no objectStorage: nothing
+
+
+def test_the_rendered_job_names_the_secret_never_a_key():
+    job = _children(SPECS["object-storage"])[-1]
+    for container in job["spec"]["template"]["spec"]["containers"]:
+        for var in container["env"]:
+            if var["name"] in CREDENTIALS:
+                assert set(var) == {"name", "valueFrom"} and set(var["valueFrom"]) == {"secretKeyRef"}
+
+
+def test_spec_env_overrides_object_storage_env_in_place_and_rank_env_containers_get_it():
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "ghcr.io/team-a/train:1"}]}}
+    document = base_job(
+        objectStorage=OBJECT_STORAGE,
+        env=[
+            {"name": "AWS_REGION", "value": "eu-west-1"},
+            {"name": "AWS_ACCESS_KEY_ID", "valueFrom": secret_key_ref("other", "id")},
+        ],
+        podTemplate=template,
+        rankEnvContainers=["trainer", "pytorch"],
+    )
+    children = _children(document)
+    for name in ("trainer", "pytorch"):
+        env = _container(children, name)["env"]
+        names = [var["name"] for var in env]
+        assert names.count("AWS_REGION") == 1 and names.index("AWS_REGION") < names.index("AWS_SECRET_ACCESS_KEY")
+        assert env[names.index("AWS_REGION")] == {"name": "AWS_REGION", "value": "eu-west-1"}
+        assert env[names.index("AWS_ACCESS_KEY_ID")] == {
+            "name": "AWS_ACCESS_KEY_ID",
+            "valueFrom": secret_key_ref("other", "id"),
+        }

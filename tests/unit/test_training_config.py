@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaletrain_trainer.contract.config import TrainingConfig, load_training_config, parse_training_config
+from scaletrain_trainer.contract.storage_urls import is_object_url
 from scaletrain_trainer.contract.validation import ProblemsError
 
 MINIMAL = {"globalBatchSize": 64, "microBatchSize": 4}
@@ -89,3 +90,61 @@ def test_max_non_finite_steps_is_at_least_one_and_three_by_default():
     assert parse_training_config(minimal).max_non_finite_steps == 3
     with pytest.raises(ProblemsError, match="maxNonFiniteSteps: "):
         parse_training_config(minimal | {"onNonFinite": "skip", "maxNonFiniteSteps": 0})
+
+
+TEXT = {"source": "text", "path": "/data/train.txt"}
+HF_CONFIG = {"model_type": "llama"}
+
+# (case, the config over MINIMAL, the field path of the one problem, a fragment of its message)
+MALFORMED_URLS = [
+    ("no bucket", {"checkpoint": {"dir": "s3://"}}, "checkpoint.dir", "names no bucket: give s3://BUCKET/PREFIX"),
+    ("an empty bucket", {"checkpoint": {"dir": "s3:///ckpt"}}, "checkpoint.dir", "names no bucket"),
+    ("a bucket too short", {"checkpoint": {"dir": "s3://ab/ckpt"}}, "checkpoint.dir", "'ab' is not an S3 bucket name"),
+    ("an uppercase bucket", {"checkpoint": {"dir": "s3://Team/ckpt"}}, "checkpoint.dir", "not an S3 bucket name"),
+    ("a bucket ending in a dot", {"checkpoint": {"dir": "s3://team./x"}}, "checkpoint.dir", "not an S3 bucket name"),
+    ("two dots in a row", {"checkpoint": {"dir": "s3://team..a/x"}}, "checkpoint.dir", "not an S3 bucket name"),
+    ("a query", {"data": TEXT | {"path": "s3://team-a/train.bin?versionId=3"}}, "data.path", "a query or fragment"),
+    ("a fragment", {"data": TEXT | {"path": "s3://team-a/train.bin#x"}}, "data.path", "give s3://BUCKET/KEY"),
+    ("a misspelt scheme", {"checkpoint": {"dir": "s4://team-a/ckpt"}}, "checkpoint.dir", "s4:// is not object storage"),
+    ("http", {"data": TEXT | {"path": "http://files/train.txt"}}, "data.path", "http:// is not object storage"),
+    ("no scheme", {"checkpoint": {"dir": "://team-a/ckpt"}}, "checkpoint.dir", "not a URL of object storage"),
+    ("an empty part", {"checkpoint": {"dir": "s3://team-a//ckpt"}}, "checkpoint.dir", "an empty part (//)"),
+    ("a data bucket", {"data": TEXT | {"path": "s3://team-a"}}, "data.path", "names a bucket or a prefix"),
+    ("a data prefix", {"data": TEXT | {"path": "s3://team-a/corpus/"}}, "data.path", "not an object"),
+    ("an eval bucket", {"data": TEXT, "eval": {"path": "s3://team-a/"}}, "eval.path", "names a bucket or a prefix"),
+    ("pretrained weights", {"model": {"name": "hf", "options": {"pretrained": "s3:///llama"}}},
+     "model.options.pretrained", "names no bucket"),
+    ("an hf config directory", {"model": {"name": "hf", "options": {"config": "gs:/x", "pretrained": "s3://w-1/x"}}},
+     "model.options.config", "not a URL of object storage"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config, path, fragment", [c[1:] for c in MALFORMED_URLS], ids=[c[0] for c in MALFORMED_URLS])
+def test_a_malformed_object_storage_url_is_refused_at_its_field(config, path, fragment):
+    with pytest.raises(ProblemsError) as error:
+        parse_training_config(MINIMAL | config)
+    (problem,) = error.value.problems
+    assert (".".join(map(str, problem.path)), fragment in problem.message) == (path, True), problem
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"checkpoint": {"dir": "s3://team-a"}},  # a bucket's root
+        {"checkpoint": {"dir": "s3://team-a.checkpoints/llama/run-1/"}},
+        {"checkpoint": {"dir": "/checkpoints/run-1"}},  # plain paths are the pod's, as ever
+        {"checkpoint": {"dir": "checkpoints"}},
+        {"data": TEXT | {"path": "s3://team-a/corpus/train.txt"}, "eval": {"path": "s3://team-a/corpus/val.txt"}},
+        {"data": {"source": "tokens", "path": "gs://team_a/train.bin"}},  # another fsspec store: its own names
+        {"model": {"name": "hf", "options": {"pretrained": "s3://team-a/llama", "config": "s3://team-a/llama"}}},
+        {"model": {"name": "hf", "options": {"config": HF_CONFIG}}},
+        {"data": {"source": "mypkg.data:build", "options": {"url": "http://not-checked/"}}},  # a custom source's own
+    ],
+)
+def test_well_formed_object_storage_urls_and_plain_paths_pass(config):
+    parse_training_config(MINIMAL | config)
+
+
+def test_object_storage_urls_are_told_from_the_pods_paths():
+    paths = ["s3://team-a/x", "gs://team_a/x", "/data/x", "data/x", "s4://team-a/x", "http://files/x"]
+    assert [is_object_url(path) for path in paths] == [True, True, False, False, False, False]

@@ -1,10 +1,11 @@
 """Entry point: `python -m scaletrain_trainer [--config FILE]`, under torchrun or standalone.
 
-Exit codes (exit_codes.py): 0 done; EXIT_CONFIG_ERROR (78) for a bad config and EXIT_WRITE_ERROR (74)
-for a full or read-only disk, which retrying cannot fix (the operator fails the job at once);
-EXIT_NON_FINITE (79) for a diverged run; EXIT_PREEMPTED (80) after a SIGTERM or SIGINT, once every
-rank has saved a checkpoint at the same step (preemption.py); anything else for a runtime failure, which
-a gang restart may fix. Each named result also leaves a one-line termination message, with the last
+Exit codes (exit_codes.py): 0 done; EXIT_CONFIG_ERROR (78) for a bad config, EXIT_WRITE_ERROR (74) for a
+full or read-only disk and EXIT_STORAGE_ERROR (77) for checkpoint storage that refused the trainer at start
+(CheckpointStorageError: a wrong key, no bucket, no answer), which retrying cannot fix (the operator fails the
+job at once); EXIT_NON_FINITE (79) for a diverged run; EXIT_PREEMPTED (80) after a SIGTERM or SIGINT, once
+every rank has saved a checkpoint at the same step (preemption.py); anything else for a runtime failure,
+which a gang restart may fix. Each named result also leaves a one-line termination message, with the last
 completed step.
 """
 
@@ -21,10 +22,13 @@ from .contract.exit_codes import (
     EXIT_CONFIG_ERROR,
     EXIT_NON_FINITE,
     EXIT_PREEMPTED,
+    EXIT_STORAGE_ERROR,
     EXIT_WRITE_ERROR,
     NON_FINITE_RESULT,
     PREEMPTED_RESULT,
+    STORAGE_ERROR_RESULT,
     WRITE_ERROR_RESULT,
+    CheckpointStorageError,
     NonFinite,
     WriteError,
     write_error_cause,
@@ -70,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             {"result": PREEMPTED_RESULT, "signal": stopped.signal.name, "checkpoint": stopped.checkpoint}
         )
         return EXIT_PREEMPTED
+    except CheckpointStorageError as error:  # before any training: every rank checks on its own
+        print(f"scaletrain: {error.cause}", file=sys.stderr)
+        write_termination_message({"result": STORAGE_ERROR_RESULT, "cause": error.cause})
+        return EXIT_STORAGE_ERROR
     except WriteError as error:
         return write_error(error.cause)
     except OSError as error:  # a full or read-only outputDir, say: one line, not a traceback

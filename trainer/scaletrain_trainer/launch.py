@@ -38,6 +38,7 @@ from .contract.exit_codes import (
     result_of,
     summary_of,
 )
+from .contract.storage_urls import is_object_url
 from .contract.validation import Problem, ProblemsError
 from .reporting.metrics import termination_message_path
 
@@ -55,11 +56,13 @@ CUT_MARK = "..."  # where the start of a traceback too long for the termination 
 
 
 def preflight(environ: dict[str, str]) -> None:
-    """The checks that need no torch: the config, its fit to the world size, and the data file."""
+    """The checks that need no torch: the config, its fit to the world size, and the data file (one in the pod: an
+    object store's is the trainer's to reach, with its credentials)."""
     config = load_training_config(environ=environ)
     world_size = int(environ.get("PET_NNODES", "1")) * int(environ.get("PET_NPROC_PER_NODE", "1"))
     config.accumulation_steps(world_size)
-    if config.data.source in ("text", "tokens") and not Path(config.data.path or "").is_file():
+    path = config.data.path or ""
+    if config.data.source in ("text", "tokens") and not is_object_url(path) and not Path(path).is_file():
         raise ProblemsError([Problem(("data", "path"), f"{config.data.path} is not a readable file in this pod")])
 
 

@@ -26,7 +26,13 @@ from pydantic.alias_generators import to_snake
 
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.config import TrainingConfig
-from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_NON_FINITE, EXIT_PREEMPTED, EXIT_WRITE_ERROR
+from scaletrain_trainer.contract.exit_codes import (
+    EXIT_CONFIG_ERROR,
+    EXIT_NON_FINITE,
+    EXIT_PREEMPTED,
+    EXIT_STORAGE_ERROR,
+    EXIT_WRITE_ERROR,
+)
 from scaletrain_trainer.contract.validation import (
     Problem,
     ProblemsError,
@@ -291,9 +297,9 @@ class FailurePolicy(SpecModel):
         default_factory=list,
         max_length=32,
         description="Tried in order against the gang's root-cause pod; the first match decides. The built-in "
-        f"meanings (exit {EXIT_CONFIG_ERROR}, {EXIT_WRITE_ERROR} and {EXIT_NON_FINITE} fail the job, a disruption or "
-        f"exit {EXIT_PREEMPTED} restarts without counting, anything "
-        "else restarts counted) apply when none matches.",
+        f"meanings (exit {EXIT_CONFIG_ERROR}, {EXIT_WRITE_ERROR}, {EXIT_STORAGE_ERROR} and {EXIT_NON_FINITE} fail the "
+        f"job, a disruption or exit {EXIT_PREEMPTED} restarts without counting, anything else restarts counted) apply "
+        "when none matches.",
     )
     exclude_nodes: ExcludeNodes | None = Field(
         None, description="Avoid the nodes of failures classed as the node's; unset: no node is avoided."
@@ -397,6 +403,69 @@ class StatusReports(SpecModel):
         description="Once the running gang has reported, no report for this long is a Hang (restarted, or failed, "
         "as failurePolicy says for the built-in trainer's hangs). Counted only while the operator serves the "
         "reports: a gang never reported, or an operator that cannot be reached, is no hang. Default: off.",
+    )
+
+
+# An S3-compatible store's URL: http or https, a host and maybe a port and a path; no user, query or fragment (a
+# key in the URL would end up in the rendered Job).
+ENDPOINT_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^?#@\s]*)?$"
+
+
+def _endpoint(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(ENDPOINT_PATTERN, value):  # not echoed: it may hold a key
+        raise ValueError(
+            "not an http(s) URL of a host, e.g. http://seaweedfs.storage:8333 or https://s3.example.com: give the "
+            "store's address, without credentials or a query, or unset it for AWS's own endpoints"
+        )
+    return value
+
+
+Endpoint = Annotated[str, BeforeValidator(_endpoint), WithJsonSchema({"type": "string", "pattern": ENDPOINT_PATTERN})]
+SecretKey = Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)]  # a key of a Secret's data
+
+
+class CredentialsSecret(SpecModel):
+    """A Secret of the job's namespace holding the store's access key; each key becomes the variable the AWS SDKs
+    read (AWS_ACCESS_KEY_ID, ...) through a secretKeyRef, so that no key is written into the job or its Job."""
+
+    name: str = Field(
+        pattern=naming.DNS_1123_SUBDOMAIN, max_length=253, description="The Secret, in the job's namespace."
+    )
+    access_key_id_key: SecretKey = Field(
+        wire.S3_ACCESS_KEY_ENV,
+        description=f"The Secret's key holding the access key ID; default {wire.S3_ACCESS_KEY_ENV}.",
+    )
+    secret_access_key_key: SecretKey = Field(
+        wire.S3_SECRET_KEY_ENV,
+        description=f"The Secret's key holding the secret access key; default {wire.S3_SECRET_KEY_ENV}.",
+    )
+    session_token_key: SecretKey | None = Field(
+        None,
+        description="The Secret's key holding a session token, for temporary credentials; unset: none.",
+    )
+
+
+class ObjectStorage(SpecModel):
+    """Where the training config's s3:// URLs (checkpoint.dir, data.path, eval.path, the hf model's options) are
+    served, and with whose credentials: the trainer container (and rankEnvContainers) get the AWS SDKs' own
+    variables, so a script of one's own with boto3 reads the same."""
+
+    endpoint: Endpoint | None = Field(
+        None,
+        description="An S3-compatible store's URL (AWS_ENDPOINT_URL), http:// or https://, e.g. "
+        "http://seaweedfs.storage:8333; unset: AWS's own endpoints.",
+    )
+    region: str | None = Field(
+        None,
+        pattern=naming.DNS_1123_LABEL,
+        max_length=63,
+        description="The store's region (AWS_REGION), e.g. us-east-1; unset: the SDK's default.",
+    )
+    credentials_secret: CredentialsSecret | None = Field(
+        None,
+        description="A Secret holding an access key. Unset: the pod's own identity, e.g. IAM Roles for Service "
+        "Accounts (set serviceAccountName to an annotated ServiceAccount: EKS's webhook adds AWS_ROLE_ARN and "
+        "AWS_WEB_IDENTITY_TOKEN_FILE, which the SDK reads), or the node's instance role.",
     )
 
 
@@ -542,6 +611,11 @@ class ScaleTrainJobSpec(SpecModel):
         None,
         description="The built-in trainer's config; required unless command or args is set (a script of your "
         "own, which then gets no training config and reports progress as docs/api.md describes).",
+    )
+    object_storage: ObjectStorage | None = Field(
+        None,
+        description="The S3 (or S3-compatible) store behind the training config's s3:// URLs: its endpoint, "
+        "region and credentials. Unset: AWS's endpoints with the pod's own identity.",
     )
     # Lifecycle
     max_restarts: int = Field(

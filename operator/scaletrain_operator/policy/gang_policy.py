@@ -8,8 +8,9 @@ read pods through `pod_outcome`, so they cannot disagree.
 
 What a failure means comes from spec.failurePolicy.rules, tried in order against the root-cause pod,
 then from the built-in defaults the rules can override (BUILT_IN_MEANINGS, docs/api.md): a config or
-write error fails the job, and so does a loss that is not finite (exit 79, or a rank 0 that finished with
-`lossFinite: false`: a divergence repeats from the same checkpoint, and a diverged run is no success); a
+write error, or checkpoint storage that refused the trainer, fails the job, and so does a loss that is not
+finite (exit 79, or a rank 0 that finished with `lossFinite: false`: a divergence repeats from the same
+checkpoint, and a diverged run is no success); a
 disruption (the pod's DisruptionTarget condition: evicted, preempted, its node lost; or the trainer's exit
 80 after a SIGTERM from outside) restarts the gang without using maxRestarts; a hang, and anything else,
 restarts it counted. Failures that are the node's (a hang, a
@@ -73,7 +74,7 @@ GangFailureReason = str
 EXIT_CODE_OF_REASON: dict[GangFailureReason, int] = {**EXIT_CODES, NON_FINITE_LOSS: EXIT_NON_FINITE}
 # The built-in meanings, as docs/api.md lists them; failurePolicy.rules come first and may override each.
 BUILT_IN_MEANINGS: dict[str, RuleAction] = {
-    **{result: "FailJob" for result in FINAL},  # exit 78, 74: no restart can fix them
+    **{result: "FailJob" for result in FINAL},  # exit 78, 74, 77: no restart can fix them
     NON_FINITE_LOSS: "FailJob",  # a divergence from the same checkpoint, with the same data, repeats
     DISRUPTION: "RestartGangIgnoreLimit",  # DisruptionTarget, or exit 80 (Preempted)
     HANG_RESULT: "RestartGang",  # exit 75, a rank that stopped advancing, or the gang's silence

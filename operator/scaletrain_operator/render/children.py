@@ -17,6 +17,7 @@ from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 from ..api import naming
 from ..api.models import ScaleTrainJob, ScaleTrainJobSpec
 from ..validation.merge import merge_under
+from .object_storage import object_storage_env
 from .workload import delegated, placed_by_workload, workload_of
 
 # The trainer's pod launcher checks the training config (exiting 78 on a config error, which the
@@ -246,15 +247,16 @@ def generation_free(rendered_job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
-    """Rank layout for torchrun (PET_*) and for plain launchers, backend settings, and the config
-    (naming.RENDERED_ENV says where each comes from).
+    """Rank layout for torchrun (PET_*) and for plain launchers, backend settings, the config (naming.RENDERED_ENV
+    says where each comes from), and spec.objectStorage's variables (object_storage.py).
 
     With one process per node, RANK (the node rank) and LOCAL_RANK too, as PyTorchJob sets them for a
     plain `python train.py` in each pod; torchrun sets its workers' own, so with more it is left to it.
     PET_RDZV_ENDPOINT refers to MASTER_ADDR and MASTER_PORT (Kubernetes expands `$(VAR)` from the
     variables before it), so that `torchrun --rdzv-backend=c10d` without an endpoint meets on rank 0.
 
-    User env comes last; a user variable with the name of a backend default replaces it in place.
+    User env comes last; a user variable with the name of a backend default or of an object-storage variable
+    replaces it in place.
     """
     spec = job.spec
     master = f"{naming.child_job_name(job.name, generation)}-0.{naming.service_name(job.name)}"
@@ -281,6 +283,7 @@ def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
     if spec.resolved_procs_per_node == 1:
         rendered += [{"name": "RANK", "valueFrom": _completion_index()}, {"name": "LOCAL_RANK", "value": "0"}]
     rendered += [{"name": name, "value": value} for name, value in backend_env_defaults(spec).items()]
+    rendered += object_storage_env(spec.object_storage)
     index = {var["name"]: position for position, var in enumerate(rendered)}
     for var in spec.env:
         entry = var.model_dump(mode="json", by_alias=True, exclude_none=True)

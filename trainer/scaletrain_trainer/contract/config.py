@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError
 from . import wire
 from .documents import DocumentError, load_documents
 from .exit_codes import EXIT_HANG, EXIT_NON_FINITE
+from .storage_urls import object_url_problem
 from .validation import (
     Problem,
     ProblemsError,
@@ -46,8 +47,15 @@ Options = Annotated[
 PrecisionName = Literal["bf16", "fp16", "fp32"]
 
 
+# What the descriptions of the fields that take an object-storage URL say of it (storage_urls.py).
+_STORE = "an S3-compatible store's endpoint and the credentials: spec.objectStorage"
+_PREFIX_URL = f"an s3://BUCKET/PREFIX URL ({_STORE})"
+_OBJECT_URL = f"an s3://BUCKET/KEY URL ({_STORE})"
+
+
 # The options of `model.name: hf` (hf.py): a Hugging Face config (a mapping of its fields with model_type, or a
-# local directory holding config.json) and a local directory of weights saved by save_pretrained.
+# directory holding config.json) and a directory of weights saved by save_pretrained; each directory local or on
+# object storage.
 HF_CONFIG_OPTION = "config"
 HF_PRETRAINED_OPTION = "pretrained"
 
@@ -61,8 +69,8 @@ class ModelConfig(SpecModel):
         pattern=_builtin_or_import_path(BUILTIN_MODELS),
         max_length=256,
         description='"gpt" (built-in decoder), "hf" (a Hugging Face causal LM, from options.config and optionally '
-        'options.pretrained: local directories or a config mapping) or "package.module:function" returning an '
-        "nn.Module.",
+        "options.pretrained: directories, local or s3://BUCKET/PREFIX, or a config mapping) or "
+        '"package.module:function" returning an nn.Module.',
     )
     layers: int = Field(4, ge=1, le=512, description="Transformer blocks.")
     heads: int = Field(4, ge=1, le=512, description="Attention heads; must divide width.")
@@ -75,8 +83,8 @@ class ModelConfig(SpecModel):
     options: Options = Field(
         default_factory=dict,
         description="Keyword arguments for a custom factory. For hf: config (a mapping of a Hugging Face config's "
-        "fields, with model_type, or a local directory holding config.json; default: pretrained's) and pretrained "
-        "(a local directory of weights saved by save_pretrained).",
+        "fields, with model_type, or a directory holding config.json; default: pretrained's) and pretrained "
+        f"(a directory of weights saved by save_pretrained). Either directory may be {_PREFIX_URL}.",
     )
 
     def problems(self) -> Iterator[Problem]:
@@ -105,10 +113,19 @@ class ModelConfig(SpecModel):
             yield Problem(("options", HF_CONFIG_OPTION), message)
         if pretrained is not None and not _is_path(pretrained):
             yield Problem(("options", HF_PRETRAINED_OPTION), "a local directory of weights saved by save_pretrained")
+        for option, value in ((HF_CONFIG_OPTION, config), (HF_PRETRAINED_OPTION, pretrained)):
+            if isinstance(value, str):
+                yield from _storage_url_problems(value, ("options", option), names_object=False)
 
 
 def _is_path(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
+
+
+def _storage_url_problems(path: str | None, where: tuple[str, ...], names_object: bool) -> Iterator[Problem]:
+    """A malformed object-storage URL at `where` (storage_urls.object_url_problem); a plain path is the pod's."""
+    if path is not None and (problem := object_url_problem(path, names_object)):
+        yield Problem(where, problem)
 
 
 class DataConfig(SpecModel):
@@ -121,7 +138,12 @@ class DataConfig(SpecModel):
         description='"synthetic" (a learnable pattern), "text" (UTF-8 file, byte tokens), "tokens" '
         '(uint16/uint32 memmap .bin, the nanoGPT convention) or "package.module:function" returning a Dataset.',
     )
-    path: str | None = Field(None, min_length=1, max_length=4096, description="File for the text and tokens sources.")
+    path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description=f"File for the text and tokens sources: a path in the pod, or {_OBJECT_URL}.",
+    )
     token_dtype: Literal["uint16", "uint32"] = Field("uint16", description="Element type of a tokens .bin file.")
     synthetic_samples: int = Field(65536, ge=1, le=1 << 31, description="Samples in the synthetic data set.")
     options: Options = Field(default_factory=dict, description="Keyword arguments for a custom dataset.")
@@ -141,6 +163,7 @@ class DataConfig(SpecModel):
     def problems(self) -> Iterator[Problem]:
         if self.source in ("text", "tokens") and self.path is None:
             yield Problem(("path",), f"required for source {self.source}: set the file to read")
+        yield from _storage_url_problems(self.path, ("path",), names_object=True)
 
 
 class OptimizerConfig(SpecModel):
@@ -182,8 +205,9 @@ class CheckpointConfig(SpecModel):
     dir: str | None = Field(
         None,
         min_length=1,
-        description="Checkpoint directory, on shared storage for multi-node jobs; unset disables checkpoints. "
-        "The trainer resumes from the newest checkpoint here on start.",
+        description="Checkpoint directory, on shared storage for multi-node jobs: a path in the pod (a shared "
+        f"volume), or {_PREFIX_URL}; unset disables checkpoints. The trainer resumes from the newest "
+        "checkpoint here on start.",
     )
     every_steps: int = Field(100, ge=1, description="Save every N optimizer steps (and at the end).")
     keep: int = Field(3, ge=1, le=1000, description="How many of the newest checkpoints to keep.")
@@ -195,6 +219,9 @@ class CheckpointConfig(SpecModel):
         "written, verified and renamed into place while training continues. The next save, a stop and the end of "
         "the run wait for it first; a crash meanwhile leaves only step-N.partial, which resuming ignores.",
     )
+
+    def problems(self) -> Iterator[Problem]:
+        yield from _storage_url_problems(self.dir, ("dir",), names_object=False)
 
 
 class EvalConfig(SpecModel):
@@ -218,13 +245,15 @@ class EvalConfig(SpecModel):
         None,
         min_length=1,
         max_length=4096,
-        description="Evaluate on this file instead, read as data.source reads data.path (text and tokens sources).",
+        description="Evaluate on this file instead, read as data.source reads data.path (text and tokens sources): "
+        f"a path in the pod, or {_OBJECT_URL}.",
     )
 
     def problems(self) -> Iterator[Problem]:
         if (self.fraction is None) == (self.path is None):
             message = "set exactly one of fraction (hold out a share of the data) and path (a separate file)"
             yield Problem(("fraction",), message)
+        yield from _storage_url_problems(self.path, ("path",), names_object=True)
 
 
 class TrainingConfig(SpecModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+from collections.abc import Iterator
 from typing import Literal
 
 EXIT_CONFIG_ERROR = 78  # EX_CONFIG from sysexits.h: a bad config, which no retry can fix
@@ -18,25 +19,31 @@ EXIT_WRITE_ERROR = 74  # EX_IOERR: the disk is full or read-only, or a file hit 
 EXIT_NON_FINITE = 79  # the loss or the gradients became NaN or infinite: the run diverged (loop.NonFinite)
 EXIT_HANG = 75  # EX_TEMPFAIL: no step completed within the hang timeout (watchdog.py); a restart may fix it
 EXIT_PREEMPTED = 80  # stopped from outside (SIGTERM: a preemption, an eviction, a suspension) after a checkpoint
+# EX_NOPERM: checkpoint.dir's object store refused the trainer at start (a wrong key, no bucket, no answer, no
+# right to write): nothing a restart changes (CheckpointStorageError)
+EXIT_STORAGE_ERROR = 77
 
-Result = Literal["ConfigError", "WriteError", "NonFinite", "Hang", "Preempted"]
+Result = Literal["ConfigError", "WriteError", "NonFinite", "Hang", "Preempted", "CheckpointStorageError"]
 CONFIG_ERROR_RESULT: Result = "ConfigError"
 WRITE_ERROR_RESULT: Result = "WriteError"
 NON_FINITE_RESULT: Result = "NonFinite"
 HANG_RESULT: Result = "Hang"
 PREEMPTED_RESULT: Result = "Preempted"
+STORAGE_ERROR_RESULT: Result = "CheckpointStorageError"
 EXIT_CODES: dict[Result, int] = {
     CONFIG_ERROR_RESULT: EXIT_CONFIG_ERROR,
     WRITE_ERROR_RESULT: EXIT_WRITE_ERROR,
     NON_FINITE_RESULT: EXIT_NON_FINITE,
     HANG_RESULT: EXIT_HANG,
     PREEMPTED_RESULT: EXIT_PREEMPTED,
+    STORAGE_ERROR_RESULT: EXIT_STORAGE_ERROR,
 }
 # Failures a gang restart cannot fix: the job fails at once. A write error was already retried once,
 # inside the trainer (checkpoint.CheckpointManager.save).
 FINAL: dict[Result, str] = {
     CONFIG_ERROR_RESULT: "invalid training config",
     WRITE_ERROR_RESULT: "cannot write its checkpoints or outputs",
+    STORAGE_ERROR_RESULT: "its checkpoint storage refused it",
 }
 # What a write error means to the user: out of space (or quota), a read-only mount, a file size limit, a
 # directory the container's user may not write (a volume owned by another user, or a path in the image).
@@ -122,8 +129,18 @@ def final_failure(exit_code: int | None, termination_message: str) -> Result | N
 
 
 def write_error_cause(error: BaseException) -> str | None:
-    """One line for a write error (ENOSPC, EDQUOT, EROFS, EFBIG, EACCES), found in `error` or what it wraps
-    (torch.distributed.checkpoint gathers every rank's failure into one exception), else None."""
+    """One line for a write error (ENOSPC, EDQUOT, EROFS, EFBIG, EACCES), found in `error` or what it wraps,
+    else None."""
+    for current in causes(error):
+        if isinstance(current, OSError) and current.errno in WRITE_ERRNOS:
+            where = f" writing {current.filename}" if current.filename else ""
+            return f"{WRITE_ERRNOS[current.errno]} ({errno.errorcode[current.errno]}){where}"
+    return None
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """`error` and every exception it wraps: its cause and context, and each rank's failure that
+    torch.distributed.checkpoint gathers into one exception. Each once."""
     seen: set[int] = set()
     pending: list[object] = [error]
     while pending:
@@ -131,14 +148,11 @@ def write_error_cause(error: BaseException) -> str | None:
         if not isinstance(current, BaseException) or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in WRITE_ERRNOS:
-            where = f" writing {current.filename}" if current.filename else ""
-            return f"{WRITE_ERRNOS[current.errno]} ({errno.errorcode[current.errno]}){where}"
+        yield current
         wrapped = getattr(current, "failures", None)  # CheckpointException: {rank: (exception, traceback)}
         if isinstance(wrapped, dict):
             pending += [failure[0] if isinstance(failure, tuple) else failure for failure in wrapped.values()]
         pending += [current.__cause__, current.__context__]
-    return None
 
 
 class NonFinite(Exception):
@@ -160,6 +174,16 @@ class NonFinite(Exception):
             f"the loss or the gradients were not finite at step {self.step}: the run diverged "
             f"(the last finite checkpoint: {newest})"
         )
+
+
+class CheckpointStorageError(Exception):
+    """checkpoint.dir's storage refused the trainer's start-up check: `cause` names the URL and what was
+    refused (a credential, the bucket, the endpoint's answer, the right to write). Never retried: the trainer
+    exits EXIT_STORAGE_ERROR, and the operator fails the job with `cause`."""
+
+    def __init__(self, cause: str):
+        super().__init__(cause)
+        self.cause = cause
 
 
 class WriteError(Exception):

@@ -29,6 +29,19 @@ ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 # first failed worker's traceback, is then the end of the log, which the kubelet makes the message.
 ERROR_FILE_PATH = "/tmp/torchelastic-error.json"
 
+# Object storage (spec.objectStorage): the AWS SDKs' own variables, so that the trainer (s3fs, on botocore), boto3
+# in a script of one's own and the AWS CLI all read the same. Without a credentials Secret none of the key
+# variables is set, and botocore uses the pod's own identity (IRSA: AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE,
+# which EKS's pod identity webhook sets).
+S3_ENDPOINT_ENV = "AWS_ENDPOINT_URL"  # an S3-compatible store's URL; unset: AWS's own endpoints
+S3_REGION_ENV = "AWS_REGION"
+S3_ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
+S3_SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
+S3_SESSION_TOKEN_ENV = "AWS_SESSION_TOKEN"
+# Where a model on object storage (the hf model's options) is copied to on each machine; default /tmp: mount a
+# volume there (an emptyDir, a node's disk) for a large model.
+MODEL_CACHE_ENV = "SCALETRAIN_MODEL_CACHE"
+
 # The trainer image's user and group (the Dockerfile's TRAINER_UID). Pods get it as their fsGroup unless
 # the job says otherwise, so that a volume the kubelet mounts root-owned (a new disk: mode 0755) is theirs.
 TRAINER_GID = 10001
