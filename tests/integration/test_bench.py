@@ -95,3 +95,10 @@ def test_status_report_benchmark_runs(tmp_path):
     report = _bench("status_reports.py", tmp_path, "--reports", "20", "--hogs", "4", "--rounds", "1")
     assert set(report["medians"]) == {"alone", "besideHogs"}
     assert all(run["reportsPerSecond"] > 0 and run["cpuMsPerReport"] >= 0 for run in report["medians"].values())
+
+
+def test_object_storage_benchmark_runs(tmp_path):
+    report = _bench("object_storage.py", tmp_path, "--megabytes", "64", "--rounds", "1")
+    assert set(report["medians"]) == {"disk", "s3"}
+    assert all(m["saveMBps"] > 0 and m["loadMBps"] > 0 for m in report["medians"].values())
+    assert report["medians"]["s3"]["requestsPerSave"]["GetObject"] > 0  # the read-back of what was written

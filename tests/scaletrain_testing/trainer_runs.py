@@ -172,10 +172,10 @@ class PodRun:
         self.process.wait()
 
 
-def start_pod(directory: Path, config: dict[str, Any], nproc: int = 2) -> PodRun:
+def start_pod(directory: Path, config: dict[str, Any], nproc: int = 2, env: dict[str, str] | None = None) -> PodRun:
     """`python -m scaletrain_trainer.launch --module scaletrain_trainer`, as the kubelet starts a pod's
     container: the config in $SCALETRAIN_CONFIG, torchrun --standalone with `nproc` workers, the
-    termination message in directory/termination-log."""
+    termination message in directory/termination-log, and `env`."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "termination-log").touch()
     environment = (
@@ -185,6 +185,7 @@ def start_pod(directory: Path, config: dict[str, Any], nproc: int = 2) -> PodRun
             "SCALETRAIN_CONFIG": json.dumps(config),
             "SCALETRAIN_TERMINATION_LOG": str(directory / "termination-log"),
         }
+        | (env or {})
     )
     launcher = [sys.executable, "-m", "scaletrain_trainer.launch", "--standalone", f"--nproc-per-node={nproc}"]
     with (directory / "pod.log").open("w") as log:

@@ -24,11 +24,11 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path):
         state.step = step
         manager.save(state)
     (tmp_path / "step-00000009.partial").mkdir()  # a save that crashed mid-write
-    assert [p.name for p in manager.completed()] == ["step-00000002", "step-00000003"]
+    assert manager.completed() == ["step-00000002", "step-00000003"]
     with torch.no_grad():
         model.module.embedding.weight.zero_()
     restored = train_state(model)
-    assert manager.restore_latest(restored).name == "step-00000003"
+    assert manager.restore_latest(restored) == str(tmp_path / "step-00000003")
     assert restored.step == 3 and model.module.embedding.weight.abs().sum() > 0
     state.step = 4
     manager.save(state)
@@ -57,4 +57,4 @@ def test_resume_refuses_a_different_model(tmp_path):
 def test_checkpoint_not_visible_to_every_rank_is_a_config_error(tmp_path):
     manager = CheckpointManager(CheckpointConfig(dir=str(tmp_path)), RUNTIME, "{}")
     with pytest.raises(ProblemsError, match="must be on shared storage"):
-        manager._require_visible(tmp_path / "step-00000001")
+        manager._require_visible("step-00000001")

@@ -1,7 +1,8 @@
 """Hugging Face causal language models (`model.name: hf`): any `AutoModelForCausalLM`, built from a config
 (`model.options.config`: a mapping of its fields, or a local directory holding config.json) and, with
-`model.options.pretrained`, given the weights saved in a local directory (a volume). Nothing is fetched from
-a hub: a run must not depend on a network, or change when a hub's copy does.
+`model.options.pretrained`, given the weights saved in a local directory (a volume), or under an object-store
+prefix (s3://), which is copied to local disk once per machine (storage/fetched.py). Nothing is fetched from a
+hub: a run must not depend on a hub, or change when a hub's copy does.
 
 transformers is an optional extra (`pip install 'scaletrain[hf]'`), imported only when an hf model is built.
 """
@@ -16,7 +17,9 @@ import torch
 from torch import nn
 
 from ..contract.config import HF_CONFIG_OPTION, HF_PRETRAINED_OPTION, ModelConfig
+from ..contract.storage_urls import is_object_url
 from ..contract.validation import Problem, ProblemsError
+from ..storage.fetched import FetchError, fetched_directory
 from .flops import transformer_flops_per_token
 
 CONFIG_FIELD = ("model", "options", HF_CONFIG_OPTION)
@@ -114,7 +117,13 @@ def _config_from_fields(fields: dict[str, Any], transformers: Any) -> Any:
 
 
 def _local_directory(path: str, field: tuple[str, ...]) -> Path:
-    """A directory on this machine: a name that is not one would make transformers look in the hub's cache."""
+    """A directory on this machine (an object-store one is fetched to it first): a name that is not one would make
+    transformers look in the hub's cache."""
+    if is_object_url(path):
+        try:
+            return fetched_directory(path)
+        except FetchError as error:
+            raise ProblemsError([Problem(field, str(error))]) from None
     directory = Path(path)
     if not directory.is_dir():
         message = f"{path} is not a directory here: give a local directory (a mounted volume) saved by save_pretrained"

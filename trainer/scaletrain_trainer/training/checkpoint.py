@@ -11,6 +11,10 @@ checks the newest against its manifest first; a damaged one (a lost, truncated o
 no manifest at all) is moved aside to `step-N.corrupt` with a warning, and the one before it is
 tried. A checkpoint written from non-finite state never exists (loop.stop_if_non_finite runs first).
 
+checkpoint.dir may be an object-store URL (s3://bucket/prefix): there the manifest, written last, is what
+makes a checkpoint complete (storage/checkpoint_stores.py has both commit protocols), and the store must
+accept a write at start (CheckpointStorageError otherwise, before any training).
+
 Resuming refuses, as a config error, a checkpoint written by a different model or optimizer, and a
 checkpoint directory that some ranks cannot see (node-local storage in a multi-node job).
 
@@ -25,15 +29,11 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import shutil
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -44,20 +44,26 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from ..contract.config import CheckpointConfig
 from ..contract.exit_codes import WriteError, write_error_cause
+from ..contract.storage_urls import is_object_url
 from ..contract.validation import Problem, ProblemsError
+from ..storage import objects
+from ..storage.checkpoint_stores import (
+    CHECKPOINT_NAME,
+    MANIFEST,
+    CheckpointStore,
+    Checksum,
+    checkpoint_store,
+    step_name,
+)
 from .distributed import Runtime, agree
 from .staging import HostCopy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
-PARTIAL_SUFFIX = ".partial"
-CORRUPT_SUFFIX = ".corrupt"
-MANIFEST = "manifest.json"
 # The training config the checkpoint was written with: what `python -m scaletrain_trainer.export` builds
 # the model from.
 TRAINING_CONFIG_FILE = "training-config.json"
-CHUNK_BYTES = 1 << 22
 # How long the loop waits for an asynchronous save still in progress, in distributed timeouts: as long as its
 # progress promise allows a save (loop.SAVE_COLLECTIVES). The save's collectives each have that timeout; its
 # file writes have none.
@@ -143,7 +149,7 @@ class CheckpointManager:
         self.config, self.runtime = config, runtime
         self.training_config_json = training_config_json
         self.timeout_seconds = timeout_seconds
-        self.directory = Path(config.dir) if config.dir else None
+        self.store = checkpoint_store(config.dir) if config.dir else None
         self.last_saved_step: int | None = None  # the same on every rank, unlike a file-system check
         self.set_aside: list[str] = []  # damaged checkpoints moved aside while resuming (rank 0)
         self._pending: PendingSave | None = None
@@ -156,7 +162,7 @@ class CheckpointManager:
 
     @property
     def enabled(self) -> bool:
-        return self.directory is not None
+        return self.store is not None
 
     @property
     def asynchronous(self) -> bool:
@@ -165,47 +171,44 @@ class CheckpointManager:
     def due(self, step: int) -> bool:
         return self.enabled and step % self.config.every_steps == 0
 
-    def path_for(self, step: int) -> Path:
-        """Where the checkpoint of `step` is, once complete."""
-        assert self.directory is not None
-        return self.directory / f"step-{step:08d}"
+    def completed(self) -> list[str]:
+        """Finished checkpoints' names, oldest first."""
+        return self.store.completed() if self.store is not None else []
 
-    def completed(self) -> list[Path]:
-        """Finished checkpoints, oldest first."""
-        if self.directory is None or not self.directory.is_dir():
-            return []
-        found = [(int(m.group(1)), p) for p in self.directory.iterdir() if (m := CHECKPOINT_NAME.match(p.name))]
-        return [path for _, path in sorted(found)]
-
-    def restore_latest(self, state: TrainState) -> Path | None:
-        """Load the newest checkpoint that verifies, if any; damaged ones are moved aside on the way."""
-        path = self._newest_verified() if self.enabled else None
-        if path is None:
+    def restore_latest(self, state: TrainState) -> str | None:
+        """Load the newest checkpoint that verifies, if any, and return where it is (a path, or a URL); damaged
+        ones are moved aside on the way."""
+        name = self._newest_verified() if self.enabled else None
+        if name is None:
             return None
-        saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+        assert self.store is not None
+        location = self.store.location(name)
+        saved = self.store.reader(location).read_metadata().state_dict_metadata
         wanted = state.state_dict()
-        _check_same_model(wanted["model"], saved, path)
-        _check_same_optimizer(wanted["optimizer"], saved, path)
+        _check_same_model(wanted["model"], saved, location)
+        _check_same_optimizer(wanted["optimizer"], saved, location)
         for key in OPTIONAL_STATE:
-            if not any(name == key or name.startswith(f"{key}.") for name in saved):
+            if not any(entry == key or entry.startswith(f"{key}.") for entry in saved):
                 wanted.pop(key, None)
-        dcp.load(wanted, checkpoint_id=path)
+        dcp.load(wanted, storage_reader=self.store.reader(location))
         state.load_state_dict(wanted)
         self.last_saved_step = state.step
-        log.info("resumed from %s at step %d", path, state.step)
-        return path
+        log.info("resumed from %s at step %d", location, state.step)
+        return location
 
     def save(self, state: TrainState, on_commit: Callable[[int], None] = lambda step: None) -> None:
-        """Save `state` as step-N, and call `on_commit(N)` once step-N is complete (renamed into place, so
-        loadable). Synchronous: before returning. Asynchronous: this waits for the save before it (finish),
-        copies the state to host memory and returns; the background thread writes the copy and calls
-        `on_commit` from there. A failure of the background work is raised by the next finish, on every rank.
+        """Save `state` as step-N, and call `on_commit(N)` once step-N is complete (committed, so loadable).
+        Synchronous: before returning. Asynchronous: this waits for the save before it (finish), copies the
+        state to host memory and returns; the background thread writes the copy and calls `on_commit` from
+        there. A failure of the background work is raised by the next finish, on every rank.
 
-        A write error inside DCP's writes (raised on every rank alike, so they retry together) is retried
-        once, from the same state (the host copy, when asynchronous), after the half-written partial is
-        removed (it may be what filled the disk); a second one is a WriteError. A write error on rank 0 alone
-        (its directory, the manifest) reaches the entry point as it is, which makes it a WriteError too."""
-        assert self.directory is not None
+        A write error inside DCP's writes (raised on every rank alike, so they retry together: a full disk, an
+        object store whose retries were spent) is retried once, from the same state (the host copy, when
+        asynchronous), after the half-written one is removed (it may be what filled the disk); a second one is
+        a WriteError. Rank 0's own steps (removing what a failed save left, the listing, the commit, pruning)
+        fail on every rank alike too, and are tried again the same way; a read-back failing on one rank alone is
+        a WriteError at once."""
+        assert self.store is not None
         self.finish()
         if state.step == self.last_saved_step:
             return
@@ -250,139 +253,165 @@ class CheckpointManager:
         self._stager = None  # its host buffers go with it
 
     def _save_retrying(self, state_dict: dict[str, Any], step: int, started: float) -> None:
-        try:
-            return self._save(state_dict, step, started)
-        except CheckpointException as error:
-            if (cause := write_error_cause(error)) is None:
-                raise
-            log.warning("saving the checkpoint at step %d failed: %s; trying once more", step, cause)
-        try:
-            return self._save(state_dict, step, started)
-        except CheckpointException as error:
-            if (cause := write_error_cause(error)) is None:
-                raise
-            raise WriteError(f"cannot save the checkpoint at step {step} in {self.directory}: {cause}") from None
+        for attempt in (1, 2):
+            try:
+                return self._save(state_dict, step, started)
+            except (CheckpointException, SharedWriteFailure) as error:  # every rank's alike: they try again together
+                if (cause := _write_failure(error)) is None:
+                    raise
+                if attempt == 1:
+                    log.warning("saving the checkpoint at step %d failed: %s; trying once more", step, cause)
+                    continue
+            except Exception as error:  # this rank's alone (a read-back): the others are not trying again with it
+                if (cause := _write_failure(error)) is None:
+                    raise
+            raise WriteError(f"cannot save the checkpoint at step {step} in {self.store}: {cause}") from None
 
     def _save(self, state_dict: dict[str, Any], step: int, started: float) -> None:
-        """Write, verify and rename into place; in the background thread over the checkpoint group when
-        asynchronous, else in the training loop over the default group."""
-        assert self.directory is not None
-        group = self._group
-        final = self.path_for(step)
-        partial = final.with_name(final.name + PARTIAL_SUFFIX)
-        if self.runtime.is_main:
-            for stale in self.directory.glob(f"*{PARTIAL_SUFFIX}"):  # left by a crash mid-write, or a failed try
-                shutil.rmtree(stale, ignore_errors=True)
-            partial.mkdir(parents=True)
-            (partial / TRAINING_CONFIG_FILE).write_text(self.training_config_json)
-        dist.barrier(group=group)
-        dcp.save(state_dict, checkpoint_id=partial, process_group=group)
-        dist.barrier(group=group)
-        # Read back right after writing (from the page cache, mostly): the manifest vouches for the bytes
-        # that reached the file system, not for what the writer meant to send.
-        names = agree(_files_in(partial) if self.runtime.is_main else [], group)
-        files = self._shared_checksums(partial, names, group)
-        if self.runtime.is_main:
-            (partial / MANIFEST).write_text(json.dumps({"step": step, "files": files}))
-            if final.exists():  # written by an earlier run of this job that was not resumed from it
-                shutil.rmtree(final)
-            partial.rename(final)
-        self._require_visible(final, group)
-        self.last_saved_step = step
-        if self.runtime.is_main:
-            for old in self.completed()[: -self.config.keep]:
-                shutil.rmtree(old, ignore_errors=True)
-        log.info("saved checkpoint %s in %.2f s", final, time.perf_counter() - started)
+        """Write, verify and commit; in the background thread over the checkpoint group when asynchronous, else
+        in the training loop over the default group."""
+        assert self.store is not None
+        group, name = self._group, step_name(step)
+        store, location = self.store, self.store.writing_location(name)
 
-    def _newest_verified(self) -> Path | None:
+        def start() -> None:
+            store.start_writing(name)  # removes what a crash mid-write, or a failed try, left
+            store.write_text(location, TRAINING_CONFIG_FILE, self.training_config_json)
+
+        self._main_does(start, group)
+        dcp.save(state_dict, storage_writer=store.writer(location), process_group=group)
+        dist.barrier(group=group)
+        # Read back right after writing (from the page cache, mostly, on a disk): the manifest vouches for the
+        # bytes that reached the storage, not for what the writer meant to send.
+        names = self._main_does(lambda: store.files(location), group)
+        files = self._shared_checksums(location, names, group)
+        self._main_does(lambda: store.commit(name, json.dumps({"step": step, "files": files})), group)
+        self._require_visible(name, group)
+        self.last_saved_step = step
+        self._main_does(lambda: _prune(store, self.config.keep), group)
+        log.info("saved checkpoint %s in %.2f s", self.store.location(name), time.perf_counter() - started)
+
+    def _main_does(self, work: Callable[[], T], group: dist.ProcessGroup | None) -> T:
+        """Rank 0's part of a save (the storage's bookkeeping), its result on every rank. A write failure of it
+        is raised on every rank (SharedWriteFailure), so that they try again or fail together, rather than wait
+        for rank 0 at their next collective until its timeout. A collective, like the barrier it replaces."""
+        result, cause = None, None
+        if self.runtime.is_main:
+            try:
+                result = work()
+            except Exception as error:
+                if (cause := _write_failure(error)) is None:
+                    raise
+        result, cause = agree((result, cause), group)
+        if cause is not None:
+            raise SharedWriteFailure(cause)
+        return result
+
+    def _newest_verified(self) -> str | None:
         """The newest checkpoint whose files match its manifest. Rank 0 picks each candidate, so every rank
         checks and loads the same one; a damaged one is moved aside, never deleted, and the next is tried."""
-        while (path := agree(self._newest_on_main())) is not None:
-            self._require_visible(path)
-            damage = self._damage(path)
+        assert self.store is not None
+        while (name := agree(self._newest_on_main())) is not None:
+            self._require_visible(name)
+            damage = self._damage(name)
             if damage is None:
-                return path
+                return name
             if self.runtime.is_main:
-                aside = _set_aside(path)
+                aside = self.store.set_aside(name)
                 log.warning(
                     "checkpoint %s is damaged (%s): moved aside to %s; trying the one before it",
-                    path,
+                    self.store.location(name),
                     damage,
-                    aside.name,
+                    aside,
                 )
-                self.set_aside.append(aside.name)
+                self.set_aside.append(aside)
         return None
 
-    def _newest_on_main(self) -> Path | None:
+    def _newest_on_main(self) -> str | None:
         newest = self.completed()[-1:] if self.runtime.is_main else []
         return newest[0] if newest else None
 
-    def _damage(self, path: Path) -> str | None:
-        """What is wrong with the checkpoint at `path`, by its manifest, or None when it is sound."""
-        manifest = agree(_read_manifest(path) if self.runtime.is_main else None)
+    def _damage(self, name: str) -> str | None:
+        """What is wrong with the checkpoint `name`, by its manifest, or None when it is sound."""
+        assert self.store is not None
+        location = self.store.location(name)
+        manifest = agree(_read_manifest(self.store, name) if self.runtime.is_main else None)
         if isinstance(manifest, str):
             return manifest
-        found = self._shared_checksums(path, sorted(manifest["files"]))
+        found = self._shared_checksums(location, sorted(manifest["files"]))
         wrong = [
             problem
-            for name, expected in manifest["files"].items()
-            if (problem := _describe_mismatch(name, found[name], expected))
+            for file_name, expected in manifest["files"].items()
+            if (problem := _describe_mismatch(file_name, found[file_name], expected))
         ]
         if not wrong:
             return None
         return "; ".join(wrong[:3]) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
 
     def _shared_checksums(
-        self, directory: Path, names: list[str], group: dist.ProcessGroup | None = None
-    ) -> dict[str, dict[str, int] | None]:
-        """Size and CRC-32 of each named file in `directory` (None: missing), every rank reading its share."""
-        mine = {name: _checksum(directory / name) for name in names[self.runtime.rank :: self.runtime.world_size]}
-        shares: list[dict[str, dict[str, int] | None]] = [{} for _ in range(self.runtime.world_size)]
+        self, location: str, names: list[str], group: dist.ProcessGroup | None = None
+    ) -> dict[str, Checksum | None]:
+        """Size and CRC-32 of each named file at `location` (None: missing), every rank reading its share."""
+        assert self.store is not None
+        my_share = names[self.runtime.rank :: self.runtime.world_size]
+        mine = {name: self.store.checksum(location, name) for name in my_share}
+        shares: list[dict[str, Checksum | None]] = [{} for _ in range(self.runtime.world_size)]
         dist.all_gather_object(shares, mine, group=group)
         return {name: found for share in shares for name, found in share.items()}
 
-    def _require_visible(self, path: Path, group: dist.ProcessGroup | None = None) -> None:
+    def _require_visible(self, name: str, group: dist.ProcessGroup | None = None) -> None:
         """Every rank must see the same checkpoint; node-local storage would break resuming."""
-        dist.barrier(group=group)  # rank 0 may have just renamed it into place
+        assert self.store is not None
+        dist.barrier(group=group)  # rank 0 may have just committed it
         device = self.runtime.device if group is None else torch.device("cpu")  # the checkpoint group is gloo's
-        visible = torch.tensor(int(path.is_dir()), device=device)
+        visible = torch.tensor(int(self.store.visible(name)), device=device)
         dist.all_reduce(visible, op=dist.ReduceOp.MIN, group=group)
         if not visible:
             raise ProblemsError(
                 [
                     Problem(
                         ("checkpoint", "dir"),
-                        f"{path} is not visible from every rank: with several nodes, checkpoint.dir must be on shared "
-                        "storage (e.g. a ReadWriteMany PersistentVolumeClaim mounted on every pod)",
+                        f"{self.store.location(name)} is not visible from every rank: with several nodes, "
+                        "checkpoint.dir must be on shared storage (an object store, or a ReadWriteMany "
+                        "PersistentVolumeClaim mounted on every pod)",
                     )
                 ]
             )
 
 
-def _files_in(directory: Path) -> list[str]:
-    return sorted(path.name for path in directory.iterdir() if path.is_file())
+class SharedWriteFailure(Exception):
+    """A write failure of rank 0's part of a save, raised on every rank alike (CheckpointManager._main_does)."""
 
 
-def _checksum(path: Path) -> dict[str, int] | None:
+def check_storage(config: CheckpointConfig) -> None:
+    """Before any training: an object store that would refuse the checkpoints fails the run now, with a
+    CheckpointStorageError naming the URL and what was refused, rather than at the first save."""
+    if config.dir is not None and is_object_url(config.dir):
+        objects.check_writable(config.dir)
+
+
+def _prune(store: CheckpointStore, keep: int) -> None:
+    """All but the newest `keep` complete checkpoints go; set-aside and partial ones are no checkpoints here."""
+    for old in store.completed()[:-keep]:
+        store.remove(old)
+
+
+def _write_failure(error: BaseException) -> str | None:
+    """One line for a failed write: a disk's (full, read-only, ...) or an object store's."""
+    if isinstance(error, SharedWriteFailure):
+        return str(error)
+    return write_error_cause(error) or objects.store_failure(error)
+
+
+def _read_manifest(store: CheckpointStore, name: str) -> dict[str, Any] | str:
+    """The manifest of the checkpoint `name`, or what is wrong with it."""
     try:
-        with path.open("rb") as file:
-            crc, size = 0, 0
-            while chunk := file.read(CHUNK_BYTES):
-                crc, size = zlib.crc32(chunk, crc), size + len(chunk)
-    except FileNotFoundError:
-        return None
-    return {"bytes": size, "crc32": crc}
-
-
-def _read_manifest(path: Path) -> dict[str, Any] | str:
-    """The manifest of the checkpoint at `path`, or what is wrong with it."""
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest = json.loads(store.read_text(store.location(name), MANIFEST))
     except FileNotFoundError:
         return f"no {MANIFEST}: it is empty, or was not written by this trainer"
     except (OSError, ValueError) as error:
         return f"its {MANIFEST} is unreadable ({error})"
-    step = CHECKPOINT_NAME.match(path.name)
+    step = CHECKPOINT_NAME.match(name)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         return f"its {MANIFEST} lists no files"
     if step and manifest.get("step") != int(step.group(1)):
@@ -390,7 +419,7 @@ def _read_manifest(path: Path) -> dict[str, Any] | str:
     return manifest
 
 
-def _describe_mismatch(name: str, found: dict[str, int] | None, expected: Any) -> str | None:
+def _describe_mismatch(name: str, found: Checksum | None, expected: Any) -> str | None:
     if found == expected:
         return None
     if found is None:
@@ -400,18 +429,7 @@ def _describe_mismatch(name: str, found: dict[str, int] | None, expected: Any) -
     return f"{name} does not match its checksum"
 
 
-def _set_aside(path: Path) -> Path:
-    """Rename a damaged checkpoint to step-N.corrupt (step-N.corrupt-2, ... if taken): kept for a post-mortem,
-    out of the way of resuming and of pruning."""
-    aside, copy = path.with_name(path.name + CORRUPT_SUFFIX), 1
-    while aside.exists():
-        copy += 1
-        aside = path.with_name(f"{path.name}{CORRUPT_SUFFIX}-{copy}")
-    path.rename(aside)
-    return aside
-
-
-def _check_same_optimizer(optimizer_state: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+def _check_same_optimizer(optimizer_state: dict[str, Any], saved: dict[str, Any], path: str) -> None:
     """Refuse to resume another optimizer's state (say, AdamW's moments into SGD), which DCP would report
     only as a missing key."""
     expected = {kind for per_parameter in (optimizer_state.get("state") or {}).values() for kind in per_parameter}
@@ -425,7 +443,7 @@ def _check_same_optimizer(optimizer_state: dict[str, Any], saved: dict[str, Any]
         raise ProblemsError([Problem(("optimizer", "name"), message)])
 
 
-def _check_same_model(model_state: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+def _check_same_model(model_state: dict[str, Any], saved: dict[str, Any], path: str) -> None:
     """Refuse to resume a different model: a loose load would leave new layers freshly initialized."""
     expected = {f"model.{name}": tuple(tensor.shape) for name, tensor in model_state.items()}
     found = {

@@ -20,7 +20,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..contract.config import DataConfig, ModelConfig
+from ..contract.storage_urls import is_object_url
 from ..contract.validation import Problem, ProblemsError
+from ..storage import objects
 from .plugins import build_from
 
 IGNORE_INDEX = -100
@@ -64,36 +66,76 @@ def build_dataset(data: DataConfig, model: ModelConfig, seed: int) -> Dataset:
     if data.source == "synthetic":
         return SyntheticSequences(data.synthetic_samples, model.context_length, model.vocab_size, seed)
     if data.source in ("text", "tokens"):
-        path = Path(data.path or "")
-        if not path.is_file():
-            raise ProblemsError([Problem(("data", "path"), f"{path} is not a readable file")])
-        tokens = read_tokens(path, data)
+        path = data.path or ""
+        tokens = RangedTokens(path, token_dtype(data)) if is_object_url(path) else read_tokens(Path(path), data)
         dataset = TokenWindows(tokens, model.context_length)
         if len(dataset) == 0:
             raise ProblemsError([Problem(("data", "path"), f"{path} has fewer than contextLength + 1 tokens")])
-        check_token_ids(tokens, model.vocab_size, path)
+        if isinstance(tokens, np.ndarray):  # a scan would download a file on object storage whole
+            check_token_ids(tokens, model.vocab_size, path)
         return dataset
     return build_from(data.source, ("data", "source"), data.options, Dataset, "a torch.utils.data.Dataset")
 
 
+def token_dtype(data: DataConfig) -> np.dtype:
+    """Bytes for text (byte-level tokens), else the tokens file's element type."""
+    return np.dtype(np.uint8 if data.source == "text" else data.token_dtype)
+
+
 def read_tokens(path: Path, data: DataConfig) -> np.ndarray:
     """A text file's bytes (byte-level tokens), or a tokens file as a memmap of its dtype."""
+    if not path.is_file():
+        raise ProblemsError([Problem(("data", "path"), f"{path} is not a readable file")])
     if data.source == "text":
         return np.frombuffer(path.read_bytes(), dtype=np.uint8)
-    itemsize = np.dtype(data.token_dtype).itemsize
-    size = path.stat().st_size
-    if size % itemsize:
-        message = f"{path} holds {size} bytes, not a whole number of {data.token_dtype} tokens ({itemsize} bytes each)"
+    check_token_file_size(path.stat().st_size, token_dtype(data), str(path))
+    return np.memmap(path, dtype=data.token_dtype, mode="r")
+
+
+def check_token_file_size(size: int, dtype: np.dtype, path: str) -> None:
+    if size % dtype.itemsize:
+        message = f"{path} holds {size} bytes, not a whole number of {dtype.name} tokens ({dtype.itemsize} bytes each)"
         raise ProblemsError([Problem(("data", "tokenDtype"), message)])
     if size == 0:
         raise ProblemsError([Problem(("data", "path"), f"{path} is empty")])
-    return np.memmap(path, dtype=data.token_dtype, mode="r")
+
+
+class RangedTokens:
+    """A token (or text) file on object storage, as much of an array as TokenWindows uses: its length, and
+    slices read as one ranged request each, so that no pod downloads the file whole. Picklable for the data
+    workers, which open their own connection."""
+
+    def __init__(self, url: str, dtype: np.dtype):
+        self.url, self.dtype = url, dtype
+        try:
+            fs, path = self._filesystem()
+            size = fs.size(path)
+        except FileNotFoundError:
+            raise ProblemsError([Problem(("data", "path"), f"{objects.where(url)}: no such object")]) from None
+        except Exception as error:
+            if (what := objects.store_failure(error)) is None:
+                raise
+            raise ProblemsError([Problem(("data", "path"), f"cannot read {objects.where(url)}: {what}")]) from None
+        check_token_file_size(size, dtype, url)
+        self.length = size // dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, window: slice) -> np.ndarray:
+        start, stop, _ = window.indices(self.length)
+        fs, path = self._filesystem()
+        data = fs.cat_file(path, start=start * self.dtype.itemsize, end=stop * self.dtype.itemsize)
+        return np.frombuffer(data, dtype=self.dtype)
+
+    def _filesystem(self):
+        return objects.filesystem(self.url)
 
 
 TOKEN_SCAN_CHUNK = 1 << 24  # tokens per chunk: the scan's memory stays bounded on a large file
 
 
-def check_token_ids(tokens: np.ndarray, vocab_size: int, path: Path) -> None:
+def check_token_ids(tokens: np.ndarray, vocab_size: int, path: str) -> None:
     """Every token id below vocabSize: otherwise the embedding lookup fails, possibly steps into training."""
     chunks = (tokens[start : start + TOKEN_SCAN_CHUNK] for start in range(0, len(tokens), TOKEN_SCAN_CHUNK))
     largest = max((int(chunk.max()) for chunk in chunks), default=0)

@@ -9,7 +9,6 @@ import signal
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,7 +24,8 @@ from ..reporting.metrics import MetricsReporter, record_completed_step
 from ..reporting.preemption import Preempted, received, signal_named
 from ..reporting.tracking import start_trackers
 from ..reporting.watchdog import Watchdog
-from .checkpoint import CheckpointManager, TrainState, check_data_position
+from ..storage.checkpoint_stores import step_name
+from .checkpoint import CheckpointManager, TrainState, check_data_position, check_storage
 from .data import (
     GlobalBatches,
     MicroBatch,
@@ -98,6 +98,7 @@ def set_up(config: TrainingConfig, runtime: Runtime) -> Run:
     """The model in its parallelism and precision, its optimizer and schedule, the training data with the
     held-out share split off, and the checkpoints; logs what it built."""
     accumulation = config.accumulation_steps(runtime.world_size)
+    check_storage(config.checkpoint)  # a store that refuses the checkpoints fails the run before anything is built
     precision = agree(resolve_precision(config.precision, runtime.device))
     model, strategy = build_parallel_model(config, precision, runtime)
     seed_everything(config.seed)  # the training stream of random numbers: the same on every rank
@@ -134,9 +135,9 @@ def set_up(config: TrainingConfig, runtime: Runtime) -> Run:
     return Run(config, runtime, model, precision, state, model_flops, loss, dataset, batches, evaluator, checkpoints)
 
 
-def resume(run: Run) -> Path | None:
+def resume(run: Run) -> str | None:
     """Restore the newest checkpoint that verifies, if any, into run.state (its data position checked
-    against this run's global batches); returns its path."""
+    against this run's global batches); returns where it is."""
     resumed_from = run.checkpoints.restore_latest(run.state)
     if resumed_from is not None:
         check_data_position(run.state, run.batches.position(run.state.step))
@@ -265,14 +266,14 @@ def finish(
     reporter.close()
 
 
-def summary(run: Run, reporter: MetricsReporter, resumed_from: Path | None, started: float) -> dict[str, Any]:
+def summary(run: Run, reporter: MetricsReporter, resumed_from: str | None, started: float) -> dict[str, Any]:
     """What train returns: where the run ended and the loss there, where it resumed from, and how long it took."""
     return {
         "step": run.state.step,
         "maxSteps": run.config.max_steps,
         "loss": reporter.progress().get("loss"),
         **({"evalLoss": reporter.progress()["evalLoss"]} if run.evaluator is not None and run.runtime.is_main else {}),
-        "resumedFrom": str(resumed_from) if resumed_from else None,
+        "resumedFrom": resumed_from,
         "checkpointsSetAside": run.checkpoints.set_aside,
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -320,7 +321,7 @@ def preempt(
     if not checkpoints.enabled:
         return Preempted(state.step, stop_signal, None)
     save(checkpoints, state, watchdog, reporter, config, wait=True)
-    return Preempted(state.step, stop_signal, checkpoints.path_for(state.step).name)
+    return Preempted(state.step, stop_signal, step_name(state.step))
 
 
 def step_phase(watchdog: Watchdog, step: int, compiling: bool) -> contextlib.AbstractContextManager:
