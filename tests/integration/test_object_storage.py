@@ -248,17 +248,17 @@ def test_a_model_and_tokens_on_s3_train_as_local_ones_with_the_model_fetched_onc
     fs = s3_server.filesystem()
     fs.put(str(pretrained), f"{bucket}/models/tiny-llama", recursive=True)
     fs.put_file(str(tokens), f"{bucket}/data/train.bin")
+    # On S3 read by 2 data workers a rank, forked processes with connections of their own.
     sources = {
-        "local": (str(pretrained), str(tokens)),
-        "s3": (f"s3://{bucket}/models/tiny-llama", f"s3://{bucket}/data/train.bin"),
+        "local": (str(pretrained), {"source": "tokens", "path": str(tokens)}),
+        "s3": (
+            f"s3://{bucket}/models/tiny-llama",
+            {"source": "tokens", "path": f"s3://{bucket}/data/train.bin", "workers": 2},
+        ),
     }
     runs = {}
     for where, (model, data) in sources.items():
-        overrides = {
-            "maxSteps": 3,
-            "model": tiny_llama_model(pretrained=model),
-            "data": {"source": "tokens", "path": data},
-        }
+        overrides = {"maxSteps": 3, "model": tiny_llama_model(pretrained=model), "data": data}
         env = {"SCALETRAIN_MODEL_CACHE": str(tmp_path / "model-cache")}
         runs[where] = run_with_store(tmp_path / where, config_for(tmp_path / where, overrides), s3_server, **env)
         assert runs[where].returncode == 0, runs[where].output[-3000:]
@@ -269,7 +269,7 @@ def test_a_model_and_tokens_on_s3_train_as_local_ones_with_the_model_fetched_onc
 def test_token_windows_are_read_by_ranges_never_the_whole_file(s3_server, bucket, tokens, store_env):
     s3_server.filesystem().put_file(str(tokens), f"{bucket}/data/ranged.bin")
     remote = RangedTokens(f"s3://{bucket}/data/ranged.bin", np.dtype(np.uint16))
-    fs, _ = remote._filesystem()
+    fs, _ = remote.filesystem()
     fs.connect()
     ranges = []
     fs.s3.meta.events.register("before-send.s3.GetObject", lambda request, **_: ranges.append(request.headers["Range"]))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fsspec import AbstractFileSystem
 from torch.utils.data import DataLoader, Dataset
 
 from ..contract.config import DataConfig, ModelConfig
@@ -108,7 +109,7 @@ class RangedTokens:
     def __init__(self, url: str, dtype: np.dtype):
         self.url, self.dtype = url, dtype
         try:
-            fs, path = self._filesystem()
+            fs, path = self.filesystem()
             size = fs.size(path)
         except FileNotFoundError:
             raise ProblemsError([Problem(("data", "path"), f"{objects.where(url)}: no such object")]) from None
@@ -124,11 +125,12 @@ class RangedTokens:
 
     def __getitem__(self, window: slice) -> np.ndarray:
         start, stop, _ = window.indices(self.length)
-        fs, path = self._filesystem()
+        fs, path = self.filesystem()
         data = fs.cat_file(path, start=start * self.dtype.itemsize, end=stop * self.dtype.itemsize)
         return np.frombuffer(data, dtype=self.dtype)
 
-    def _filesystem(self):
+    def filesystem(self) -> tuple[AbstractFileSystem, str]:
+        """The file system and path of the file, in this process (fsspec keeps one client per process)."""
         return objects.filesystem(self.url)
 
 
