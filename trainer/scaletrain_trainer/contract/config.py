@@ -60,6 +60,22 @@ HF_CONFIG_OPTION = "config"
 HF_PRETRAINED_OPTION = "pretrained"
 
 
+class LoraConfig(SpecModel):
+    """Low-rank adapters: the model's weights frozen, each targeted linear layer trained as a low-rank update B·A
+    scaled by alpha / rank (PEFT's LoRA layers). Only the adapters train, are in the optimizer and are checkpointed."""
+
+    rank: int = Field(8, ge=1, le=4096, description="The adapters' rank r: B is out × r, A is r × in.")
+    alpha: float = Field(16.0, gt=0, le=1 << 16, description="The update is scaled by alpha / rank.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input, in [0, 1).")
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        None,
+        max_length=256,
+        description="The layers to adapt, by name or the end of one (e.g. [q_proj, v_proj, gate_proj]). Unset: "
+        "every linear layer of the attention modules (Llama's q_proj, k_proj, v_proj and o_proj; the built-in "
+        "gpt's attn.qkv and attn.proj).",
+    )
+
+
 class ModelConfig(SpecModel):
     """The model. The built-in `gpt` is a GPT-style decoder; `hf` any Hugging Face causal LM; anything else is a
     factory function."""
@@ -79,6 +95,9 @@ class ModelConfig(SpecModel):
     context_length: int = Field(64, ge=2, le=1 << 20, description="Tokens per sample.")
     dropout: float = Field(
         0.0, ge=0.0, lt=1.0, description="Dropout probability of the built-in gpt model, in [0, 1); 0 disables it."
+    )
+    lora: LoraConfig | None = Field(
+        None, description="Train low-rank adapters only, the model's own weights frozen; unset: every weight trains."
     )
     options: Options = Field(
         default_factory=dict,

@@ -92,6 +92,16 @@ class GPT(nn.Module):
 
 
 def build_model(config: ModelConfig) -> nn.Module:
+    """The configured model, with its low-rank adapters when model.lora is set."""
+    model = _base_model(config)
+    if config.lora is not None:
+        from .lora import apply_lora  # peft is an optional extra (hf): imported for LoRA only
+
+        apply_lora(model, config.lora)
+    return model
+
+
+def _base_model(config: ModelConfig) -> nn.Module:
     if config.name == "gpt":
         return GPT(config.vocab_size, config.context_length, config.layers, config.heads, config.width, config.dropout)
     if config.name == HF_MODEL:
@@ -110,6 +120,11 @@ def repeated_layers(model: nn.Module) -> nn.ModuleList | None:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def trainable_parameters(model: nn.Module) -> int:
+    """The parameters that train: all of them, or with model.lora the adapters alone."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def flops_per_token(model: nn.Module, context: int) -> int:

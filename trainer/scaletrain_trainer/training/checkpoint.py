@@ -40,7 +40,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from ..contract.config import CheckpointConfig
 from ..contract.exit_codes import WriteError, write_error_cause
@@ -70,6 +70,13 @@ TRAINING_CONFIG_FILE = "training-config.json"
 PENDING_SAVE_TIMEOUTS = 3
 
 
+# A checkpoint holds the parameters that train: with LoRA (model.lora) the adapters alone, the frozen base coming
+# from `pretrained` (or the seed) again; without it every parameter.
+TRAINED_ONLY = StateDictOptions(ignore_frozen_params=True)
+# Loading leaves the frozen parameters as built (a strict load would ask for them); the trainable ones are all there:
+# restore_latest compared them with the checkpoint's first (_check_same_model).
+LOAD_TRAINED = StateDictOptions(ignore_frozen_params=True, strict=False)
+
 # Parts of the state that may be absent from a checkpoint: the CUDA RNG (saved on CPU) and the loss
 # scaler (saved without fp16). Everything else must match, or resuming would silently diverge.
 OPTIONAL_STATE = ("rng_cuda", "scaler")
@@ -86,7 +93,7 @@ class TrainState:
         self.data_position = (0, 0)  # (epoch, offset) where the next step starts
 
     def state_dict(self) -> dict[str, Any]:
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer, options=TRAINED_ONLY)
         state = {
             "model": model_state,
             "optimizer": optimizer_state,
@@ -102,7 +109,13 @@ class TrainState:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=LOAD_TRAINED,
+        )
         self.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])

@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from ..contract.config import OptimizerConfig, SchedulerConfig, TrainingConfig
 from ..contract.exit_codes import NonFinite
 from ..models.flops import ModelFlops, peak_flops
-from ..models.model import count_parameters, flops_per_token
+from ..models.model import count_parameters, flops_per_token, trainable_parameters
 from ..reporting.metrics import MetricsReporter, record_completed_step
 from ..reporting.preemption import Preempted, received, signal_named
 from ..reporting.tracking import start_trackers
@@ -103,10 +103,11 @@ def set_up(config: TrainingConfig, runtime: Runtime) -> Run:
     model, strategy = build_parallel_model(config, precision, runtime)
     seed_everything(config.seed)  # the training stream of random numbers: the same on every rank
     log.info(
-        "%s: %d parameters, %s, %s%s, world size %d, micro-batch %d × %d accumulation steps = global batch %d, "
-        "%d data workers",
+        "%s: %d parameters (%d trained), %s, %s%s, world size %d, micro-batch %d × %d accumulation steps = global "
+        "batch %d, %d data workers",
         config.model.name,
         count_parameters(model),
+        trainable_parameters(model),
         strategy,
         precision.name,
         ", compiled" if config.compile else "",

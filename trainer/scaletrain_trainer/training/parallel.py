@@ -17,14 +17,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..contract.config import TrainingConfig
 from ..contract.validation import Problem, ProblemsError
-from ..models.model import build_model, count_parameters, repeated_layers
+from ..models.model import build_model, count_parameters, repeated_layers, trainable_parameters
 from .distributed import Runtime, agree, seed_everything
 from .precision import Precision
 
 log = logging.getLogger(__name__)
 
-# AdamW keeps fp32 params, grads and two moments: 16 bytes per parameter, before activations.
+# AdamW keeps fp32 params, grads and two moments: 16 bytes per trained parameter, before activations; a frozen one
+# (LoRA's base) is its fp32 value alone.
 BYTES_PER_PARAMETER = 16
+BYTES_PER_FROZEN_PARAMETER = 4
 # DDP replicates all of that on every device; above this share of device memory, shard instead.
 DDP_MEMORY_SHARE = 0.5
 
@@ -33,7 +35,8 @@ def choose_strategy(requested: str, model: nn.Module, runtime: Runtime) -> str:
     """`auto`: ddp when a full replica fits comfortably in each process's memory, else fsdp (rank 0 decides)."""
     if requested != "auto":
         return requested
-    needed = count_parameters(model) * BYTES_PER_PARAMETER
+    trained = trainable_parameters(model)
+    needed = trained * BYTES_PER_PARAMETER + (count_parameters(model) - trained) * BYTES_PER_FROZEN_PARAMETER
     available = _memory_per_process(runtime.device)
     strategy = agree("ddp" if needed <= DDP_MEMORY_SHARE * available else "fsdp")
     log.info(

@@ -1,0 +1,76 @@
+"""LoRA (`model.lora`) in the trainer, end to end: only the adapters train, at world sizes 1 and 2 and under FSDP2
+alike; checkpoints hold the adapters and their optimizer state alone, and a resume from one is exact; on a Hugging
+Face model the first step's loss is the pretrained model's (the adapters start as a zero update)."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+
+import pytest
+import torch.distributed.checkpoint as dcp
+
+from scaletrain_testing.hf_models import mean_token_loss, save_tiny_llama, synthetic_options, tiny_llama_model
+from scaletrain_testing.trainer_runs import BASE_CONFIG, FP32_EXACT, SharedRuns, config_for, run_trainer
+
+pytestmark = pytest.mark.integration
+
+LORA = {"rank": 4, "alpha": 8.0}
+# Constant LR, so that a run resumed at step 15 follows the straight run's schedule.
+STRAIGHT = {
+    "maxSteps": 20,
+    "scheduler": {"name": "constant", "warmupSteps": 1},
+    "model": BASE_CONFIG["model"] | {"lora": LORA},
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return functools.partial(SharedRuns(tmp_path_factory.mktemp("lora-runs"), STRAIGHT), checkpoints=True)
+
+
+def _ok(run):
+    assert run.returncode == 0, run.output[-3000:]
+    return run
+
+
+def test_adapters_train_alike_at_world_sizes_1_and_2_and_under_fsdp(runs):
+    one, two = _ok(runs("w1", nproc=1)), _ok(runs("w2"))
+    fsdp = _ok(runs("fsdp-w2", {"strategy": "fsdp"}))
+    assert two.losses() == pytest.approx(one.losses(), **FP32_EXACT)
+    assert fsdp.losses() == pytest.approx(two.losses(), **FP32_EXACT)
+    assert two.losses()[-1] < two.losses()[0] - 0.03  # the adapters learn
+    assert "parameters (1536 trained)" in two.output  # 2 blocks × (qkv + proj) × rank 4 × (in + out)
+
+
+def test_a_checkpoint_holds_the_adapters_and_their_optimizer_state_alone(runs):
+    saved = dcp.FileSystemReader(runs("w2").directory / "checkpoints" / "step-00000020").read_metadata()
+    model_keys = [key for key in saved.state_dict_metadata if key.startswith("model.")]
+    optimizer_keys = [key for key in saved.state_dict_metadata if key.startswith("optimizer.state.")]
+    assert model_keys and all(".lora_" in key for key in model_keys)
+    assert optimizer_keys and all(".lora_" in key for key in optimizer_keys)
+
+
+def test_a_run_resumed_from_an_adapter_checkpoint_continues_exactly(runs, tmp_path):
+    straight = runs("w2")
+    shutil.copytree(straight.directory / "checkpoints", tmp_path / "checkpoints")
+    shutil.rmtree(tmp_path / "checkpoints" / "step-00000020")  # resume from step 15
+    resumed = _ok(run_trainer(tmp_path, config_for(tmp_path, STRAIGHT, checkpoints=True), nproc=2))
+    assert "step-00000015 at step 15" in resumed.output
+    assert resumed.losses() == straight.losses()[15:]
+
+
+def test_lora_on_a_hugging_face_model_starts_from_the_pretrained_loss(tmp_path):
+    saved = save_tiny_llama(tmp_path / "pretrained")
+    overrides = {
+        "maxSteps": 5,
+        "model": tiny_llama_model(pretrained=str(tmp_path / "pretrained")) | {"lora": LORA},
+        "data": {"source": "synthetic", "syntheticSamples": synthetic_options()["samples"]},
+        "optimizer": {"lr": 0.05},
+    }
+    run = _ok(run_trainer(tmp_path / "run", config_for(tmp_path / "run", overrides), nproc=2))
+    assert run.losses()[0] == pytest.approx(mean_token_loss(saved), **FP32_EXACT)  # B = 0: the model unchanged
+    assert run.losses()[-1] < run.losses()[0]
+    # Llama's attention projections by default, rank 4 × (in + out) each: q and o 64 → 64, k and v 64 → 32 (2 KV
+    # heads), in 2 layers.
+    assert "parameters (3584 trained)" in run.output
