@@ -10,7 +10,15 @@ import shutil
 import pytest
 import torch.distributed.checkpoint as dcp
 
-from scaletrain_testing.hf_models import mean_token_loss, save_tiny_llama, synthetic_options, tiny_llama_model
+from scaletrain_testing.hf_models import (
+    instruction_records,
+    mean_token_loss,
+    save_tiny_llama,
+    save_tiny_tokenizer,
+    synthetic_options,
+    tiny_llama_model,
+    write_jsonl,
+)
 from scaletrain_testing.trainer_runs import BASE_CONFIG, FP32_EXACT, SharedRuns, config_for, run_trainer
 
 pytestmark = pytest.mark.integration
@@ -74,3 +82,34 @@ def test_lora_on_a_hugging_face_model_starts_from_the_pretrained_loss(tmp_path):
     # Llama's attention projections by default, rank 4 × (in + out) each: q and o 64 → 64, k and v 64 → 32 (2 KV
     # heads), in 2 layers.
     assert "parameters (3584 trained)" in run.output
+
+
+@pytest.fixture(scope="module")
+def instruction_model(tmp_path_factory):
+    """The tiny Llama with its tokenizer, and instruction records to train on and to hold out."""
+    directory = tmp_path_factory.mktemp("instructions")
+    save_tiny_llama(directory / "model")
+    save_tiny_tokenizer(directory / "model")
+    train = write_jsonl(directory / "train.jsonl", instruction_records(256, seed=1))
+    held_out = write_jsonl(directory / "held-out.jsonl", instruction_records(64, seed=2))
+    return directory / "model", train, held_out
+
+
+def test_lora_on_instructions_trains_alike_at_world_sizes_1_and_2_and_the_held_out_loss_falls(
+    instruction_model, tmp_path
+):
+    model, train, held_out = instruction_model
+    overrides = {
+        "maxSteps": 30,
+        "model": tiny_llama_model(pretrained=str(model)) | {"lora": LORA},
+        "data": {"source": "instructions", "path": str(train)},
+        "eval": {"path": str(held_out), "everySteps": 15, "steps": 2},
+        "optimizer": {"lr": 0.02},
+    }
+    runs = {
+        nproc: _ok(run_trainer(tmp_path / f"w{nproc}", config_for(tmp_path / f"w{nproc}", overrides), nproc=nproc))
+        for nproc in (1, 2)
+    }
+    assert runs[2].losses() == pytest.approx(runs[1].losses(), **FP32_EXACT)  # masked tokens counted exactly
+    held_out_losses = [record["evalLoss"] for record in runs[2].metrics() if "evalLoss" in record]
+    assert len(held_out_losses) == 2 and held_out_losses[-1] < held_out_losses[0]

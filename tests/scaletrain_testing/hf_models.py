@@ -3,6 +3,8 @@ train from, its data, and what a checkpoint holds of it, read without the code u
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +76,57 @@ def checkpoint_weights(step_directory: Path, scratch: Path) -> dict[str, torch.T
     dcp_to_torch_save(step_directory, converted)
     state = torch.load(converted, weights_only=False)
     return {name.removeprefix("hf."): tensor for name, tensor in state["model"].items()}
+
+
+# A character-level tokenizer for the tiny Llama (ids below its vocabulary of 256): the special tokens, then
+# printable ASCII, one id a character; a chat template that marks each turn with its role.
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<unk>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% if m['role'] == 'assistant' %}</s>{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def save_tiny_tokenizer(directory: Path) -> Any:
+    """The character-level tokenizer, saved with save_pretrained into `directory` (beside a model, as a model's
+    directory holds its tokenizer); returned."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
+    vocabulary |= {chr(code): len(SPECIAL_TOKENS) + code - 32 for code in range(32, 127)}
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|user|>", "<|assistant|>"],
+    )
+    wrapped.chat_template = CHAT_TEMPLATE
+    wrapped.save_pretrained(directory)
+    return wrapped
+
+
+def instruction_records(count: int, seed: int) -> list[dict[str, str]]:
+    """`count` instruction records of two small tasks a tiny model learns within a few dozen steps: reverse a
+    word, or write it in capitals; half of them as chats."""
+    generator = random.Random(seed)
+    records = []
+    for index in range(count):
+        word = "".join(generator.choice("abcdefgh") for _ in range(generator.randint(2, 4)))
+        task, answer = ("reverse", word[::-1]) if index % 2 else ("upper", word.upper())
+        if index % 4 < 2:
+            records.append({"prompt": f"{task} {word}:", "response": answer})
+        else:
+            chat = [{"role": "user", "content": f"{task} {word}"}, {"role": "assistant", "content": answer}]
+            records.append({"messages": chat})
+    return records
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .__main__ import config_error
 from .contract import wire
-from .contract.config import load_training_config
+from .contract.config import FILE_DATA_SOURCES, load_training_config
 from .contract.exit_codes import (
     ERROR_FIELD,
     EXIT_CODES,
@@ -62,7 +62,7 @@ def preflight(environ: dict[str, str]) -> None:
     world_size = int(environ.get("PET_NNODES", "1")) * int(environ.get("PET_NPROC_PER_NODE", "1"))
     config.accumulation_steps(world_size)
     path = config.data.path or ""
-    if config.data.source in ("text", "tokens") and not is_object_url(path) and not Path(path).is_file():
+    if config.data.source in FILE_DATA_SOURCES and not is_object_url(path) and not Path(path).is_file():
         raise ProblemsError([Problem(("data", "path"), f"{config.data.path} is not a readable file in this pod")])
 
 

@@ -30,7 +30,9 @@ from .validation import (
 IMPORT_PATH_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
 HF_MODEL = "hf"
 BUILTIN_MODELS = ("gpt", HF_MODEL)
-BUILTIN_DATA_SOURCES = ("synthetic", "text", "tokens")
+BUILTIN_DATA_SOURCES = ("synthetic", "text", "tokens", "instructions")
+# The sources that read data.path.
+FILE_DATA_SOURCES = ("text", "tokens", "instructions")
 
 
 def _builtin_or_import_path(builtins: tuple[str, ...]) -> str:
@@ -155,13 +157,15 @@ class DataConfig(SpecModel):
         pattern=_builtin_or_import_path(BUILTIN_DATA_SOURCES),
         max_length=256,
         description='"synthetic" (a learnable pattern), "text" (UTF-8 file, byte tokens), "tokens" '
-        '(uint16/uint32 memmap .bin, the nanoGPT convention) or "package.module:function" returning a Dataset.',
+        '(uint16/uint32 memmap .bin, the nanoGPT convention), "instructions" (JSONL of {prompt, response} or chat '
+        "{messages}, tokenized by the hf model's tokenizer, the loss on responses only) or "
+        '"package.module:function" returning a Dataset.',
     )
     path: str | None = Field(
         None,
         min_length=1,
         max_length=4096,
-        description=f"File for the text and tokens sources: a path in the pod, or {_OBJECT_URL}.",
+        description=f"File for the text, tokens and instructions sources: a path in the pod, or {_OBJECT_URL}.",
     )
     token_dtype: Literal["uint16", "uint32"] = Field("uint16", description="Element type of a tokens .bin file.")
     synthetic_samples: int = Field(65536, ge=1, le=1 << 31, description="Samples in the synthetic data set.")
@@ -180,7 +184,7 @@ class DataConfig(SpecModel):
     )
 
     def problems(self) -> Iterator[Problem]:
-        if self.source in ("text", "tokens") and self.path is None:
+        if self.source in FILE_DATA_SOURCES and self.path is None:
             yield Problem(("path",), f"required for source {self.source}: set the file to read")
         yield from _storage_url_problems(self.path, ("path",), names_object=True)
 
@@ -378,10 +382,12 @@ class TrainingConfig(SpecModel):
             yield Problem(
                 ("scheduler", "warmupSteps"), f"{self.scheduler.warmup_steps} exceeds maxSteps ({self.max_steps})"
             )
-        if self.eval is not None and self.eval.path is not None and self.data.source not in ("text", "tokens"):
+        if self.eval is not None and self.eval.path is not None and self.data.source not in FILE_DATA_SOURCES:
+            sources = ", ".join(FILE_DATA_SOURCES)
             yield Problem(
                 ("eval", "path"),
-                f"a separate eval file needs data.source text or tokens, not {self.data.source}; use eval.fraction",
+                f"a separate eval file needs a data.source that reads files ({sources}), not {self.data.source}; "
+                "use eval.fraction",
             )
 
     def accumulation_problems(self, world_size: int) -> list[Problem]:

@@ -70,7 +70,7 @@ def build_hf_model(config: ModelConfig) -> HFCausalLM:
     """The configured causal LM with fp32 weights: `pretrained`'s, else freshly initialized from torch's RNG
     (so a seeded build gives the same weights on every rank). A skeleton built on the meta device reads no
     weights: the trainer gives it rank 0's."""
-    transformers = _transformers()
+    transformers = transformers_module()
     hf_config = _hf_config(config.options, transformers)
     _require_matching_data_shape(hf_config, config)
     pretrained = config.options.get(HF_PRETRAINED_OPTION)
@@ -82,7 +82,7 @@ def build_hf_model(config: ModelConfig) -> HFCausalLM:
     return HFCausalLM(causal_lm)
 
 
-def _transformers() -> Any:
+def transformers_module() -> Any:
     try:
         import transformers
     except ImportError:
@@ -100,7 +100,7 @@ def _hf_config(options: dict[str, Any], transformers: Any) -> Any:
     try:
         if isinstance(source, dict):
             return _config_from_fields(dict(source), transformers)
-        return transformers.AutoConfig.from_pretrained(_local_directory(source, field), local_files_only=True)
+        return transformers.AutoConfig.from_pretrained(local_directory(source, field), local_files_only=True)
     except (OSError, ValueError, TypeError, StrictDataclassError) as error:  # a field it refuses, no config.json
         raise ProblemsError([Problem(field, f"not a usable Hugging Face config: {one_line(error)}")]) from None
 
@@ -116,7 +116,7 @@ def _config_from_fields(fields: dict[str, Any], transformers: Any) -> Any:
     return transformers.AutoConfig.for_model(model_type, **fields)
 
 
-def _local_directory(path: str, field: tuple[str, ...]) -> Path:
+def local_directory(path: str, field: tuple[str, ...]) -> Path:
     """A directory on this machine (an object-store one is fetched to it first): a name that is not one would make
     transformers look in the hub's cache."""
     if is_object_url(path):
@@ -165,7 +165,7 @@ def _from_config(hf_config: Any, transformers: Any) -> nn.Module:
 def _load_pretrained(path: str, hf_config: Any, transformers: Any) -> nn.Module:
     """The weights saved in the directory `path`, all of them: a parameter left at its random initialization
     would train from scratch unnoticed, so a missing one is a config error."""
-    directory = _local_directory(path, PRETRAINED_FIELD)
+    directory = local_directory(path, PRETRAINED_FIELD)
     try:
         causal_lm, loading = transformers.AutoModelForCausalLM.from_pretrained(
             directory,

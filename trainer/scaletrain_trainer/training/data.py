@@ -66,6 +66,10 @@ class TokenWindows(Dataset):
 def build_dataset(data: DataConfig, model: ModelConfig, seed: int) -> Dataset:
     if data.source == "synthetic":
         return SyntheticSequences(data.synthetic_samples, model.context_length, model.vocab_size, seed)
+    if data.source == "instructions":
+        from .instructions import instruction_samples  # the model's tokenizer: transformers, the hf extra's
+
+        return instruction_samples(data, model)
     if data.source in ("text", "tokens"):
         path = data.path or ""
         tokens = RangedTokens(path, token_dtype(data)) if is_object_url(path) else read_tokens(Path(path), data)
