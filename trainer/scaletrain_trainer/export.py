@@ -1,11 +1,14 @@
-"""`python -m scaletrain_trainer.export CHECKPOINT OUTDIR`: the model of a checkpoint (a `step-N` directory)
-as a Hugging Face directory, config.json and model.safetensors, which
-`AutoModelForCausalLM.from_pretrained(OUTDIR)` loads.
+"""`python -m scaletrain_trainer.export CHECKPOINT OUTDIR [--adapter]`: the model of a checkpoint (a `step-N`
+directory) as a Hugging Face directory, config.json and model.safetensors, which
+`AutoModelForCausalLM.from_pretrained(OUTDIR)` loads; with LoRA (model.lora) the base with the adapters merged
+into it, or with --adapter the adapters alone in PEFT's format (adapter_config.json, adapter_model.safetensors),
+which `PeftModel.from_pretrained(base, OUTDIR)` loads.
 
 For `model.name: hf` only: the built-in gpt and custom models have no Hugging Face class to load them with.
 The model is rebuilt from the training config saved in the checkpoint (its `model.options.config`, if a
-directory, must be readable here; `pretrained` is not read: the checkpoint has the weights) and the weights
-are read from the checkpoint in this one process, at any world size the run had.
+directory, must be readable here; `pretrained` is read only for a merged LoRA model, whose frozen base the
+checkpoint does not hold) and the weights are read from the checkpoint in this one process, at any world size
+the run had.
 
 Exit codes: 0 written; 2 when the checkpoint cannot be exported, with one line on stderr saying why.
 """
@@ -22,9 +25,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from .contract.config import HF_MODEL, TrainingConfig, parse_training_config
+from .contract.config import HF_MODEL, HF_PRETRAINED_OPTION, TrainingConfig, parse_training_config
 from .contract.validation import ProblemsError
 from .models.hf import one_line
+from .models.lora import merge_adapters, save_adapter
 from .models.model import build_model
 from .training.checkpoint import TRAINING_CONFIG_FILE
 
@@ -35,20 +39,44 @@ class CannotExport(Exception):
     """Why a checkpoint cannot be exported, in one line."""
 
 
-def export(checkpoint: Path, output: Path) -> None:
-    """Write the checkpoint's Hugging Face model to `output` (created if needed)."""
+def export(checkpoint: Path, output: Path, adapter_only: bool = False) -> None:
+    """Write the checkpoint's Hugging Face model to `output` (created if needed): whole, with LoRA's adapters
+    merged into the base, or (`adapter_only`) the adapters alone in PEFT's format."""
     config = _training_config(checkpoint)
     if config.model.name != HF_MODEL:
         raise CannotExport(
             f"{checkpoint} holds model {config.model.name!r}; export writes Hugging Face models (model.name: hf) only"
         )
-    # Built on the meta device, then given storage: the weights all come from the checkpoint, so initializing
-    # them first (minutes, for a large model) would be wasted. Non-persistent buffers stay uninitialized, which
-    # save_pretrained does not write.
+    lora = config.model.lora
+    if adapter_only and lora is None:
+        raise CannotExport(f"{checkpoint} has no adapters (model.lora is unset): export it whole, without --adapter")
+    model = _model(config, with_base=lora is not None and not adapter_only)
+    _load_trained_weights(model, checkpoint)
+    if adapter_only:
+        assert lora is not None
+        save_adapter(model.hf, lora, config.model.options.get(HF_PRETRAINED_OPTION), output)
+        return
+    if lora is not None:
+        merge_adapters(model.hf)
+    model.hf.save_pretrained(output)
+
+
+def _model(config: TrainingConfig, with_base: bool) -> torch.nn.Module:
+    """The model to give the checkpoint's weights. Where the checkpoint holds every weight that is written (all of
+    them, or LoRA's adapters alone), built on the meta device, then given storage: initializing weights first
+    (minutes, for a large model) would be wasted; non-persistent buffers stay uninitialized, which save_pretrained
+    does not write. A merged LoRA model needs its frozen base, which only `pretrained` has: built as for training."""
+    if with_base:
+        return build_model(config.model)
     with torch.device("meta"):
         model = build_model(config.model)
-    model.to_empty(device="cpu")
-    state = {"model": model.state_dict()}
+    return model.to_empty(device="cpu")
+
+
+def _load_trained_weights(model: torch.nn.Module, checkpoint: Path) -> None:
+    """The weights that trained (every weight, or LoRA's adapters), read from the checkpoint in this process."""
+    frozen = {name for name, parameter in model.named_parameters() if not parameter.requires_grad}
+    state = {"model": {name: value for name, value in model.state_dict().items() if name not in frozen}}
     try:
         # Read first on its own: without it, DCP would log a traceback for each place it looks.
         dcp.FileSystemReader(checkpoint).read_metadata()
@@ -60,8 +88,7 @@ def export(checkpoint: Path, output: Path) -> None:
         raise CannotExport(f"cannot read the model's weights from {checkpoint}: {one_line(cause)}") from None
     except (OSError, RuntimeError) as error:
         raise CannotExport(f"cannot read the model's weights from {checkpoint}: {one_line(error)}") from None
-    model.load_state_dict(state["model"])
-    model.hf.save_pretrained(output)
+    model.load_state_dict(state["model"], strict=not frozen)
 
 
 def _training_config(checkpoint: Path) -> TrainingConfig:
@@ -80,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scaletrain_trainer.export", description=__doc__)
     parser.add_argument("checkpoint", type=Path, help="a checkpoint directory, step-N in checkpoint.dir")
     parser.add_argument("output", type=Path, help="the Hugging Face directory to write")
+    parser.add_argument(
+        "--adapter", action="store_true", help="LoRA: write the adapters alone, in PEFT's format, not the merged model"
+    )
     args = parser.parse_args(argv)
     try:
-        export(args.checkpoint, args.output)
+        export(args.checkpoint, args.output, adapter_only=args.adapter)
     except CannotExport as error:
         print(f"scaletrain export: {error}", file=sys.stderr)
         return EXIT_CANNOT_EXPORT
