@@ -14,7 +14,7 @@ from pydantic import ConfigDict
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from scaletrain_trainer.contract.config import DataConfig, EvalConfig, ModelConfig, TrainingConfig
+from scaletrain_trainer.contract.config import FILE_DATA_SOURCES, DataConfig, EvalConfig, ModelConfig, TrainingConfig
 from scaletrain_trainer.contract.validation import SpecModel
 
 
@@ -33,8 +33,8 @@ TRAINING_CONFIG_RULES: dict[type, tuple[dict[str, str], ...]] = {
     ModelConfig: (cel_rule("self.width % self.heads == 0", "width must be divisible by heads", ".width"),),
     DataConfig: (
         cel_rule(
-            "!(self.source in ['text', 'tokens']) || has(self.path)",
-            "path is required for the text and tokens sources",
+            f"!(self.source in [{', '.join(repr(source) for source in FILE_DATA_SOURCES)}]) || has(self.path)",
+            f"path is required for the {', '.join(FILE_DATA_SOURCES)} sources",
             ".path",
             "FieldValueRequired",
         ),
