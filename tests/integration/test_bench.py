@@ -102,3 +102,9 @@ def test_object_storage_benchmark_runs(tmp_path):
     assert set(report["medians"]) == {"disk", "s3"}
     assert all(m["saveMBps"] > 0 and m["loadMBps"] > 0 for m in report["medians"].values())
     assert report["medians"]["s3"]["requestsPerSave"]["GetObject"] > 0  # the read-back of what was written
+
+
+def test_lora_benchmark_meets_its_state_byte_target(tmp_path):
+    report = _bench("lora.py", tmp_path, "--rounds", "1", "--steps", "2")
+    assert report["target"]["met"], report["loraVsFull"]  # byte counts: not a timing
+    assert report["variants"]["lora"]["trainedParameters"] < report["variants"]["full"]["trainedParameters"] / 10
