@@ -15,6 +15,7 @@ from scaletrain_testing.hf_models import save_tiny_tokenizer, tiny_llama_model
 from scaletrain_trainer.contract.config import DataConfig, ModelConfig
 from scaletrain_trainer.contract.validation import ProblemsError
 from scaletrain_trainer.training.data import IGNORE_INDEX, build_dataset
+from scaletrain_trainer.training.instructions import InstructionSamples
 from scaletrain_trainer.training.losses import token_cross_entropy
 
 CONTEXT = 8
@@ -90,3 +91,10 @@ def test_instructions_need_the_models_own_tokenizer(tmp_path):
     (tmp_path / "r.jsonl").write_text('{"prompt": "a", "response": "b"}\n')
     with pytest.raises(ProblemsError, match="data.source: instructions are tokenized by the model's tokenizer"):
         build_dataset(DataConfig(source="instructions", path=str(tmp_path / "r.jsonl")), gpt, seed=0)
+
+
+def test_an_empty_prompt_masks_nothing_of_the_response():
+    """A tokenizer without a BOS token leaves an empty prompt no token at all: every response token but the
+    first (which nothing precedes) is a target."""
+    inputs, targets = InstructionSamples([([5, 6, 7], 0)], context_length=4, pad_id=PAD)[0]
+    assert inputs.tolist() == [5, 6, 7, PAD] and targets.tolist() == [6, 7, IGNORE_INDEX, IGNORE_INDEX]

@@ -50,7 +50,7 @@ class InstructionSamples(Dataset):
         tokens = torch.full((self.length + 1,), self.pad_id, dtype=torch.int64)
         tokens[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
         targets = tokens[1:].clone()
-        targets[: prompt_length - 1] = IGNORE_INDEX  # the prompt predicts nothing the loss counts
+        targets[: max(prompt_length - 1, 0)] = IGNORE_INDEX  # the prompt predicts nothing the loss counts
         targets[len(ids) - 1 :] = IGNORE_INDEX  # nor does the padding
         return tokens[:-1], targets
 
