@@ -65,7 +65,7 @@ def objects_under(fs, prefix):
     return {name[len(prefix) + 1 :]: info["size"] for name, info in fs.find(prefix, detail=True).items()}
 
 
-def test_each_checkpoint_is_committed_by_its_manifest_written_last_and_old_ones_are_pruned(s3_server, bucket, straight):
+def test_each_checkpoint_has_a_manifest_of_all_its_objects_and_old_ones_are_pruned(s3_server, bucket, straight):
     fs = s3_server.filesystem()
     stored = objects_under(fs, f"{bucket}/straight")
     steps = sorted({key.split("/")[0] for key in stored})

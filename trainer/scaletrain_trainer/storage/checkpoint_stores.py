@@ -17,6 +17,7 @@ write, verify and keep; a store only answers for its own storage.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import zlib
@@ -185,10 +186,10 @@ class ObjectPrefix:
         return aside
 
     def remove(self, name: str) -> None:
-        """The manifest first: a checkpoint being removed is never taken for a complete one."""
-        if self._committed(name):
-            self.fs.rm_file(self._key(self.location(name), MANIFEST))
-        if self.fs.exists(f"{self.path}/{name}"):
+        """The manifest first: a checkpoint being removed is never taken for a complete one. Deleting a key that
+        is not there succeeds on S3, so neither is looked up first."""
+        self.fs.rm_file(self._key(self.location(name), MANIFEST))
+        with contextlib.suppress(FileNotFoundError):  # no other object under it
             self.fs.rm(f"{self.path}/{name}", recursive=True)
 
     def writer(self, location: str) -> StorageWriter:
