@@ -96,7 +96,7 @@ class Variant:
             peak = max(peak, saved)
             return tensor
 
-        inputs, _ = self.micro_batches[0]
+        inputs = self.micro_batches[0].inputs
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             self.model(inputs).sum().backward()
         self.model.zero_grad(set_to_none=True)

@@ -90,7 +90,7 @@ def peak_activation_bytes(micro_batch: int, global_batch: int = 8) -> int:
             saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
             return tensor
 
-        inputs, targets = collate(dataset, list(range(start, start + micro_batch)))
+        inputs, targets, _ = collate(dataset, list(range(start, start + micro_batch)))
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
         peak = max(peak, sum(size for pointer, size in saved.items() if pointer not in parameters))

@@ -99,14 +99,16 @@ def instruction_model(tmp_path_factory):
     return directory / "model", train, held_out
 
 
+# Packed, about 4 records share a sample of 64 tokens, each attending to itself alone.
+@pytest.mark.parametrize(("packing", "context"), [(False, 16), (True, 64)], ids=["a-record-a-sample", "packed"])
 def test_lora_on_instructions_trains_alike_at_world_sizes_1_and_2_and_the_held_out_loss_falls(
-    instruction_model, tmp_path
+    instruction_model, tmp_path, packing, context
 ):
     model, train, held_out = instruction_model
     overrides = {
         "maxSteps": 30,
-        "model": tiny_llama_model(pretrained=str(model)) | {"lora": LORA},
-        "data": {"source": "instructions", "path": str(train)},
+        "model": tiny_llama_model(pretrained=str(model)) | {"lora": LORA, "contextLength": context},
+        "data": {"source": "instructions", "path": str(train), "packing": packing},
         "eval": {"path": str(held_out), "everySteps": 15, "steps": 2},
         "optimizer": {"lr": 0.02},
     }

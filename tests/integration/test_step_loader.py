@@ -7,7 +7,7 @@ import pytest
 
 from scaletrain_testing.tiny_training import CPU
 from scaletrain_trainer.contract.config import DataConfig, ModelConfig
-from scaletrain_trainer.training.data import GlobalBatches, build_dataset, collate, step_loader
+from scaletrain_trainer.training.data import GlobalBatches, MicroBatch, build_dataset, collate, step_loader
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -20,8 +20,9 @@ def test_the_step_loader_yields_every_steps_micro_batches_in_order(workers):
     expected = [[collate(dataset, ids) for ids in batches.micro_batches(step)] for step in steps]
     assert [len(micro) for micro in loaded] == [2, 2, 1, 2, 2, 2]
     assert _as_lists(loaded) == _as_lists(expected)
+    assert all(isinstance(batch, MicroBatch) for micro in loaded for batch in micro)
     assert batches.samples_in(12) == len(batches.global_batch(12)) == 8
 
 
 def _as_lists(steps):
-    return [[(inputs.tolist(), targets.tolist()) for inputs, targets in micro] for micro in steps]
+    return [[[None if t is None else t.tolist() for t in batch] for batch in micro] for micro in steps]

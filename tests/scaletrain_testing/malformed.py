@@ -540,6 +540,13 @@ MALFORMED = [
         refused_by=Layer.CEL,
     ),
     MalformedCase(
+        name="packing-without-instructions",
+        patch={"spec": {"training": {"data": {"packing": True}}}},
+        field_path="spec.training.data.packing",
+        message_fragment="packs instructions only",
+        refused_by=Layer.CEL,
+    ),
+    MalformedCase(
         name="warmup-exceeds-steps",
         patch={"spec": {"training": {"maxSteps": 10, "scheduler": {"warmupSteps": 50}}}},
         field_path="spec.training.scheduler.warmupSteps",

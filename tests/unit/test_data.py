@@ -52,7 +52,8 @@ def test_epochs_are_reshuffled_and_the_last_window_is_short():
 
 def test_padding_positions_ignore_their_targets():
     dataset = build_dataset(DataConfig(), ModelConfig(context_length=8, vocab_size=32), seed=0)
-    inputs, targets = collate(dataset, [5, None])
+    inputs, targets, positions = collate(dataset, [5, None])
+    assert positions is None
     assert torch.equal(inputs[0], inputs[1])
     assert (targets[1] == IGNORE_INDEX).all() and (targets[0] != IGNORE_INDEX).all()
 

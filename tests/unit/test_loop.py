@@ -15,7 +15,7 @@ from scaletrain_testing.tiny_training import CPU, Bigram, tokens_with_ignored, t
 from scaletrain_trainer.contract.config import SchedulerConfig
 from scaletrain_trainer.contract.exit_codes import NonFinite
 from scaletrain_trainer.reporting.watchdog import Watchdog
-from scaletrain_trainer.training.data import IGNORE_INDEX
+from scaletrain_trainer.training.data import IGNORE_INDEX, MicroBatch
 from scaletrain_trainer.training.loop import NonFiniteStreak, build_scheduler, train_step
 from scaletrain_trainer.training.losses import resolve_loss
 from scaletrain_trainer.training.precision import resolve_precision
@@ -37,7 +37,7 @@ def test_accumulated_update_equals_the_full_batch_update(micro_batch):
     expected = reference.embedding.weight.detach() - reference.embedding.weight.grad
 
     model = nn.parallel.DistributedDataParallel(Bigram())
-    windows = [(inputs[i : i + micro_batch], targets[i : i + micro_batch]) for i in range(0, 8, micro_batch)]
+    windows = [MicroBatch(inputs[i : i + micro_batch], targets[i : i + micro_batch]) for i in range(0, 8, micro_batch)]
     result = train_step(
         model, windows, train_state(model), resolve_precision("fp32", CPU), grad_clip_norm=0, world_size=1
     )
@@ -57,7 +57,7 @@ def test_with_a_custom_loss_the_accumulated_update_equals_the_full_batch_update(
     assert int(count) != int((targets != IGNORE_INDEX).sum())  # not cross-entropy's count
 
     model = nn.parallel.DistributedDataParallel(Bigram())
-    windows = [(inputs[i : i + micro_batch], targets[i : i + micro_batch]) for i in range(0, 8, micro_batch)]
+    windows = [MicroBatch(inputs[i : i + micro_batch], targets[i : i + micro_batch]) for i in range(0, 8, micro_batch)]
     loss = resolve_loss("scaletrain_testing.plugins.losses:second_half_cross_entropy")
     result = train_step(model, windows, train_state(model), resolve_precision("fp32", CPU), 0, 1, loss=loss)
     assert float(result.tokens) == float(count)

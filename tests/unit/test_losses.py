@@ -8,6 +8,7 @@ from torch import nn
 
 from scaletrain_testing.tiny_training import CPU, Bigram, tokens_with_ignored, train_state
 from scaletrain_trainer.contract.validation import ProblemsError
+from scaletrain_trainer.training.data import MicroBatch
 from scaletrain_trainer.training.loop import train_step
 from scaletrain_trainer.training.losses import resolve_loss
 from scaletrain_trainer.training.precision import resolve_precision
@@ -22,6 +23,7 @@ def test_a_loss_that_does_not_return_a_sum_and_a_count_is_a_config_error():
     with pytest.raises(
         ProblemsError, match=r"loss: scaletrain_testing.plugins.losses:not_a_pair returned Tensor, not \(summed"
     ):
-        train_step(model, [(inputs, targets)], train_state(model), resolve_precision("fp32", CPU), 0, 1, loss=loss)
+        batch = MicroBatch(inputs, targets)
+        train_step(model, [batch], train_state(model), resolve_precision("fp32", CPU), 0, 1, loss=loss)
     with pytest.raises(ProblemsError, match="loss: cannot import scaletrain_testing.plugins.losses:missing"):
         resolve_loss("scaletrain_testing.plugins.losses:missing")

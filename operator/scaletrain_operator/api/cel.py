@@ -14,7 +14,14 @@ from pydantic import ConfigDict
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from scaletrain_trainer.contract.config import FILE_DATA_SOURCES, DataConfig, EvalConfig, ModelConfig, TrainingConfig
+from scaletrain_trainer.contract.config import (
+    FILE_DATA_SOURCES,
+    INSTRUCTIONS_SOURCE,
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    TrainingConfig,
+)
 from scaletrain_trainer.contract.validation import SpecModel
 
 
@@ -37,6 +44,11 @@ TRAINING_CONFIG_RULES: dict[type, tuple[dict[str, str], ...]] = {
             f"path is required for the {', '.join(FILE_DATA_SOURCES)} sources",
             ".path",
             "FieldValueRequired",
+        ),
+        cel_rule(
+            f"!has(self.packing) || !self.packing || self.source == '{INSTRUCTIONS_SOURCE}'",
+            f"packing packs {INSTRUCTIONS_SOURCE} only: set source {INSTRUCTIONS_SOURCE}, or remove it",
+            ".packing",
         ),
     ),
     EvalConfig: (

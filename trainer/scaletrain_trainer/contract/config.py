@@ -30,9 +30,10 @@ from .validation import (
 IMPORT_PATH_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
 HF_MODEL = "hf"
 BUILTIN_MODELS = ("gpt", HF_MODEL)
-BUILTIN_DATA_SOURCES = ("synthetic", "text", "tokens", "instructions")
+INSTRUCTIONS_SOURCE = "instructions"
+BUILTIN_DATA_SOURCES = ("synthetic", "text", "tokens", INSTRUCTIONS_SOURCE)
 # The sources that read data.path.
-FILE_DATA_SOURCES = ("text", "tokens", "instructions")
+FILE_DATA_SOURCES = ("text", "tokens", INSTRUCTIONS_SOURCE)
 
 
 def _builtin_or_import_path(builtins: tuple[str, ...]) -> str:
@@ -182,10 +183,20 @@ class DataConfig(SpecModel):
     prefetch_factor: int = Field(
         2, ge=1, le=64, description="Steps each data worker loads ahead of training; unused with 0 workers."
     )
+    packing: bool = Field(
+        False,
+        description="instructions only: pack several records into each sample of contextLength tokens (fewer "
+        "padding tokens, so fewer steps an epoch); each record attends to itself alone where the model takes "
+        "position ids (transformers' models). Off: one record a sample.",
+    )
 
     def problems(self) -> Iterator[Problem]:
         if self.source in FILE_DATA_SOURCES and self.path is None:
             yield Problem(("path",), f"required for source {self.source}: set the file to read")
+        if self.packing and self.source != INSTRUCTIONS_SOURCE:
+            yield Problem(
+                ("packing",), f"packs {INSTRUCTIONS_SOURCE} only: set source {INSTRUCTIONS_SOURCE}, or remove it"
+            )
         yield from _storage_url_problems(self.path, ("path",), names_object=True)
 
 

@@ -46,8 +46,10 @@ class HFCausalLM(nn.Module):
         """The decoder layers, looked up by name: FSDP and activation checkpointing wrap them in place."""
         return self.hf.get_submodule(self.decoder_layers_name) if self.decoder_layers_name is not None else None
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.hf(input_ids=tokens, use_cache=False).logits
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Packed samples' positions restart at 0 where each sample starts: transformers' masks then keep each
+        sample's tokens from attending to another's, and rotary or learned positions count from its start."""
+        return self.hf(input_ids=tokens, position_ids=positions, use_cache=False).logits
 
     def flops_per_token(self, context: int) -> int:
         """6N + attention, as for the built-in GPT: N leaves out the embedding tables, whose lookups are no

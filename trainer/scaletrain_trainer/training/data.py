@@ -1,7 +1,10 @@
 """Data sets and the order in which ranks see them.
 
 A data set is indexable and yields (inputs, targets) tensor pairs of fixed shape; targets of -100
-are ignored by the loss. `GlobalBatches` decides which samples make up each optimizer step. It
+are ignored by the loss. A sample that packs several sequences into one context yields their
+positions too, (inputs, targets, positions), each token's position within its own sequence: the
+model gets them as `positions`, and a Hugging Face model keeps the sequences from attending to each
+other by them. `GlobalBatches` decides which samples make up each optimizer step. It
 depends only on the seed, the step and globalBatchSize, never on the world size: the global batch
 of step s is the same slice of the same shuffled order on 1 process or 64, and only the split of
 that slice among ranks changes.
@@ -14,20 +17,39 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from fsspec import AbstractFileSystem
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..contract.config import DataConfig, ModelConfig
+from ..contract.config import INSTRUCTIONS_SOURCE, DataConfig, ModelConfig
 from ..contract.storage_urls import is_object_url
 from ..contract.validation import Problem, ProblemsError
 from ..storage import objects
 from .plugins import build_from
 
 IGNORE_INDEX = -100
-MicroBatch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets)
+
+
+class MicroBatch(NamedTuple):
+    """Samples stacked: token ids in, the targets the loss compares the logits with, and, for packed samples,
+    each token's position within its own sequence."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    positions: torch.Tensor | None = None
+
+    def logits(self, model: nn.Module) -> torch.Tensor:
+        if self.positions is None:
+            return model(self.inputs)
+        return model(self.inputs, positions=self.positions)
+
+    def to(self, device: torch.device) -> MicroBatch:
+        """Asynchronous from the loader's pinned memory on GPUs; the same tensors on CPU."""
+        return MicroBatch(*(None if t is None else t.to(device, non_blocking=True) for t in self))
 
 
 class SyntheticSequences(Dataset):
@@ -66,7 +88,7 @@ class TokenWindows(Dataset):
 def build_dataset(data: DataConfig, model: ModelConfig, seed: int) -> Dataset:
     if data.source == "synthetic":
         return SyntheticSequences(data.synthetic_samples, model.context_length, model.vocab_size, seed)
-    if data.source == "instructions":
+    if data.source == INSTRUCTIONS_SOURCE:
         from .instructions import instruction_samples  # the model's tokenizer: transformers, the hf extra's
 
         return instruction_samples(data, model)
@@ -212,14 +234,13 @@ def _epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 def collate(dataset: Dataset, indices: Sequence[int | None]) -> MicroBatch:
-    """Stack samples into a micro-batch; padding positions copy a real input and ignore its targets."""
+    """Stack samples into a micro-batch; padding positions copy a real sample and ignore its targets."""
     filler = next((i for i in indices if i is not None), 0)
-    inputs, targets = [], []
+    samples = []
     for index in indices:
-        x, y = dataset[filler if index is None else index]
-        inputs.append(x)
-        targets.append(y if index is not None else torch.full_like(y, IGNORE_INDEX))
-    return torch.stack(inputs), torch.stack(targets)
+        inputs, targets, *positions = dataset[filler if index is None else index]
+        samples.append((inputs, targets if index is not None else torch.full_like(targets, IGNORE_INDEX), *positions))
+    return MicroBatch(*(torch.stack(column) for column in zip(*samples, strict=True)))
 
 
 class StepMicroBatches(Dataset):
@@ -265,8 +286,4 @@ def step_loader(
 
 
 def to_device(micro_batches: list[MicroBatch], device: torch.device) -> list[MicroBatch]:
-    """Asynchronous from the loader's pinned memory on GPUs; the same tensors on CPU."""
-    return [
-        (inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True))
-        for inputs, targets in micro_batches
-    ]
+    return [batch.to(device) for batch in micro_batches]

@@ -91,10 +91,10 @@ class Evaluator:
         try:
             with torch.no_grad():
                 for indices in self.micro_batches:
-                    inputs, targets = (t.to(self.device) for t in collate(self.held_out, indices))
+                    batch = collate(self.held_out, indices).to(self.device)
                     with precision.autocast(enabled=autocast_enabled(model)):
-                        logits = model(inputs)
-                    summed, count = self.loss(logits, targets)
+                        logits = batch.logits(model)
+                    summed, count = self.loss(logits, batch.targets)
                     totals += torch.stack((summed.double(), count.double()))
         finally:
             model.train()

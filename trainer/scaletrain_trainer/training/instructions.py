@@ -9,6 +9,11 @@ the loss stays an exact mean over response tokens whatever the micro-batch split
 prompt is everything its template renders before the last message, which must be the assistant's; the response
 is the rest of the rendering (that message and what the template closes it with).
 
+With `data.packing`, a sample holds as many records as fit, end to end, then padding (best fit, longest
+record first: a deterministic packing, the same on every rank). The sample carries each token's position
+within its record, restarting at 0 where a record starts: transformers' models build their attention masks
+from them, so a record attends to itself alone and its positions count from its own start, as unpacked.
+
 The tokenizer and the chat template are read from the hf model's directory (`options.pretrained`, else
 `options.config`), local files only: nothing is downloaded. A record whose prompt leaves no room for a response
 token is dropped (the count is logged); a file with no usable record, or a record of another shape, is a config
@@ -17,6 +22,7 @@ error naming the line.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from typing import Any
@@ -36,30 +42,45 @@ PATH_FIELD = ("data", "path")
 ASSISTANT = "assistant"
 
 
-class InstructionSamples(Dataset):
-    """The tokenized records, each (inputs, targets) of contextLength tokens, targets masked but the response's."""
+Record = tuple[list[int], int]  # a record's token ids, and how many of them are its prompt's
 
-    def __init__(self, samples: list[tuple[list[int], int]], context_length: int, pad_id: int):
-        self.samples, self.length, self.pad_id = samples, context_length, pad_id
+
+class InstructionSamples(Dataset):
+    """The tokenized records, one a sample, or several when packed (`bins`: the records of each sample):
+    (inputs, targets) of contextLength tokens, the targets masked but the responses', and, packed, each
+    token's position within its record."""
+
+    def __init__(self, records: list[Record], context_length: int, pad_id: int, bins: list[list[int]] | None = None):
+        self.records, self.bins, self.length, self.pad_id = records, bins, context_length, pad_id
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self.records if self.bins is None else self.bins)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        ids, prompt_length = self.samples[index]
-        tokens = torch.full((self.length + 1,), self.pad_id, dtype=torch.int64)
-        tokens[: len(ids)] = torch.tensor(ids, dtype=torch.int64)
-        targets = tokens[1:].clone()
-        targets[: max(prompt_length - 1, 0)] = IGNORE_INDEX  # the prompt predicts nothing the loss counts
-        targets[len(ids) - 1 :] = IGNORE_INDEX  # nor does the padding
-        return tokens[:-1], targets
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        parts = [_shifted(*self.records[i]) for i in ([index] if self.bins is None else self.bins[index])]
+        padding = self.length - sum(len(inputs) for inputs, _ in parts)
+        inputs = torch.cat([*(inputs for inputs, _ in parts), torch.full((padding,), self.pad_id)])
+        targets = torch.cat([*(targets for _, targets in parts), torch.full((padding,), IGNORE_INDEX)])
+        if self.bins is None:
+            return inputs, targets
+        # The padding is a sequence of its own: it restarts the positions too, so no record attends to it.
+        positions = torch.cat([*(torch.arange(len(inputs)) for inputs, _ in parts), torch.arange(padding)])
+        return inputs, targets, positions
+
+
+def _shifted(ids: list[int], prompt_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A record's inputs and next-token targets; the prompt predicts nothing the loss counts."""
+    tokens = torch.tensor(ids, dtype=torch.int64)
+    targets = tokens[1:].clone()
+    targets[: max(prompt_length - 1, 0)] = IGNORE_INDEX
+    return tokens[:-1], targets
 
 
 def instruction_samples(data: DataConfig, model: ModelConfig) -> InstructionSamples:
     tokenizer = model_tokenizer(model)
-    records = _read_records(data.path or "")
-    samples, dropped = [], 0
-    for line, record in records:
+    lines = _read_records(data.path or "")
+    records, dropped = [], 0
+    for line, record in lines:
         prompt, response, templated = _prompt_and_response(record, line, tokenizer)
         # A chat template writes the special tokens it wants (a BOS, say) itself.
         prompt_ids = tokenizer(prompt, add_special_tokens=not templated)["input_ids"]
@@ -70,14 +91,53 @@ def instruction_samples(data: DataConfig, model: ModelConfig) -> InstructionSamp
         if len(prompt_ids) >= len(ids):  # no response token fits
             dropped += 1
             continue
-        samples.append((ids, len(prompt_ids)))
+        records.append((ids, len(prompt_ids)))
     if dropped:
-        log.warning("%d of %d records dropped: their prompts fill contextLength", dropped, len(records))
-    if not samples:
+        log.warning("%d of %d records dropped: their prompts fill contextLength", dropped, len(lines))
+    if not records:
         message = f"no record of {data.path} leaves room for a response within contextLength ({model.context_length})"
         raise ProblemsError([Problem(PATH_FIELD, message)])
+    bins = None
+    if data.packing:
+        lengths = [len(ids) - 1 for ids, _ in records]
+        bins = best_fit_decreasing(lengths, model.context_length)
+        filled = sum(lengths) / (len(bins) * model.context_length)
+        log.info(
+            "packed %d records into %d samples of %d tokens, %.0f%% of them the records' (the rest padding)",
+            len(records),
+            len(bins),
+            model.context_length,
+            100 * filled,
+        )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
-    return InstructionSamples(samples, model.context_length, pad_id)
+    return InstructionSamples(records, model.context_length, pad_id, bins)
+
+
+def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Bins of indices whose lengths sum to at most capacity: the longest first, each into the bin it fills
+    most. Open bins are kept by the room they have left, so that finding one is a bisection."""
+    bins: list[list[int]] = []
+    rooms: list[int] = []  # the distinct rooms of bins with some left, ascending
+    bins_with_room: dict[int, list[int]] = {}
+    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        length = lengths[index]
+        at = bisect.bisect_left(rooms, length)
+        if at == len(rooms):
+            chosen, room = len(bins), capacity
+            bins.append([])
+        else:
+            room = rooms[at]
+            chosen = bins_with_room[room].pop()
+            if not bins_with_room[room]:
+                del bins_with_room[room]
+                rooms.pop(at)
+        bins[chosen].append(index)
+        if (left := room - length) > 0:
+            if left not in bins_with_room:
+                bins_with_room[left] = []
+                bisect.insort(rooms, left)
+            bins_with_room[left].append(chosen)
+    return bins
 
 
 def model_tokenizer(model: ModelConfig) -> Any:

@@ -190,7 +190,7 @@ class StepLoop:
                 if due_to_log or due_to_save:
                     stop_if_non_finite(self.first_non_finite)
                 if due_to_log:
-                    self._log(result, is_lm=micro_batches[0][1].dim() > 1)
+                    self._log(result, is_lm=micro_batches[0].targets.dim() > 1)
             if self.run.evaluator is not None and self.run.evaluator.due(state.step):
                 self._evaluate(self.run.evaluator)
             if saving:
@@ -410,7 +410,7 @@ class StepResult:
 
 def train_step(
     model: nn.Module,
-    micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    micro_batches: Sequence[MicroBatch],
     state: TrainState,
     precision: Precision,
     grad_clip_norm: float,
@@ -434,15 +434,15 @@ def train_step(
     """
     counted_up_front = loss.count_from_targets is not None
     if counted_up_front:
-        global_count = all_reduce_sum(sum(loss.count_from_targets(targets) for _, targets in micro_batches))
+        global_count = all_reduce_sum(sum(loss.count_from_targets(batch.targets) for batch in micro_batches))
         normalizer = global_count.clamp(min=1)
-    loss_sum = torch.zeros((), device=micro_batches[0][0].device)
+    loss_sum = torch.zeros((), device=micro_batches[0].inputs.device)
     count_sum = torch.zeros((), dtype=torch.float64, device=loss_sum.device)  # a custom loss's count may be a float
-    for index, (inputs, targets) in enumerate(micro_batches):
+    for index, batch in enumerate(micro_batches):
         with gradient_sync(model, sync=index == len(micro_batches) - 1):
             with precision.autocast(enabled=autocast_enabled(model)):
-                logits = model(inputs)
-            summed, count = loss(logits, targets)
+                logits = batch.logits(model)
+            summed, count = loss(logits, batch.targets)
             state.scaler.scale(summed * world_size / (normalizer if counted_up_front else 1)).backward()
         loss_sum += summed.detach()
         if not counted_up_front:  # cross-entropy's count is already summed
