@@ -81,7 +81,8 @@ test-fast: setup
 
 # Regenerate the checked-in files made from code (tests fail while any is stale): the CRD from the
 # pydantic models, its copy in the Helm chart, the chart's RBAC rules from the operator's table, and the
-# Kubernetes schemas the operator vendors (from kubernetes-validate's, of the pinned version).
+# Kubernetes schemas the operator vendors (from kubernetes-validate's, of the pinned version), and the
+# fine-tuning example's fixture (a tiny model, its tokenizer, records).
 OPENAPI_SUBSET = operator/scaletrain_operator/validation/zz_generated_kube_openapi.py
 generate: setup
 	$(BIN)/python -m scaletrain_operator.validation.openapi_subset > $(OPENAPI_SUBSET)
@@ -89,6 +90,8 @@ generate: setup
 	$(BIN)/scaletrain crd > crds/scaletrainjob.yaml
 	cp crds/scaletrainjob.yaml charts/scaletrain/crds/scaletrainjob.yaml
 	$(BIN)/python -m scaletrain_operator.controller.rbac > charts/scaletrain/files/rbac-rules.yaml
+	rm -rf examples/finetune-lora
+	PYTHONPATH=tests $(BIN)/python -c 'import pathlib, scaletrain_testing.hf_models as m; m.write_finetune_fixture(pathlib.Path("examples/finetune-lora"))'
 
 # Validate and render the CPU example without a cluster.
 render: setup

@@ -84,6 +84,16 @@ def positive_count(text: str) -> int:
     return count
 
 
+def bound_claim(text: str) -> tuple[str, Path]:
+    """--claim CLAIM=DIR: a PersistentVolumeClaim's volume, a directory that exists."""
+    claim, equals, directory = text.partition("=")
+    if not (claim.strip() and equals and directory.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not CLAIM=DIR; give a claim's name and a directory")
+    if not Path(directory).is_dir():
+        raise argparse.ArgumentTypeError(f"{directory!r} (for claim {claim}) is not a directory")
+    return claim, Path(directory)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
@@ -146,9 +156,18 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     from .local.gang import run_local  # imports torch lazily; keep `render` and `validate` light
 
     (job,) = jobs
+    claims = {
+        (volume.model_extra or {}).get("persistentVolumeClaim", {}).get("claimName") for volume in job.spec.volumes
+    }
+    bound_claims = dict(args.claim)
+    for claim in bound_claims.keys() - claims:
+        named = ", ".join(sorted(c for c in claims if c)) or "none"
+        raise InputError(f"run-local: --claim {claim}=...: {args.file} mounts no claim {claim} (its claims: {named})")
     try:
         workdir = args.workdir or Path("scaletrain-runs") / job.name
-        return run_local(job, workdir, fresh=args.fresh, nodes_available=args.nodes_available)
+        return run_local(
+            job, workdir, fresh=args.fresh, nodes_available=args.nodes_available, bound_claims=bound_claims
+        )
     except OSError as error:  # a command that does not exist, a workdir that cannot be written, ...
         raise InputError(f"run-local: {error}") from None
 
@@ -215,6 +234,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="run as a cluster with only K nodes for the job would: an elastic gang (spec.elastic) at the largest "
         "size that fits, keeping the global batch exact",
+    )
+    run_local.add_argument(
+        "--claim",
+        type=bound_claim,
+        action="append",
+        default=[],
+        metavar="CLAIM=DIR",
+        help="the PersistentVolumeClaim CLAIM is this directory (data or a model already on it), instead of a new "
+        "empty one in the workdir; --fresh leaves it alone. Repeatable",
     )
     run_local.set_defaults(handler=cmd_run_local)
 

@@ -5,6 +5,7 @@ a tiny GPT."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -27,7 +28,8 @@ from scaletrain_testing.e2e_jobs import (
     text_of,
     wait_event,
 )
-from scaletrain_testing.jobs import DELETE, EXAMPLES
+from scaletrain_testing.hf_models import assert_exports_give_the_trained_logits
+from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO
 from scaletrain_testing.kubelet import FakeNode
 from scaletrain_testing.operator_harness import condition
 from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, GANG_TEARDOWN_S, WHOLE_JOB_S
@@ -71,6 +73,31 @@ def test_the_cpu_example_goes_pending_running_succeeded_with_progress(cluster):
     pods = pods_of(cluster, f"{name}-g0")
     assert len(pods) == 2 and {pod["spec"]["nodeName"] for pod in pods} <= {node.name for node in NODES}
     assert all(pod["status"]["phase"] == "Succeeded" for pod in pods)
+
+
+def test_the_fine_tuning_example_trains_on_its_volume_and_its_export_loads(cluster, tmp_path):
+    """examples/finetune-lora.yaml as a user applies it, with the model and records already on the claim it
+    mounts at /fixture: LoRA on packed instructions, the held-out loss falling, the last in the status; its checkpoint,
+    exported here from the claim's copy of the model (--base), gives the trained model's logits."""
+    example = yaml.safe_load((REPO / "examples" / "finetune-lora.yaml").read_text())
+    cluster.provide_claim("finetune-lora-fixture", contents=REPO / "examples" / "finetune-lora")
+    cluster.provide_claim("scaletrain-checkpoints")
+    example["metadata"]["namespace"] = cluster.namespace
+    cluster.kube.create("stj", example)
+    name = example["metadata"]["name"]
+    status = cluster.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
+    claims = cluster.kubelet.executor.claims_dir / cluster.namespace
+    output = claims / "scaletrain-checkpoints" / "finetune-lora" / "output" / "metrics.jsonl"
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    evaluations = {record["step"]: record["evalLoss"] for record in records if "evalLoss" in record}
+    assert list(evaluations) == [20, 40, 60] and evaluations[60] < 0.95 * evaluations[20]
+    assert status["progress"]["step"] == 60 and status["progress"]["evalLoss"] == pytest.approx(
+        evaluations[60], rel=1e-3
+    )
+    lora = example["spec"]["training"]["model"]["lora"]
+    base = claims / "finetune-lora-fixture" / "model"
+    checkpoint = claims / "scaletrain-checkpoints" / "finetune-lora" / "step-00000060"
+    assert_exports_give_the_trained_logits(checkpoint, base, lora, tmp_path, "--base", str(base))
 
 
 def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(cluster):

@@ -1,6 +1,6 @@
 """`scaletrain run-local`: the job's rendered pods on the pod executor, one torchrun per node, with
 gang restarts, config errors, interruption without orphans (kill -9 included), one run per workdir,
-and the README's default example.
+the README's default example, and the fine-tuning example on its fixture (a claim bound to a directory).
 (The executor's rules are unit-tested in tests/unit/test_pod_executor.py; third-party scripts
 under both pod network modes are in test_third_party_scripts.py.)"""
 
@@ -22,6 +22,7 @@ import yaml
 from scaletrain_operator.local.gang import POD_NETWORK_ENV
 from scaletrain_operator.local.pod_network import LOOPBACK, NAMESPACES, why_no_namespaces
 from scaletrain_operator.local.processes import processes_with_env, signal_processes
+from scaletrain_testing.hf_models import assert_exports_give_the_trained_logits
 from scaletrain_testing.jobs import DELETE, REPO, base_job, patched
 from scaletrain_testing.process_tree import descendants, survivors
 from scaletrain_testing.timeouts import RUN_LOCAL_JOB_S
@@ -361,3 +362,32 @@ def test_the_readme_example_runs_and_its_loss_falls(tmp_path):
     evaluations = {record["step"]: record["evalLoss"] for record in records if "evalLoss" in record}
     assert list(evaluations) == [50, 100, 150, 200] and evaluations[200] < evaluations[50]
     assert f"eval loss   {evaluations[50]:.4f} (step 50) -> {evaluations[200]:.4f} (step 200)" in result.stdout
+
+
+FINETUNE_EXAMPLE, FINETUNE_FIXTURE = REPO / "examples" / "finetune-lora.yaml", REPO / "examples" / "finetune-lora"
+
+
+def test_the_fine_tuning_example_runs_its_held_out_loss_falls_and_its_export_loads(tmp_path):
+    """examples/finetune-lora.yaml as its header says: its fixture's directory bound to the claim it mounts at
+    /fixture (read-only), LoRA on packed instruction records; then its checkpoint exported merged and as an
+    adapter, from this machine's copy of the model (--base), with the trained model's logits."""
+    claim = f"finetune-lora-fixture={FINETUNE_FIXTURE}"
+    result = run_local(FINETUNE_EXAMPLE, "--claim", claim, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    volume = tmp_path / "scaletrain-runs/finetune-lora/volumes/default/scaletrain-checkpoints/finetune-lora"
+    records = [json.loads(line) for line in (volume / "output" / "metrics.jsonl").read_text().splitlines()]
+    evaluations = {record["step"]: record["evalLoss"] for record in records if "evalLoss" in record}
+    assert list(evaluations) == [20, 40, 60] and evaluations[60] < 0.95 * evaluations[20]
+    logs = "".join(path.read_text() for path in (tmp_path / "scaletrain-runs/finetune-lora/logs").glob("*.log"))
+    assert "packed 320 records into" in logs
+    lora = yaml.safe_load(FINETUNE_EXAMPLE.read_text())["spec"]["training"]["model"]["lora"]
+    base = FINETUNE_FIXTURE / "model"
+    assert_exports_give_the_trained_logits(volume / "step-00000060", base, lora, tmp_path, "--base", str(base))
+
+
+def test_a_claim_bound_to_what_the_job_does_not_mount_or_to_no_directory_is_refused(tmp_path):
+    missing = run_local(FINETUNE_EXAMPLE, "--claim", f"data={FINETUNE_FIXTURE}", cwd=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "mounts no claim data (its claims: finetune-lora-fixture, scaletrain-checkpoints)" in missing.stderr
+    nowhere = run_local(FINETUNE_EXAMPLE, "--claim", f"finetune-lora-fixture={tmp_path / 'nowhere'}", cwd=tmp_path)
+    assert nowhere.returncode == 2 and "is not a directory" in nowhere.stderr

@@ -8,11 +8,10 @@ import functools
 import shutil
 
 import pytest
-import torch
 import torch.distributed.checkpoint as dcp
 
 from scaletrain_testing.hf_models import (
-    checkpoint_weights,
+    assert_exports_give_the_trained_logits,
     instruction_records,
     mean_token_loss,
     save_tiny_llama,
@@ -122,9 +121,6 @@ def test_lora_on_instructions_trains_alike_at_world_sizes_1_and_2_and_the_held_o
 
 
 def test_an_export_merged_or_as_an_adapter_loads_with_the_trained_logits(instruction_model, tmp_path):
-    import peft
-    from transformers import AutoModelForCausalLM
-
     model, train, _ = instruction_model
     overrides = {
         "maxSteps": 10,
@@ -133,31 +129,7 @@ def test_an_export_merged_or_as_an_adapter_loads_with_the_trained_logits(instruc
         "optimizer": {"lr": 0.02},
     }
     run = _ok(run_trainer(tmp_path / "run", config_for(tmp_path / "run", overrides, checkpoints=True), nproc=2))
-    checkpoint = run.directory / "checkpoints" / "step-00000010"
-    assert export_main([str(checkpoint), str(tmp_path / "merged")]) == 0
-    assert export_main([str(checkpoint), str(tmp_path / "adapter"), "--adapter"]) == 0
-
-    def base():
-        return AutoModelForCausalLM.from_pretrained(model, local_files_only=True).eval()
-
-    # The trained model, independently of the export: the base, PEFT's layers on its attention projections, and
-    # the adapters as DCP's own converter reads them from the checkpoint.
-    trained = peft.inject_adapter_in_model(
-        peft.LoraConfig(
-            r=LORA["rank"], lora_alpha=LORA["alpha"], target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
-        ),
-        base(),
-    )
-    missing, unexpected = trained.load_state_dict(checkpoint_weights(checkpoint, tmp_path), strict=False)
-    assert not unexpected and all(".lora_" not in name for name in missing)
-    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", local_files_only=True).eval()
-    adapter = peft.PeftModel.from_pretrained(base(), tmp_path / "adapter").eval()
-    inputs = torch.arange(256).view(16, 16)
-    with torch.no_grad():
-        expected = trained.eval()(input_ids=inputs).logits
-        assert not torch.allclose(base()(input_ids=inputs).logits, expected)  # the adapters trained
-        assert torch.allclose(adapter(input_ids=inputs).logits, expected, atol=1e-6, rtol=0)
-        assert torch.allclose(merged(input_ids=inputs).logits, expected, atol=1e-5, rtol=0)  # W + BA·s, summed once
+    assert_exports_give_the_trained_logits(run.directory / "checkpoints" / "step-00000010", model, LORA, tmp_path)
 
 
 def test_exporting_the_built_in_gpts_adapters_is_refused_with_the_reason(runs, capsys, tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -243,9 +244,15 @@ class Team:
         events.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
         return [(e["type"], e["reason"], e["message"]) for e in events]
 
-    def provide_claim(self, claim: str, size: str = "1Gi") -> None:
+    def provide_claim(self, claim: str, size: str = "1Gi", contents: Path | None = None) -> None:
         """A PersistentVolumeClaim bound to a PersistentVolume of its own, as a storage admin would
-        provide one; the kubelet stand-in gives every pod that claims it the same directory."""
+        provide one (once: a claim that exists is left as it is); the kubelet stand-in gives every pod that
+        claims it the same directory. `contents`: files already on the volume, copied onto it."""
+        if contents is not None:
+            assert self.kubelet is not None, "files on a volume need the kubelet stand-in"
+            shutil.copytree(contents, self.kubelet.executor.claims_dir / self.namespace / claim, dirs_exist_ok=True)
+        if self.kube.get("persistentvolumeclaims", self.namespace, claim):
+            return
         volume = f"{self.namespace}-{claim}"
         claim_ref = {"namespace": self.namespace, "name": claim}
         self.kube.create(

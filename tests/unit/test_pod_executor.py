@@ -239,6 +239,21 @@ def test_volumes_are_directories_a_claim_shared_by_namespace_and_claim_name(tmp_
     }
 
 
+def test_a_claim_bound_to_a_directory_is_that_directory_and_the_others_stay_in_the_claims_dir(tmp_path):
+    """run-local's --claim: data already on a volume, not a new empty directory."""
+    volumes = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "datasets", "readOnly": True}},
+        {"name": "ckpt", "persistentVolumeClaim": {"claimName": "checkpoints"}},
+    ]
+    mounts = [{"name": "data", "mountPath": "/data", "readOnly": True}, {"name": "ckpt", "mountPath": "/ckpt"}]
+    claims, bound = tmp_path / "claims", {"datasets": tmp_path / "my-data"}
+    dirs = VolumeDirs(tmp_path / "pod", claims, bound)
+    assert mount_dirs(a_pod(volumes=volumes), {"volumeMounts": mounts}, dirs, CONTAINER) == {
+        "/data": tmp_path / "my-data",
+        "/ckpt": claims / "team-a" / "checkpoints",
+    }
+
+
 @pytest.mark.parametrize(
     ("volume", "mount", "message"),
     [

@@ -1,5 +1,5 @@
-"""`python -m scaletrain_trainer.export CHECKPOINT OUTDIR [--adapter]`: the model of a checkpoint (a `step-N`
-directory) as a Hugging Face directory, config.json and model.safetensors, which
+"""`python -m scaletrain_trainer.export CHECKPOINT OUTDIR [--adapter] [--base DIR]`: the model of a checkpoint
+(a `step-N` directory) as a Hugging Face directory, config.json and model.safetensors, which
 `AutoModelForCausalLM.from_pretrained(OUTDIR)` loads; with LoRA (model.lora) the base with the adapters merged
 into it, or with --adapter the adapters alone in PEFT's format (adapter_config.json, adapter_model.safetensors),
 which `PeftModel.from_pretrained(base, OUTDIR)` loads.
@@ -8,7 +8,8 @@ For `model.name: hf` only: the built-in gpt and custom models have no Hugging Fa
 The model is rebuilt from the training config saved in the checkpoint (its `model.options.config`, if a
 directory, must be readable here; `pretrained` is read only for a merged LoRA model, whose frozen base the
 checkpoint does not hold) and the weights are read from the checkpoint in this one process, at any world size
-the run had.
+the run had. `--base` names the model's directory where this machine sees it, when the training config names it
+as the training's pods saw it (a volume's mountPath, say).
 
 Exit codes: 0 written; 2 when the checkpoint cannot be exported, with one line on stderr saying why.
 """
@@ -25,7 +26,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from .contract.config import HF_MODEL, HF_PRETRAINED_OPTION, TrainingConfig, parse_training_config
+from .contract.config import HF_CONFIG_OPTION, HF_MODEL, HF_PRETRAINED_OPTION, TrainingConfig, parse_training_config
 from .contract.validation import ProblemsError
 from .models.hf import one_line
 from .models.lora import merge_adapters, save_adapter
@@ -39,10 +40,13 @@ class CannotExport(Exception):
     """Why a checkpoint cannot be exported, in one line."""
 
 
-def export(checkpoint: Path, output: Path, adapter_only: bool = False) -> None:
+def export(checkpoint: Path, output: Path, adapter_only: bool = False, base: Path | None = None) -> None:
     """Write the checkpoint's Hugging Face model to `output` (created if needed): whole, with LoRA's adapters
-    merged into the base, or (`adapter_only`) the adapters alone in PEFT's format."""
+    merged into the base, or (`adapter_only`) the adapters alone in PEFT's format. `base`: the model's directory
+    here, for the one the training config names."""
     config = _training_config(checkpoint)
+    if base is not None:
+        config = _based_at(config, base)
     if config.model.name != HF_MODEL:
         raise CannotExport(
             f"{checkpoint} holds model {config.model.name!r}; export writes Hugging Face models (model.name: hf) only"
@@ -91,6 +95,19 @@ def _load_trained_weights(model: torch.nn.Module, checkpoint: Path) -> None:
     model.load_state_dict(state["model"], strict=not frozen)
 
 
+def _based_at(config: TrainingConfig, base: Path) -> TrainingConfig:
+    """The config with its hf model's directory (`pretrained`, and `config` where it names the same one, or
+    `config` alone) moved to `base`."""
+    options = config.model.options
+    named = options.get(HF_PRETRAINED_OPTION, options.get(HF_CONFIG_OPTION))
+    if config.model.name != HF_MODEL or not isinstance(named, str):
+        raise CannotExport("--base: the checkpoint's model names no directory (model.options.pretrained or config)")
+    if not base.is_dir():
+        raise CannotExport(f"--base: {base} is not a directory")
+    moved = {key: str(base) if value == named else value for key, value in options.items()}
+    return config.model_copy(update={"model": config.model.model_copy(update={"options": moved})})
+
+
 def _training_config(checkpoint: Path) -> TrainingConfig:
     saved = checkpoint / TRAINING_CONFIG_FILE
     if not saved.is_file():
@@ -110,14 +127,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--adapter", action="store_true", help="LoRA: write the adapters alone, in PEFT's format, not the merged model"
     )
+    parser.add_argument(
+        "--base",
+        type=Path,
+        metavar="DIR",
+        help="the hf model's directory (options.pretrained, or config) where this machine sees it, when the "
+        "training's pods saw it elsewhere",
+    )
     args = parser.parse_args(argv)
     try:
-        export(args.checkpoint, args.output, adapter_only=args.adapter)
+        export(args.checkpoint, args.output, adapter_only=args.adapter, base=args.base)
     except CannotExport as error:
         print(f"scaletrain export: {error}", file=sys.stderr)
         return EXIT_CANNOT_EXPORT
     except ProblemsError as error:  # the saved config no longer builds here: its config directory, transformers
-        print(f"scaletrain export: {args.checkpoint}: {error}", file=sys.stderr)
+        where = "" if args.base else " (where the model's directory is elsewhere here, give it with --base DIR)"
+        print(f"scaletrain export: {args.checkpoint}: {error}{where}", file=sys.stderr)
         return EXIT_CANNOT_EXPORT
     print(f"exported {args.checkpoint} to {args.output}")
     return 0

@@ -406,8 +406,12 @@ class PodExecutor:
         network: PodNetwork | None = None,
         node_name: str | None = None,
         filesystem: PodFilesystem | None = None,
+        bound_claims: Mapping[str, Path] | None = None,
     ):
+        """`bound_claims`: claims whose volume is a directory of this machine's (by claim name), not one of
+        `root`'s."""
         self.root = root.absolute()  # each container has a working directory of its own
+        self.bound_claims = {claim: path.absolute() for claim, path in (bound_claims or {}).items()}
         self.network = network or open_network()
         self.filesystem = filesystem or open_filesystem(self.root)
         self.node_name = node_name or socket.gethostname()  # spec.nodeName of pods that have none
@@ -444,7 +448,7 @@ class PodExecutor:
         return self.root / "pods" / f"{metadata.get('namespace') or 'default'}_{metadata['name']}_{metadata['uid']}"
 
     def volume_dirs(self, pod: Pod) -> VolumeDirs:
-        return VolumeDirs(self.pod_dir(pod), self.claims_dir)
+        return VolumeDirs(self.pod_dir(pod), self.claims_dir, self.bound_claims)
 
     def start(self, pod: Pod, extras: PodExtras = NO_EXTRAS) -> RunningPod:
         """Start `pod` (with metadata.uid, as the API server gives every pod). A spec this executor

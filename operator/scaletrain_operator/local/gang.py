@@ -22,7 +22,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,9 +244,17 @@ def at_available_size(job: ScaleTrainJob, nodes_available: int | None) -> ScaleT
     return job.at_size(size)
 
 
-def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False, nodes_available: int | None = None) -> int:
+def run_local(
+    job: ScaleTrainJob,
+    workdir: Path,
+    *,
+    fresh: bool = False,
+    nodes_available: int | None = None,
+    bound_claims: Mapping[str, Path] | None = None,
+) -> int:
     """Run `job` here until it succeeds or fails; the exit code is the job's (0 on success). With
-    `nodes_available`, as a cluster with only that many nodes for it would (at_available_size)."""
+    `nodes_available`, as a cluster with only that many nodes for it would (at_available_size); with
+    `bound_claims`, those PersistentVolumeClaims are these directories (`--fresh` leaves them alone)."""
     sized = at_available_size(job, nodes_available)
     if sized is not job:
         sizes = elastic_sizes.named(elastic_sizes.sizes(job.spec))
@@ -263,7 +271,9 @@ def run_local(job: ScaleTrainJob, workdir: Path, *, fresh: bool = False, nodes_a
             if fresh:
                 for part in WORKDIR_PARTS:
                     shutil.rmtree(workdir / part, ignore_errors=True)
-            executor = PodExecutor(workdir, pod_network(), filesystem=pod_filesystem(workdir))
+            executor = PodExecutor(
+                workdir, pod_network(), filesystem=pod_filesystem(workdir), bound_claims=bound_claims
+            )
             try:
                 return _run(job, executor, gpus)
             finally:

@@ -14,7 +14,7 @@ import json
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -38,10 +38,12 @@ SHM_PATH = "/dev/shm"  # a memory-backed emptyDir here is a tmpfs of the contain
 
 @dataclass(frozen=True)
 class VolumeDirs:
-    """Where volumes live: the pod's own directory (emptyDirs) and the claims' (shared by pods)."""
+    """Where volumes live: the pod's own directory (emptyDirs) and the claims' (shared by pods), unless a claim
+    is bound to a directory of this machine's (run-local's --claim: a volume with the data already on it)."""
 
     pod: Path
     claims: Path
+    bound_claims: Mapping[str, Path] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ def volume_source(pod: Pod, volume: Mapping[str, Any], mount_path: str, dirs: Vo
     """A volume's directory: an emptyDir in the pod's directory (a memory-backed one mounted at
     /dev/shm is this machine's /dev/shm, which `shm_open` uses whatever a mount says, unless the
     container has a /dev/shm of its own: pod_filesystem.py), a
-    persistentVolumeClaim in `claims/NAMESPACE/CLAIM` (one directory for every pod that claims it), a
+    persistentVolumeClaim in `claims/NAMESPACE/CLAIM` (one directory for every pod that claims it) or the
+    directory it is bound to, a
     hostPath the path itself; None for other kinds."""
     where = ("spec", "volumes", (pod["spec"].get("volumes") or []).index(volume))
     if "emptyDir" in volume:
@@ -184,6 +187,8 @@ def volume_source(pod: Pod, volume: Mapping[str, Any], mount_path: str, dirs: Vo
     if "persistentVolumeClaim" in volume:
         namespace = dns_name(pod["metadata"].get("namespace") or "default", ("metadata", "namespace"))
         claim = volume["persistentVolumeClaim"]["claimName"]
+        if claim in dirs.bound_claims:
+            return dirs.bound_claims[claim]
         return dirs.claims / namespace / dns_name(claim, (*where, "persistentVolumeClaim", "claimName"), subdomain=True)
     if "hostPath" in volume:
         return Path(volume["hostPath"]["path"])
