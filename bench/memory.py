@@ -55,7 +55,7 @@ def state_bytes_worker(strategy: str, result_file: Path) -> None:
     batches = GlobalBatches(len(dataset), 8, 2, runtime.world_size, runtime.rank, 0)
     micro_batches = to_device([collate(dataset, ids) for ids in batches.micro_batches(0)], runtime.device)
     train_step(model, micro_batches, state, precision, 1.0, runtime.world_size)
-    inputs, targets = micro_batches[0]  # gradients again (the step cleared them), to count them
+    inputs, targets, _ = micro_batches[0]  # gradients again (the step cleared them), to count them
     torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()).backward()
     counts = {
         "params": sum(_local_bytes(p) for p in model.parameters()),
