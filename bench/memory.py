@@ -55,8 +55,8 @@ def state_bytes_worker(strategy: str, result_file: Path) -> None:
     batches = GlobalBatches(len(dataset), 8, 2, runtime.world_size, runtime.rank, 0)
     micro_batches = to_device([collate(dataset, ids) for ids in batches.micro_batches(0)], runtime.device)
     train_step(model, micro_batches, state, precision, 1.0, runtime.world_size)
-    inputs, targets, _ = micro_batches[0]  # gradients again (the step cleared them), to count them
-    torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()).backward()
+    batch = micro_batches[0]  # gradients again (the step cleared them), to count them
+    torch.nn.functional.cross_entropy(model(batch.inputs).flatten(0, 1), batch.targets.flatten()).backward()
     counts = {
         "params": sum(_local_bytes(p) for p in model.parameters()),
         "grads": sum(_local_bytes(p.grad) for p in model.parameters() if p.grad is not None),
@@ -90,9 +90,9 @@ def peak_activation_bytes(micro_batch: int, global_batch: int = 8) -> int:
             saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
             return tensor
 
-        inputs, targets, _ = collate(dataset, list(range(start, start + micro_batch)))
+        batch = collate(dataset, list(range(start, start + micro_batch)))
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+            loss = torch.nn.functional.cross_entropy(model(batch.inputs).flatten(0, 1), batch.targets.flatten())
         peak = max(peak, sum(size for pointer, size in saved.items() if pointer not in parameters))
         loss.backward()
     return peak

@@ -18,7 +18,7 @@ from .api.crd import crd_yaml
 from .api.models import ScaleTrainJob, parse_job
 from .api.naming import MAX_RESTARTS, whole_number
 from .convert import ConversionError, Finding, convert
-from .render.children import render_children
+from .render.children import render_children, render_job
 from .validation.kube_rules import is_dns_label
 
 EXIT_INVALID = 1
@@ -94,6 +94,12 @@ def bound_claim(text: str) -> tuple[str, Path]:
     return claim, Path(directory)
 
 
+def mounted_claims(job: ScaleTrainJob) -> set[str]:
+    """The PersistentVolumeClaims of the job's pods, from spec.volumes and the podTemplate's alike."""
+    volumes = render_job(job)["spec"]["template"]["spec"].get("volumes") or []
+    return {volume["persistentVolumeClaim"]["claimName"] for volume in volumes if "persistentVolumeClaim" in volume}
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
@@ -156,13 +162,13 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     from .local.gang import run_local  # imports torch lazily; keep `render` and `validate` light
 
     (job,) = jobs
-    claims = {
-        (volume.model_extra or {}).get("persistentVolumeClaim", {}).get("claimName") for volume in job.spec.volumes
-    }
     bound_claims = dict(args.claim)
-    for claim in bound_claims.keys() - claims:
-        named = ", ".join(sorted(c for c in claims if c)) or "none"
-        raise InputError(f"run-local: --claim {claim}=...: {args.file} mounts no claim {claim} (its claims: {named})")
+    claims = mounted_claims(job)
+    if unmounted := sorted(bound_claims.keys() - claims):
+        named = ", ".join(sorted(claims)) or "none"
+        raise InputError(
+            f"run-local: --claim {unmounted[0]}=...: {args.file} mounts no such claim (its claims: {named})"
+        )
     try:
         workdir = args.workdir or Path("scaletrain-runs") / job.name
         return run_local(

@@ -388,6 +388,7 @@ def test_the_fine_tuning_example_runs_its_held_out_loss_falls_and_its_export_loa
 def test_a_claim_bound_to_what_the_job_does_not_mount_or_to_no_directory_is_refused(tmp_path):
     missing = run_local(FINETUNE_EXAMPLE, "--claim", f"data={FINETUNE_FIXTURE}", cwd=tmp_path)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
-    assert "mounts no claim data (its claims: finetune-lora-fixture, scaletrain-checkpoints)" in missing.stderr
+    assert "--claim data=...: " in missing.stderr
+    assert "mounts no such claim (its claims: finetune-lora-fixture, scaletrain-checkpoints)" in missing.stderr
     nowhere = run_local(FINETUNE_EXAMPLE, "--claim", f"finetune-lora-fixture={tmp_path / 'nowhere'}", cwd=tmp_path)
     assert nowhere.returncode == 2 and "is not a directory" in nowhere.stderr
