@@ -51,7 +51,7 @@ SERVER = """
 import sys, threading
 from scaletrain_operator.report_server import Reports, Sender, StatusServer
 class WarmCache:
-    def sender(self, token):
+    def sender(self, token, address):
         return Sender(("bench", "job-" + token[-3:]), 0)
 server = StatusServer(int(sys.argv[1]), sys.argv[2], WarmCache(), Reports(), lambda: True, "127.0.0.1")
 server.start()

@@ -5,7 +5,7 @@ operator serves it (controller/reporters.py says whose a report is), and run-loc
 machine (local/status_reports.py), so that a script behaves the same in both.
 
 An HTTPS server on a thread and event loop of its own. Each connection has its own deadline and size cap, so a
-slow or garbled client holds up no other; the check of a sender (`senders.sender(token)`, which may call the
+slow or garbled client holds up no other; the check of a sender (`senders.sender(token, address)`, which may call the
 API server) runs on a pool of REVIEWERS threads. A report taken is kept in memory (Reports), the newest per job:
 whoever runs the jobs copies it in at its own pace (the operator once a housekeeping pass)."""
 
@@ -33,20 +33,24 @@ REQUEST_SECONDS = 10.0  # a whole request, TLS handshake to body: a slow client 
 MAX_HEAD_BYTES = 16 * 1024
 REVIEWERS = 8  # senders checked at once (the operator's each hold one API connection)
 Key = tuple[str, str]  # a job's namespace and name
+LOSS = frozenset({"loss", "lossFinite"})  # a report's word on its loss: a finite one, or a divergence
 
 
 @dataclass(frozen=True)
 class Report:
-    """A gang's newest report, as status.progress fields (trainer_status.py), and when it came."""
+    """A gang's newest report, as status.progress fields (trainer_status.py), and when it came; and the names of
+    its metrics beyond what status.progress.metrics holds, which it left out."""
 
     gang_generation: int
     progress: dict[str, Any]
     received_at: datetime
+    metrics_left_out: tuple[str, ...] = ()
 
 
 class Reports:
     """The newest report of each job, kept for housekeeping to copy into the status; `since` is when this
-    process began to take them (a silence is counted from then at the earliest)."""
+    process began to take them: its start, or the moment an operator replica became the active one (a standby
+    takes none). A silence is counted from then at the earliest."""
 
     def __init__(self) -> None:
         self.since = datetime.now(timezone.utc)
@@ -55,12 +59,16 @@ class Reports:
 
     def put(self, job: Key, report: Report) -> None:
         """`report` over the gang's earlier ones: a field it lacks keeps its last value (HF's last report, at
-        train end, has no step), and a finite loss ends an earlier divergence."""
+        train end, has no step). The loss and whether it is finite go together: a finite loss ends an earlier
+        divergence, and a divergence leaves no earlier loss beside it. The metrics are replaced whole, and so
+        are the names left out of them."""
         with self._lock:
             held = self._newest.get(job)
             if held is not None and held.gang_generation == report.gang_generation:
-                kept = {k: v for k, v in held.progress.items() if not (k == "lossFinite" and "loss" in report.progress)}
-                report = Report(report.gang_generation, kept | report.progress, report.received_at)
+                said = report.progress.keys() & LOSS
+                kept = {k: v for k, v in held.progress.items() if not (said and k in LOSS)}
+                left_out = report.metrics_left_out if "metrics" in report.progress else held.metrics_left_out
+                report = Report(report.gang_generation, kept | report.progress, report.received_at, left_out)
             self._newest[job] = report
 
     def newest(self, job: Key) -> Report | None:
@@ -88,8 +96,9 @@ class Refused(Exception):
 
 
 class Senders(Protocol):
-    def sender(self, token: str) -> Sender:
-        """The gang that holds `token`; Refused (with the HTTP status and why) when none does."""
+    def sender(self, token: str, address: str) -> Sender:
+        """The gang that holds `token`, sent from `address` (the connection's peer); Refused (with the HTTP
+        status and why) when none does."""
 
 
 class StatusServer:
@@ -159,7 +168,9 @@ class StatusServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            status, message = await asyncio.wait_for(self._answer(reader), REQUEST_SECONDS)
+            peer = writer.get_extra_info("peername")
+            address = peer[0] if isinstance(peer, tuple) else str(peer)
+            status, message = await asyncio.wait_for(self._answer(reader, address), REQUEST_SECONDS)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()
             return
@@ -176,7 +187,7 @@ class StatusServer:
             pass
         writer.close()
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str]:
+    async def _answer(self, reader: asyncio.StreamReader, address: str) -> tuple[int, str]:
         head = await reader.readuntil(b"\r\n\r\n")
         if len(head) > MAX_HEAD_BYTES:
             return 431, "request head too large"
@@ -202,13 +213,14 @@ class StatusServer:
         if scheme.lower() != "bearer" or not token:
             return 401, "a bearer token is expected (KUBEFLOW_TRAINER_SERVER_TOKEN)"
         try:
-            sender = await asyncio.get_running_loop().run_in_executor(self._reviewers, self.senders.sender, token)
-            progress = parse_trainer_status(body)
+            loop = asyncio.get_running_loop()
+            sender = await loop.run_in_executor(self._reviewers, self.senders.sender, token, address)
+            progress, left_out = parse_trainer_status(body)
         except Refused as refused:
             return refused.status, str(refused)
         except Unreadable as unreadable:
             return 400, str(unreadable)
-        self.reports.put(sender.job, Report(sender.gang_generation, progress, datetime.now(timezone.utc)))
+        self.reports.put(sender.job, Report(sender.gang_generation, progress, datetime.now(timezone.utc), left_out))
         return 200, "accepted"
 
 

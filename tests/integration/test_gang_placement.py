@@ -15,6 +15,7 @@ import pytest
 
 from scaletrain_operator.policy.placement import pod_group_name
 from scaletrain_testing.control_plane import ControlPlane, unavailable_reason
+from scaletrain_testing.gang_objects import decoy_workload
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.kubelet import FakeNode, Kubelet
@@ -155,6 +156,80 @@ def test_the_next_gang_is_placed_while_the_last_gangs_pods_still_stop(control_pl
         for pod in stopping:  # rather than wait out the grace period
             team.kube.request("DELETE", f"/api/v1/namespaces/{pool}/pods/{pod['metadata']['name']}",
                               {"gracePeriodSeconds": 0})  # fmt: skip
+
+
+# ---- another Workload that names the job ----
+
+
+def pod_groups_of(team: Team, workload: str) -> list[str]:
+    """The PodGroups of the namespace that the Job controller made from a template of Workload `workload`."""
+    groups = team.kube.list("podgroups", team.namespace)
+    return [g["metadata"]["name"] for g in groups if g["spec"].get("workloadRef", {}).get("workloadName") == workload]
+
+
+def foreign_workload_events(team: Team, name: str) -> list[str]:
+    return [message for kind, reason, message in team.events(name) if (kind, reason) == ("Warning", "ForeignWorkload")]
+
+
+def held_back(team: Team, name: str, decoy: str, gang: str) -> None:
+    """The job says that Workload `decoy` holds it back (a Warning Event, once, and its status), and neither its
+    gang's Job `gang` nor a PodGroup of the decoy's is made while the test watches."""
+    (message,) = wait_until(lambda: foreign_workload_events(team, name), OPERATOR_REACTION_S,
+                            f"a ForeignWorkload Event on {name}")  # fmt: skip
+    assert f"Workload {decoy} in this namespace names this job" in message and f"delete Workload {decoy}" in message
+    team.wait_status(name, lambda s: f"delete Workload {decoy}" in (s.get("message") or ""), what="why it waits")
+    deadline = time.monotonic() + HOLD_S
+    while time.monotonic() < deadline:
+        assert gang not in [job["metadata"]["name"] for job in team.children(name, "jobs")]
+        assert pod_groups_of(team, decoy) == []
+        time.sleep(0.2)
+    assert foreign_workload_events(team, name) == [message]
+
+
+def placed_by_its_own(team: Team, gang: str, template: str) -> None:
+    """Every pod of the gang's Job is in the PodGroup of the job's own Workload, by `template`."""
+    pods = team.kube.list("pods", team.namespace, f"job-name={gang}")
+    job = gang.rsplit("-g", 1)[0]
+    assert {pod["spec"]["schedulingGroup"]["podGroupName"] for pod in pods} == {pod_group_name(job, template)}
+
+
+def test_a_workload_that_names_the_job_before_it_exists_holds_its_first_gang_back_until_deleted(
+    control_plane, team, tmp_path
+):
+    """Someone who may create Workloads in the namespace made one that names the job in its spec.controllerRef,
+    with a gang of 1, before the job: the Job controller places a gang through whichever Workload that names the
+    job it finds first. No gang starts while it is there; once it is deleted, the gang starts, as one gang."""
+    pool = team.namespace
+    with Kubelet(control_plane.api_client(), [node(f"{pool}-{n}", pool) for n in range(2)], tmp_path / "kubelet",
+                 namespaces=[pool]):  # fmt: skip
+        team.kube.create("workloads", decoy_workload("early", "decoy", pool, stored=False), pool)
+        gang_job(team, "early", nodes=2)
+        held_back(team, "early", "decoy", "early-g0")
+        assert team.status("early")["phase"] == "Pending"
+        team.kube.delete("workloads", pool, "decoy")
+        team.wait_phase("early", "Running", timeout_s=OPERATOR_REACTION_S + CONTROLLERS_REACTION_S)
+        placed_by_its_own(team, "early-g0", "gang-even")
+
+
+def test_a_workload_that_names_the_job_after_its_own_was_deleted_holds_the_next_gang_back_until_deleted(
+    control_plane, team, tmp_path
+):
+    """The job's own Workload was deleted while its gang ran, and another made that names the job: the next gang
+    (here after a spec change) does not start while it is there, and once it is deleted starts as one gang."""
+    pool = team.namespace
+    with Kubelet(control_plane.api_client(), [node(f"{pool}-{n}", pool) for n in range(2)], tmp_path / "kubelet",
+                 namespaces=[pool]):  # fmt: skip
+        gang_job(team, "late", nodes=2)
+        team.wait_phase("late", "Running", timeout_s=OPERATOR_REACTION_S + CONTROLLERS_REACTION_S)
+        team.kube.delete("workloads", pool, "late")
+        team.kube.create("workloads", decoy_workload("late", "decoy", pool, stored=False), pool)
+        team.patch_stj("late", {"spec": {"env": [{"name": "EDITED", "value": "1"}]}})
+        held_back(team, "late", "decoy", "late-g1")
+        team.kube.delete("workloads", pool, "decoy")
+        team.wait_status("late", lambda s: s.get("phase") == "Running" and s.get("currentJob") == "late-g1",
+                         OPERATOR_REACTION_S + CONTROLLERS_REACTION_S, "the next gang running")  # fmt: skip
+        placed_by_its_own(team, "late-g1", "gang-odd")
+    assert pod_groups_of(team, "decoy") == []
 
 
 # ---- a cluster without the Workload API ----

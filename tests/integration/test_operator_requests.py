@@ -25,7 +25,7 @@ FRESH_READ = {
     ("list", "pods"),
 }
 READS = frozenset({"get", "list", "watch"})
-WATCHED = {"scaletrainjobs.scaletrain.io", "services", "jobs.batch", "pods"}
+WATCHED = {"scaletrainjobs.scaletrain.io", "services", "jobs.batch", "pods", "workloads.scheduling.k8s.io"}
 
 
 @pytest.fixture

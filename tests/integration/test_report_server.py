@@ -24,7 +24,8 @@ JOB = ("team-a", "demo")
 
 
 class OneToken:
-    def sender(self, token: str) -> Sender:
+    def sender(self, token: str, address: str) -> Sender:
+        assert address == "127.0.0.1"  # the connection's peer: what review limits are kept by
         if token != "good":
             raise Refused(401, "not a token of ours")
         return Sender(JOB, 0)

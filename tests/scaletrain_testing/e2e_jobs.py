@@ -64,13 +64,14 @@ def e2e_namespace(control_plane, workdir: Path, nodes: Sequence[FakeNode]) -> It
         yield Team(Kube(control_plane.api_client()), namespace, kubelet=kubelet, workdir=workdir, install=install)
 
 
-def status_report_args(team: Team) -> tuple[str, ...]:
+def status_report_args(team: Team, port: int | None = None, url_port: int | None = None) -> tuple[str, ...]:
     """The operator's arguments that serve the status-report endpoint where the team's pods reach this machine
-    (the kubelet's host address), with a certificate for that address."""
+    (the kubelet's host address), with a certificate for that address: on `port` (default: a free one), and
+    told to the pods at `url_port` (default: the same; another where a front door relays to it)."""
     address = team.kubelet.executor.network.host_ip
     tls = serving_pki(team.workdir / "status-reports-tls", address)
-    port = free_port()
-    return (f"--status-reports-port={port}", f"--status-reports-url=https://{address}:{port}",
+    port = port or free_port()
+    return (f"--status-reports-port={port}", f"--status-reports-url=https://{address}:{url_port or port}",
             f"--status-reports-tls-dir={tls}")  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """Builders for what the operator reads of a job and its gangs: the job as its decide layer takes it, each
 gang's Job as the API server holds it (or as the cache keeps it for housekeeping), its pods as the scheduler,
-the kubelet and the trainer left them, a capacity probe with its pods, and the Observed that holds them."""
+the kubelet and the trainer left them, a capacity probe with its pods, and the Observed that holds them; and a
+Workload of someone else's that names the job, with an API server that holds such Workloads."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from scaletrain_operator.api.models import ScaleTrainJob, parse_job
-from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, LABEL_GENERATION, LABEL_JOB_NAME
+from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, GROUP, KIND, LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Observed
 from scaletrain_operator.render.capacity_probe import render_probe
 from scaletrain_operator.render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
+from scaletrain_operator.render.workload import GANG_TEMPLATES, WORKLOAD_API_VERSION
 
 from .jobs import NAMESPACE, base_job, patched
 
@@ -217,3 +219,51 @@ def created(decision: Decision) -> list[tuple[str, str]]:
     jobs = [child for child in decision.create if child["kind"] == "Job"]
     probe = [decision.create_probe] if decision.create_probe is not None else []
     return [(child["kind"], child["metadata"]["name"]) for child in (*workload, *first, *jobs, *probe)]
+
+
+def decoy_workload(
+    job: str = "demo", name: str = "decoy", namespace: str = NAMESPACE, *, stored: bool = True
+) -> dict[str, Any]:
+    """A Workload someone else made in `namespace` that names ScaleTrainJob `job` in its spec.controllerRef, as the
+    job's own does, with templates of the names the job's gangs ask for but a gang of 1: the Job controller may take
+    it for the job's, and place each pod alone. Owned by nothing; `stored`: as the API server holds it (a uid,
+    f"{name}-uid", and a resourceVersion), else as it is created."""
+    gang = {"schedulingPolicy": {"gang": {"minCount": 1}}}
+    held = {"uid": f"{name}-uid", "resourceVersion": "3"} if stored else {}
+    return {
+        "apiVersion": WORKLOAD_API_VERSION,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, **held},
+        "spec": {
+            "controllerRef": {"apiGroup": GROUP, "kind": KIND, "name": job},
+            "podGroupTemplates": [{"name": template, **gang} for template in GANG_TEMPLATES],
+        },
+    }
+
+
+class WorkloadServer:
+    """An API server for Cluster._request: it holds `workloads` (found by name, as the operator reads one) and
+    answers every other request with what was sent, made (a name and a resourceVersion); `requests` records each
+    request's method and path, and `events` the reason and occasion name of each Event posted."""
+
+    def __init__(self, workloads: Iterable[dict[str, Any]] = ()):
+        self.workloads = {workload["metadata"]["name"]: workload for workload in workloads}
+        self.requests: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str | None]] = []
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str | None = None,
+    ) -> Any:
+        self.requests.append((method, path))
+        if method == "GET":
+            name = dict(query or [])["fieldSelector"].removeprefix("metadata.name=")
+            return {"items": [self.workloads[name]] if name in self.workloads else []}
+        if path.endswith("/events"):
+            self.events.append((body["reason"], body["metadata"].get("name")))
+        metadata = body.get("metadata") or {}
+        return body | {"metadata": {"name": "demo", **metadata, "namespace": NAMESPACE, "resourceVersion": "7"}}

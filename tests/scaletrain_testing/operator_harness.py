@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -141,6 +141,17 @@ def operator_process(install: OperatorInstall, *args: str, env: dict[str, str] |
 
 
 QUIET = ("--liveness-port", "0", "--metrics-port", "0")  # the operator's ports: none
+
+
+def active_replica(team: Team, processes: Sequence[Any]) -> Any | None:
+    """Of the peered operator `processes` of the team's install (install_watching's peering), the active one: the
+    highest priority (controller/peering.py); None until every one of them is in the peering."""
+    peering = team.kube.get("kopfpeerings", team.namespace, f"{team.namespace}-peering") or {}
+    peers = peering.get("status") or {}
+    if len(peers) < len(processes):
+        return None
+    identity = max(peers, key=lambda peer: peers[peer]["priority"])  # host/pid/random (peering.new_identity)
+    return next((process for process in processes if identity.split("/")[1] == str(process.pid)), None)
 
 
 @contextmanager

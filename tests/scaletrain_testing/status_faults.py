@@ -1,8 +1,9 @@
 """Failures injected into the status writes of ScaleTrainJobs on the tests' real API server: a validating
 admission webhook on `scaletrainjobs/status`, served here over HTTPS with a certificate signed by the
 cluster's CA, refuses the first writes whose new object matches `when` with a 500 (what a failing API
-server or etcd answers) and allows every other. The operator's request really fails at the API server,
-as it would in a cluster; nothing in the operator is patched.
+server or etcd answers), or a 422 (what it answers a status its schema refuses), and allows every other.
+The operator's request really fails at the API server, as it would in a cluster; nothing in the operator is
+patched.
 
     with StatusWriteFaults(control_plane, namespace, "demo", tmp_path, when=lambda stj: ...) as faults:
         ...  # the next status write of a job in `namespace` that matches `when` fails once
@@ -34,6 +35,10 @@ from .waiting import wait_until
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 WEBHOOK_TIMEOUT_S = 5  # the registration's timeoutSeconds: how long the API server waits for the webhook
+REFUSALS = {  # the webhook's answers, by code
+    500: {"code": 500, "reason": "InternalError", "message": "injected by the test: try again"},
+    422: {"code": 422, "reason": "Invalid", "message": "injected by the test: status.progress is invalid"},
+}
 
 
 class StatusWriteFaults:
@@ -49,9 +54,12 @@ class StatusWriteFaults:
         workdir: Path,
         when: Callable[[dict[str, Any]], bool],
         times: int = 1,
+        code: int = 500,
     ):
+        """`code` 500 answers as a failing API server or etcd would; 422 as the API server answers a status
+        that its schema refuses (Invalid)."""
         self.control_plane, self.namespace, self.probe, self.workdir = control_plane, namespace, probe, workdir
-        self.when, self.times = when, times
+        self.when, self.times, self.code = when, times, code
         self.refused: list[tuple[float, dict[str, Any]]] = []
         self.calls = 0
         self.name = f"status-faults-{namespace}"
@@ -88,7 +96,7 @@ class StatusWriteFaults:
                 self.refused.append((time.monotonic(), request["object"]))
         answer: dict[str, Any] = {"uid": request["uid"], "allowed": not refuse}
         if refuse:
-            answer["status"] = {"code": 500, "reason": "InternalError", "message": "injected by the test: try again"}
+            answer["status"] = REFUSALS[self.code]
         return answer
 
     def _serve(self) -> None:

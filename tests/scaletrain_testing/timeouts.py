@@ -49,6 +49,9 @@ OPERATOR_TAKEOVER_S = 30.0
 OPERATOR_LIVENESS_S = 10
 # The operator's exit after SIGTERM: kopf ends its handlers and leaves the peering first.
 OPERATOR_STOP_S = 20
+# A standby replica taking over from one that died: its peering record's lifetime (60 s, peering.py), then a
+# housekeeping pass.
+PEERING_EXPIRY_S = 120.0
 # The operator sending a request that a fault-proxy rule waits for: its reaction to a change, after retries
 # with backoff where the proxy failed earlier requests.
 PROXIED_REQUEST_S = 60.0
@@ -82,6 +85,9 @@ CLUSTER_POD_READY_S = 180
 # A paced trainer pod (the launcher over torchrun, 2 workers) logging the steps a test waits for: start-up
 # takes most of it.
 TRAINER_STEPS_S = 120
+# A paced trainer pod under CPU load, from a SIGTERM to one of its workers until every process of it is gone:
+# the rest of its start-up when the signal came right after a worker's, then a step and a checkpoint save.
+LOADED_POD_STOP_S = 120
 # The pod launcher's torchrun over 2 workers, up to a worker's crash in its first steps.
 POD_LAUNCHER_RUN_S = 180
 # One tiny trainer run to its end, under torchrun for several processes (a compiled one compiles for a

@@ -17,7 +17,12 @@ from scaletrain_operator.controller.resizing import at_gang_size
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy import elastic
 from scaletrain_operator.render.capacity_probe import PROBE_TIMEOUT_S
-from scaletrain_operator.render.child_annotations import RESIZE_REASON_ANNOTATION, RESIZE_TO_ANNOTATION, with_spec_hash
+from scaletrain_operator.render.child_annotations import (
+    RESIZE_REASON_ANNOTATION,
+    RESIZE_TO_ANNOTATION,
+    RESIZE_WHY,
+    with_spec_hash,
+)
 from scaletrain_operator.render.children import render_job
 from scaletrain_operator.validation import elastic_sizes
 from scaletrain_testing.gang_objects import (
@@ -185,7 +190,7 @@ def test_without_a_class_that_preempts_nothing_no_probe_is_made_and_the_gang_doe
 
 
 def test_a_probe_the_scheduler_placed_stops_the_gang_to_grow_it_and_goes():
-    job = elastic_job(status=RUNNING)
+    job = elastic_job(status=RUNNING | {"resizes": [_resized(3, 2, "Unschedulable")]})
     gang = gang_job(job, 0, 2, created=HOUR_AGO)
     probe = probe_of(job, gang, 1, created=NOW - timedelta(seconds=5))
     running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
@@ -257,6 +262,40 @@ def test_a_probe_half_placed_waits_for_the_rest_then_grows_the_gang_as_far_as_th
     assert decision.delete_child_jobs == ("demo-probe",)
 
 
+@pytest.mark.parametrize(
+    ("shrank_from", "placed", "grown_to", "reason"),
+    [
+        (None, 1, 3, "Scaled"),  # it ran at 2, spec.nodes then: only kubectl scale made it smaller than 6
+        (3, 1, 3, "CapacityReturned"),  # it shrank from 3: the room came back
+        (4, 2, 4, "CapacityReturned"),  # as far as the size it shrank from
+        (4, 4, 6, "Scaled"),  # beyond it, which only the scale allows: the user's new spec.nodes decided the size
+    ],
+)
+def test_a_growth_on_a_probes_word_is_recorded_as_the_scale_that_allowed_it_or_the_room_that_came_back(
+    shrank_from, placed, grown_to, reason
+):
+    """A gang of 2 runs below spec.nodes 6 (kubectl scale set it): because it shrank from `shrank_from`, or
+    because it ran at 2 when spec.nodes was 2. The probe for 4 pods finds room for `placed`."""
+    shrank = [_resized(shrank_from, 2, "Unschedulable")] if shrank_from else []
+    job = elastic_job(status=RUNNING | {"resizes": shrank}, nodes=6)
+    gang = gang_job(job, 0, 2, created=HOUR_AGO)
+    probe = probe_of(job, gang, 4, created=NOW - timedelta(seconds=5))
+    judged = [probe_pod(n, scheduled=n < placed, since=NOW) for n in range(4)]
+    running = [gang_pod(0, "Running"), gang_pod(1, "Running")]
+    stopping = decide(job, observed(job, {0: gang}, running, probe, judged), NOW)
+    annotations = stopping.patch_child_job.annotations
+    assert (annotations[RESIZE_TO_ANNOTATION], annotations[RESIZE_REASON_ANNOTATION]) == (str(grown_to), reason)
+    # Its pods saved their checkpoint: the next gang starts at the new size, and the resize is recorded for it.
+    restarting = elastic_job(status=RUNNING | {"resizes": shrank, "phase": "Restarting"}, nodes=6)
+    stopped = gang_job(job, 0, 2, created=HOUR_AGO, suspend=True, annotations=annotations)
+    decision = decide(restarting, observed(restarting, {0: stopped}, []), NOW)
+    assert decision.create[0]["spec"]["completions"] == grown_to
+    recorded = decision.status["resizes"][-1]
+    assert (recorded["fromNodes"], recorded["toNodes"], recorded["reason"]) == (2, grown_to, reason)
+    (resized,) = [event.message for event in decision.events if event.reason == "Resized"]
+    assert resized == f"the gang resizes from 2 to {grown_to} nodes ({RESIZE_WHY[reason]})"
+
+
 @pytest.mark.parametrize(("scaled_to", "next_size"), [(3, 3), (2, 2)])
 def test_a_resize_under_way_waits_for_the_checkpoint_even_when_the_spec_changed_meanwhile(scaled_to, next_size):
     """The gang stops to grow from 2 to 4, and kubectl scale sets nodes to 3 (or back to 2) meanwhile: the
@@ -282,11 +321,12 @@ def _resized(from_nodes, to_nodes, reason):
     return {"time": rfc3339(HOUR_AGO), "fromNodes": from_nodes, "toNodes": to_nodes, "reason": reason}
 
 
+@pytest.mark.parametrize("growth", ["CapacityReturned", "Scaled"])
 @pytest.mark.parametrize(("ran", "size", "reason"), [(False, "2", "CapacityTaken"), (True, "3", "Unschedulable")])
-def test_a_gang_that_grew_and_never_ran_goes_back_to_the_size_it_grew_from(ran, size, reason):
+def test_a_gang_that_grew_and_never_ran_goes_back_to_the_size_it_grew_from(ran, size, reason, growth):
     """Not one size down at a time: the size it grew from fitted. A gang that did run at the larger size and
-    then lost a node shrinks as any other."""
-    grew = {"resizes": [_resized(4, 2, "Unschedulable"), _resized(2, 4, "CapacityReturned")]}
+    then lost a node shrinks as any other. So too where kubectl scale had raised spec.nodes (a Scaled growth)."""
+    grew = {"resizes": [_resized(4, 2, "Unschedulable"), _resized(2, 4, growth)]}
     since = NOW - timedelta(minutes=30 if ran else 90)
     running = {"type": "Running", "status": "True", "reason": "Running", "lastTransitionTime": rfc3339(since)}
     job = elastic_job(status=RUNNING | {"phase": "Pending", "conditions": [running]} | grew, nodes=4)

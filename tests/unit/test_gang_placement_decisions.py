@@ -9,11 +9,13 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from scaletrain_operator.api.naming import KUEUE_PREFERRED_TOPOLOGY, KUEUE_QUEUE_LABEL, KUEUE_REQUIRED_TOPOLOGY
+from scaletrain_operator.controller.cache import Cache
 from scaletrain_operator.controller.cluster import Cluster, ObjectRef
 from scaletrain_operator.controller.decision import Observed
-from scaletrain_operator.controller.handlers import decide_from
+from scaletrain_operator.controller.handlers import FOREIGN_WORKLOAD_RECHECK_SECONDS, carry_out, decide_from
 from scaletrain_operator.controller.reconcile import decide
 from scaletrain_operator.controller.settings import OperatorConfig
+from scaletrain_operator.controller.workqueue import Outcome
 from scaletrain_operator.policy import placement as gang_placement
 from scaletrain_operator.policy.pods import unplaced
 from scaletrain_operator.render import workload as gang_workload
@@ -23,8 +25,16 @@ from scaletrain_operator.render.child_annotations import (
     with_spec_hash,
 )
 from scaletrain_operator.render.children import render_children, render_job
-from scaletrain_testing.gang_objects import created, gang_job, gang_pod, observed, scaletrain_job
-from scaletrain_testing.jobs import base_job, patched, running_status
+from scaletrain_testing.gang_objects import (
+    WorkloadServer,
+    created,
+    decoy_workload,
+    gang_job,
+    gang_pod,
+    observed,
+    scaletrain_job,
+)
+from scaletrain_testing.jobs import NAMESPACE, base_job, patched, running_status
 from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
@@ -87,6 +97,7 @@ def test_a_new_jobs_workload_is_created_before_its_services_and_first_gang():
 
 
 RUNNING = running_status(disruptions=0)
+STORED = {"namespace": NAMESPACE, "uid": "stj-uid", "resourceVersion": "5"}  # as the API server holds the job
 # A gang's Job as the operator suspends it for a spec change (its pods save and exit 80).
 STOPPED = {"suspend": True, "annotations": {SUSPENDED_BY_OPERATOR_ANNOTATION: "1"}}
 
@@ -329,6 +340,82 @@ def test_a_gang_that_the_job_controller_put_in_another_workloads_pod_group_resta
     assert decision.status["disruptions"] == 1 and decision.status["restarts"] == 0  # not the job's doing
     (said,) = [event for event in decision.events if event.reason == "ForeignWorkload"]
     assert "PodGroup decoy-gang-even-" in said.message and "delete the other Workload" in said.message
+
+
+def test_the_cache_keeps_the_pod_group_of_each_pod_so_that_a_gang_placed_by_another_workload_is_seen():
+    """What the operator reads of a pod is cut to what it needs (cache.pod_summary): the PodGroup is among it."""
+    job = scaletrain_job(status=RUNNING)
+    cache = Cache()
+    cache.jobs.put(gang_job(job, uses_workload=True))
+    for index in (0, 1):
+        pod = gang_pod(index, "Running")
+        group = {"podGroupName": gang_workload.pod_group_name("decoy", "gang-even")}
+        pod["spec"] = {"nodeName": f"node-{index}", "schedulingGroup": group, "containers": [{"name": "trainer"}]}
+        cache.pods.put(pod)
+    seen = cache.observed(NAMESPACE, "demo")
+    assert sorted(pod["spec"]["nodeName"] for pod in seen.pods) == ["node-0", "node-1"]
+    assert all(pod["spec"] == {"nodeName": pod["spec"]["nodeName"], "schedulingGroup": group} for pod in seen.pods)
+    decision = decide(job, seen, NOW, WITH_API)
+    assert decision.delete_child_jobs == ("demo-g0",) and ("Job", "demo-g1") in created(decision)
+    assert [event.reason for event in decision.events if event.type == "Warning"][0] == "ForeignWorkload"
+
+
+def test_only_a_workload_that_names_the_same_job_and_is_not_the_jobs_own_is_foreign():
+    own = render_children(scaletrain_job())[0]
+    another_jobs = decoy_workload(job="other", name="elsewhere")
+    a_batch_job = {"spec": {"controllerRef": {"apiGroup": "batch", "kind": "Job"}}}
+    not_a_jobs = patched(decoy_workload(name="batch"), a_batch_job)
+    claims = [decoy_workload(name="zz"), own, decoy_workload(), another_jobs, not_a_jobs]
+    assert [workload["metadata"]["name"] for workload in gang_placement.foreign_workloads(claims, own)] == [
+        "decoy", "zz"
+    ]  # fmt: skip
+    assert gang_placement.claimed_job(not_a_jobs) is None and gang_placement.claimed_job(own) == "demo"
+
+
+def _cluster_knowing(held, served):
+    """A Cluster whose watch brought the Workloads `held` into its cache, on an API server that holds `served`."""
+    server = WorkloadServer(served)
+    cluster = Cluster(api=None)
+    cluster._request = server
+    for workload in held:
+        cluster.cache.workloads.put(workload)
+    return cluster, server
+
+
+@pytest.mark.parametrize("gang", ["first", "after a restart"])
+def test_no_gangs_job_is_made_while_another_workload_names_the_job_and_an_event_says_which_once(gang):
+    """The decoy came first, or after the job's own Workload was deleted mid-run: either way the Job controller
+    could take it for the job's. Nothing of the gang is made; the job waits, saying which Workload to delete."""
+    if gang == "first":
+        job, seen, next_job = scaletrain_job(metadata=STORED), Observed({}, {}, []), "demo-g0"
+    else:
+        job = scaletrain_job(RUNNING, metadata=STORED)
+        crashed = [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)]
+        seen, next_job = observed(job, {0: gang_job(job, uses_workload=True)}, crashed), "demo-g1"
+    decision = decide(job, seen, NOW, WITH_API)
+    assert (decision.workload["metadata"]["name"], decision.create[-1]["metadata"]["name"]) == ("demo", next_job)
+    cluster, server = _cluster_knowing([decoy_workload()], [decoy_workload()])
+    stored = patched(base_job(), {"metadata": STORED} | ({"status": RUNNING} if gang != "first" else {}))
+    reconciled = carry_out(cluster, stored, decision)
+    assert reconciled == (Outcome.WAITING, FOREIGN_WORKLOAD_RECHECK_SECONDS)
+    made = [path.rsplit("/", 1)[-1] for method, path in server.requests if method in ("POST", "DELETE")]
+    assert "jobs" not in made and "workloads" not in made and "demo-g0" not in made
+    assert carry_out(cluster, stored, decision) == reconciled  # looked at again: the same Event, posted once
+    said = {name for reason, name in server.events if reason == "ForeignWorkload"}
+    assert len(said) == 1 and None not in said  # named for the job, its reason and the decoy's uid
+    status = cluster.cache.scaletrainjobs.get(NAMESPACE, "demo")["status"]
+    assert status["phase"] == ("Pending" if gang == "first" else "Running")
+    assert "Workload decoy in this namespace names this job" in status["message"]
+    assert status["message"].endswith("delete Workload decoy")
+
+
+def test_a_workload_the_watch_saw_that_is_gone_holds_no_gang_back():
+    """A deletion the watch missed: the Workload is read again by name, found gone, and forgotten."""
+    decision = decide(scaletrain_job(metadata=STORED), Observed({}, {}, []), NOW, WITH_API)
+    cluster, server = _cluster_knowing([decoy_workload()], [])
+    cluster.apply(ObjectRef(NAMESPACE, "demo", "stj-uid", "5"), decision)
+    assert ("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs") in server.requests
+    assert [w["metadata"]["name"] for w in cluster.cache.workloads.owned_by(NAMESPACE, "demo")] == ["demo"]
 
 
 def test_the_pod_group_name_is_the_job_controllers():

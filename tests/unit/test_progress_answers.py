@@ -37,6 +37,6 @@ def test_a_failed_name_lookup_is_worded_not_numbered():
 def test_a_value_that_rounds_past_the_largest_float_replaces_the_last_answers_like_any_other():
     """1.7976931348623157e308 rounds to 1.798e308, which is infinite: the status cannot hold it, so the field would
     be left out of the merge patch, and the previous answer's value would stay beside this answer's."""
-    patch = status_patch({"tokensPerSecond": 1.7976931348623157e308, "step": 3}, generation=0)
+    patch = status_patch({"tokensPerSecond": 1.7976931348623157e308, "step": 3}, generation=0, stored={})
     kept, left_out = fit_status({"progress": patch})
     assert left_out == [] and kept["progress"]["tokensPerSecond"] == 1.7976931348623157e308

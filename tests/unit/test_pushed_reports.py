@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -15,23 +17,27 @@ from types import SimpleNamespace
 import pytest
 
 from scaletrain_operator.api.timestamps import parse_timestamp
+from scaletrain_operator.controller import reporters
 from scaletrain_operator.controller.cache import Cache
 from scaletrain_operator.controller.main import status_reports_problem
+from scaletrain_operator.controller.reconcile import decide
 from scaletrain_operator.controller.reporters import Senders, pushed_progress
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy.hang import broken_promise, stalled_message
 from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
 from scaletrain_operator.render.children import render_job
 from scaletrain_operator.render.status_reports import AUDIENCE, CA_ANNOTATION, Endpoint, reporting_to
-from scaletrain_operator.report_server import Refused, Report
-from scaletrain_operator.validation.progress_answer import Unreadable
+from scaletrain_operator.report_server import Refused, Report, Reports
+from scaletrain_operator.validation.progress_answer import Unreadable, status_patch
 from scaletrain_operator.validation.trainer_status import parse_trainer_status
-from scaletrain_testing.gang_objects import cached_gang_job, gang_pod, scaletrain_job
-from scaletrain_testing.jobs import DELETE, NAMESPACE, running_status, stored_job
+from scaletrain_testing.gang_objects import cached_gang_job, gang_job, gang_pod, observed, scaletrain_job
+from scaletrain_testing.jobs import DELETE, NAMESPACE, merge_patched, running_status, stored_job
 
 OWN_SCRIPT = {"training": DELETE, "command": ["python", "train.py"]}
 ENDPOINT = Endpoint("https://scaletrain-status-reports.scaletrain-system.svc", "-----BEGIN CERTIFICATE-----")
 NOW = datetime(2026, 12, 5, 8, 0, tzinfo=timezone.utc)
+POD_ADDRESS = "10.1.0.7"
+JOB = (NAMESPACE, "demo")
 
 
 def report(**status) -> bytes:
@@ -52,15 +58,18 @@ def test_a_report_of_hfs_kubeflow_callback_becomes_step_loss_eta_and_named_metri
             {"name": "grad_norm", "value": 1.5},
         ],
     )
-    assert parse_trainer_status(body) == {
-        "updatedAt": "2026-12-05T07:59:58.123456+00:00",
-        "progressPercentage": 42,
-        "etaSeconds": 180,
-        "loss": 2.5,
-        "step": 21,
-        "maxSteps": 50,
-        "metrics": {"current_epoch": 0.42, "grad_norm": 1.5, "learning_rate": 3e-05},
-    }
+    assert parse_trainer_status(body) == (
+        {
+            "updatedAt": "2026-12-05T07:59:58.123456+00:00",
+            "progressPercentage": 42,
+            "etaSeconds": 180,
+            "loss": 2.5,
+            "step": 21,
+            "maxSteps": 50,
+            "metrics": {"current_epoch": 0.42, "grad_norm": 1.5, "learning_rate": 3e-05},
+        },
+        (),
+    )
 
 
 def test_a_report_keeps_only_what_fits_the_status_and_a_nan_loss_is_a_divergence():
@@ -77,10 +86,11 @@ def test_a_report_keeps_only_what_fits_the_status_and_a_nan_loss_is_a_divergence
             *({"name": f"m{i:02}", "value": str(i)} for i in range(20)),
         ],
     )
-    progress = parse_trainer_status(body)
+    progress, left_out = parse_trainer_status(body)
     assert progress["lossFinite"] is False and "loss" not in progress
     assert set(progress) == {"lossFinite", "metrics"}
     assert list(progress["metrics"]) == [f"m{i:02}" for i in range(16)]  # the first 16 by name
+    assert left_out == ("m16", "m17", "m18", "m19")
 
 
 @pytest.mark.parametrize("body", [b"[]", b"not json", b'{"status": {}}', b'{"trainerStatus": 3}', b"{" * 5000])
@@ -197,17 +207,17 @@ def test_a_report_is_taken_only_from_a_running_pod_of_the_current_gang_that_its_
         foreign: {"authenticated": True, "audiences": ["https://kubernetes.default.svc"], "user": {}},
     })  # fmt: skip
     senders = Senders(SimpleNamespace(review_token=reviews.review_token), cache)
-    sender = senders.sender(good)
+    sender = senders.sender(good, POD_ADDRESS)
     assert sender.job == (NAMESPACE, "demo") and sender.gang_generation == 0
-    senders.sender(good)
+    senders.sender(good, POD_ADDRESS)
     assert reviews.asked == 1  # a known token is not reviewed again
     for token, status in ((forged, 403), (stale, 403), (foreign, 401), ("garbage", 401)):
         with pytest.raises(Refused) as refused:
-            senders.sender(token)
+            senders.sender(token, POD_ADDRESS)
         assert refused.value.status == status, token
     asked = reviews.asked
     with pytest.raises(Refused):
-        senders.sender("garbage")
+        senders.sender("garbage", POD_ADDRESS)
     assert reviews.asked == asked  # a refused token is remembered too
 
 
@@ -224,7 +234,7 @@ def test_a_token_review_that_fails_is_a_503_asked_again_only_after_a_while_and_o
     odd = "header." + base64.urlsafe_b64encode(b'{"kubernetes.io": "not an object"}').decode().rstrip("=") + ".sig"
     for _ in range(2):
         with pytest.raises(Refused) as refused:
-            senders.sender(odd)
+            senders.sender(odd, POD_ADDRESS)
         assert refused.value.status == 503 and "Connection refused" in str(refused.value)
     assert down.asked == 1
 
@@ -235,3 +245,112 @@ def test_the_operator_refuses_to_start_an_endpoint_it_has_no_certificate_for(tmp
     assert "lacks tls.crt, tls.key, ca.crt" in status_reports_problem(missing)
     assert "https://" in status_reports_problem(replace(config, status_reports_url="reports.svc"))
     assert status_reports_problem(OperatorConfig()) is None  # off
+
+
+def test_a_divergence_after_a_finite_loss_leaves_no_loss_beside_it_and_a_finite_loss_ends_it():
+    reports = Reports()
+    reports.put(JOB, Report(0, {"step": 4, "loss": 2.5}, NOW))
+    reports.put(JOB, Report(0, {"step": 5, "lossFinite": False}, NOW))
+    assert reports.newest(JOB).progress == {"step": 5, "lossFinite": False}
+    reports.put(JOB, Report(0, {"step": 6, "loss": 2.25}, NOW))
+    assert reports.newest(JOB).progress == {"step": 6, "loss": 2.25}
+    reports.put(JOB, Report(0, {"progressPercentage": 100}, NOW))  # HF's last report: no step, no loss
+    assert reports.newest(JOB).progress == {"step": 6, "loss": 2.25, "progressPercentage": 100}
+
+
+def test_each_answer_replaces_the_metrics_whole_so_that_names_never_pile_up_in_the_status():
+    first = {f"m{i:02}": float(i) for i in range(16)}
+    stored = merge_patched({}, status_patch({"step": 1, "metrics": first}, 0, {}))
+    assert stored["metrics"] == first
+    second = {f"n{i:02}": float(i) for i in range(16)}
+    replaced = merge_patched(stored, status_patch({"step": 2, "metrics": second}, 0, stored))
+    assert replaced["metrics"] == second and replaced["step"] == 2
+    assert "metrics" not in merge_patched(replaced, status_patch({"step": 3}, 0, replaced))
+
+
+def test_a_report_with_more_metrics_than_the_status_holds_keeps_the_first_by_name_and_names_the_rest():
+    reports = Reports()
+    body = report(metrics=[{"name": f"metric_{i:02}", "value": str(i)} for i in reversed(range(40))])
+    progress, left_out = parse_trainer_status(body)
+    assert list(progress["metrics"]) == [f"metric_{i:02}" for i in range(16)]
+    assert left_out == tuple(f"metric_{i:02}" for i in range(16, 40))
+    reports.put(JOB, Report(0, progress, NOW, left_out))
+    reports.put(JOB, Report(0, {"step": 3}, NOW))  # no metrics: the last ones stand, and so does what they left out
+    assert reports.newest(JOB).metrics_left_out == left_out
+    reports.put(JOB, Report(0, {"metrics": {"loss_scale": 1.0}}, NOW))
+    assert reports.newest(JOB).metrics_left_out == ()
+
+
+class HeldReviews(Reviews):
+    """Reviews that wait until released: TokenReviews under way, as a slow API server keeps them."""
+
+    def __init__(self, verdicts: dict[str, dict]):
+        super().__init__(verdicts)
+        self.release, self.started = threading.Event(), threading.Semaphore(0)
+
+    def review_token(self, token: str, audience: str) -> dict:
+        self.started.release()
+        assert self.release.wait(30)
+        return super().review_token(token, audience)
+
+
+def running_rank_1() -> tuple[Cache, str, dict]:
+    """The operator's cache of a running gang with rank 1's pod, a token of that pod, and its review's verdict."""
+    cache = Cache()
+    cache.scaletrainjobs.put(stored_job(status=running_status(), **OWN_SCRIPT))
+    cache.jobs.put(cached_gang_job())
+    rank_1 = gang_pod(1, "Running", owner_uid="demo-g0-uid", resource_version=20)
+    rank_1["metadata"]["uid"] = "uid-r1"
+    cache.pods.put(rank_1)
+    return cache, token_for(NAMESPACE) + "good", bound_to(rank_1["metadata"]["name"], "uid-r1")
+
+
+def test_a_flood_of_tokens_that_claim_a_namespace_spends_only_the_flooders_reviews():
+    cache, good, verdict = running_rank_1()
+    reviews = HeldReviews({good: verdict})
+    senders = Senders(SimpleNamespace(review_token=reviews.review_token), cache)
+    with ThreadPoolExecutor(3) as pool:
+        # Forged tokens that claim the job's namespace, from another tenant's pod: as many as it may have reviewed.
+        flood = [pool.submit(senders.sender, token_for(NAMESPACE) + f"forged-{i}", "10.2.0.9") for i in range(2)]
+        for _ in flood:
+            assert reviews.started.acquire(timeout=30)
+        with pytest.raises(Refused) as refused:
+            senders.sender(token_for(NAMESPACE) + "forged-2", "10.2.0.9")
+        assert refused.value.status == 429
+        genuine = pool.submit(senders.sender, good, POD_ADDRESS)  # the job's own pod: reviewed all the same
+        assert reviews.started.acquire(timeout=30)
+        reviews.release.set()
+        assert genuine.result(30).job == (NAMESPACE, "demo")
+        for forged in flood:
+            with pytest.raises(Refused):
+                forged.result(30)
+
+
+def test_the_verdict_caches_are_bounded_and_refused_tokens_evict_no_pods_verdict(monkeypatch):
+    monkeypatch.setattr(reporters, "MAX_VERDICTS", 8)
+    cache, good, verdict = running_rank_1()
+    reviews = Reviews({good: verdict})
+    senders = Senders(SimpleNamespace(review_token=reviews.review_token), cache)
+    senders.sender(good, POD_ADDRESS)
+    for i in range(100):
+        with pytest.raises(Refused):
+            senders.sender(f"forged-{i}", "10.2.0.9")
+    assert len(senders._refused) == 8 and len(senders._accepted) == 1
+    asked = reviews.asked
+    senders.sender(good, POD_ADDRESS)
+    assert reviews.asked == asked  # still known
+
+
+def test_a_script_that_succeeds_shows_its_last_report_even_one_no_housekeeping_pass_copied():
+    copied = {"step": 58, "progressPercentage": 96, "etaSeconds": 1, "metrics": {"epoch": 0.5}, "generation": 0,
+              "reportedAt": "2026-12-05T07:59:55Z", "readAt": "2026-12-05T07:59:56Z"}  # fmt: skip
+    job = scaletrain_job(running_status(progress=copied), nodes=1, **OWN_SCRIPT)
+    pods = [gang_pod(0, "Succeeded", exit_code=0, termination_message="done")]
+    last = Report(0, {"step": 58, "progressPercentage": 100, "etaSeconds": 0, "metrics": {"train_loss": 2.5}}, NOW)
+    succeeded = decide(job, replace(observed(job, {0: gang_job(job, 0)}, pods), report=last), NOW)
+    assert succeeded.status["phase"] == "Succeeded"
+    final = merge_patched(copied, succeeded.status["progress"])
+    assert final["progressPercentage"] == 100 and final["metrics"] == {"train_loss": 2.5} and "etaSeconds" not in final
+    earlier_gang = replace(last, gang_generation=1)  # not this gang's: the status's last copy stands
+    kept = decide(job, replace(observed(job, {0: gang_job(job, 0)}, pods), report=earlier_gang), NOW)
+    assert merge_patched(copied, kept.status["progress"])["progressPercentage"] == 96

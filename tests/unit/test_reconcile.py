@@ -291,7 +291,7 @@ def test_succeeded_shows_rank_zeros_final_step_and_rounded_loss_from_its_termina
 def test_eval_loss_throughput_and_mfu_reach_the_status_rounded_for_kubectl_and_bad_values_are_dropped():
     served = {"step": 7, "evalLoss": 2.3456789, "tokensPerSecond": 123456.789, "tflopsPerDevice": 142.53125,
               "mfu": 0.3142857}  # fmt: skip
-    patch = status_patch(parse_progress(json.dumps(served).encode()), 2, read_at=NOW)
+    patch = status_patch(parse_progress(json.dumps(served).encode()), 2, {}, read_at=NOW)
     assert merge_patched({"maxSteps": 2**63 - 1, "loss": 4.2}, patch) == {  # an answer replaces the one before
         "step": 7, "evalLoss": 2.346, "tokensPerSecond": 123500.0, "tflopsPerDevice": 142.5, "mfu": 0.3143,
         "generation": 2, "readAt": "2026-11-30T12:00:00Z",

@@ -30,14 +30,14 @@ HUGE = 10**400  # an integer JSON allows, and float64 does not hold
 def test_no_answer_a_pod_can_give_makes_a_status_write_the_schema_refuses(answer):
     body = json.dumps(answer).encode()
     for progress in (parse_progress(body), final_progress(body.decode())):  # neither raises
-        patch = {"progress": status_patch(progress, 0)}
+        patch = {"progress": status_patch(progress, 0, {})}
         kept, left_out = fit_status(patch)
         assert left_out == [] and kept == patch, left_out
 
 
 def test_timestamps_are_written_in_rfc_3339_whatever_iso_spelling_rank_0_used():
     progress = parse_progress(b'{"step": 1, "updatedAt": "20261130T120000+00:00"}')
-    assert status_patch(progress, 0)["updatedAt"] == "2026-11-30T12:00:00Z"
+    assert status_patch(progress, 0, {})["updatedAt"] == "2026-11-30T12:00:00Z"
 
 
 def test_fields_the_schema_refuses_are_left_out_and_named_and_the_rest_is_written():

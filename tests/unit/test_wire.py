@@ -76,13 +76,13 @@ def test_the_operator_adds_its_own_fields_and_takes_none_of_them_from_rank_0():
         b'{"generation": 9, "readAt": "2026-12-01T10:00:00Z", "reportedAt": "2026-12-01T10:00:00Z", "lossFinite": true}'
     )
     assert parse_progress(operators) == {}
-    patch = status_patch({"step": 3}, generation=2)
+    patch = status_patch({"step": 3}, generation=2, stored={})
     assert set(patch) == {field.name for field in wire.PROGRESS_FIELDS} and patch["generation"] == 2
 
 
 def test_rounded_fields_are_rounded_for_kubectl_and_the_rest_kept_whole():
     progress = {field.name: 1.23456789 for field in wire.REPORTED if field.kind == "number"}
-    patch = status_patch(progress, generation=0)
+    patch = status_patch(progress, generation=0, stored={})
     for field in wire.REPORTED:
         if field.kind == "number":
             assert patch[field.name] == (1.235 if field.rounded else 1.23456789), field.name

@@ -84,6 +84,8 @@ def schema_problem(value: Any, schema: dict[str, Any], path: str) -> str | None:
         missing = [name for name in schema.get("required", []) if value.get(name) is None]
         if missing:
             return f"{path}: lacks {', '.join(missing)}"
+        if len([item for item in value.values() if item is not None]) > schema.get("maxProperties", math.inf):
+            return f"{path}: more than {schema['maxProperties']} names"
         for key, item in value.items():
             item_schema = properties.get(key, schema.get("additionalProperties"))
             if item is None:

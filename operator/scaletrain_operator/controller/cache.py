@@ -1,8 +1,9 @@
-"""The operator's copy of what it watches: ScaleTrainJobs, and their Services, Jobs and pods.
+"""The operator's copy of what it watches: ScaleTrainJobs, and their Services, Jobs and pods, and the Workloads
+that name a job (gang placement: controller/cluster.py lets no gang start while one that is not the job's does).
 
 Reconciles read here instead of asking the API server, as a controller-runtime controller reads its
 informer caches. Two things feed it:
-- kopf's event handlers (handlers.py): every watch event of the four kinds, deletions included; and
+- kopf's event handlers (handlers.py): every watch event of the kinds it watches, deletions included; and
 - the answers to the operator's own writes (cluster.py, "write-through"), so that a reconcile sees
   what the one before it did although the watch has not echoed it yet.
 
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import naming
+from ..policy.placement import claimed_job
 from ..policy.pods import being_deleted
 from ..render.capacity_probe import is_probe
 from .decision import Observed
@@ -69,12 +71,27 @@ def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
     """What the operator reads of a pod: its metadata and status (phases and exits), and of its spec only
-    the node it was bound to (the node a failure may be blamed on)."""
-    node_name = (pod.get("spec") or {}).get("nodeName")
+    the node it was bound to (the node a failure may be blamed on) and the PodGroup that placed it (whether
+    the job's own Workload did: policy/placement.foreign_pod_group)."""
+    spec = pod.get("spec") or {}
     return {
         "metadata": without_managed_fields(pod)["metadata"],
-        "spec": {"nodeName": node_name} if node_name else {},
+        "spec": {key: spec[key] for key in ("nodeName", "schedulingGroup") if spec.get(key)},
         "status": pod.get("status") or {},
+    }
+
+
+def job_claimed(workload: dict[str, Any]) -> Key | None:
+    """The ScaleTrainJob a Workload names as its controller (spec.controllerRef), whoever made it."""
+    job = claimed_job(workload)
+    return (key_of(workload)[0], job) if job else None
+
+
+def workload_summary(workload: dict[str, Any]) -> dict[str, Any]:
+    """What the operator reads of a Workload that names a job: its metadata and that name."""
+    return {
+        "metadata": without_managed_fields(workload)["metadata"],
+        "spec": {"controllerRef": workload["spec"]["controllerRef"]},
     }
 
 
@@ -171,13 +188,15 @@ class Store:
 
 
 class Cache:
-    """The four stores, the children's view of one ScaleTrainJob, and which jobs may have missed events."""
+    """The stores, the children's view of one ScaleTrainJob, and which jobs may have missed events."""
 
     def __init__(self) -> None:
         self.scaletrainjobs = Store(owner_of=key_of)
         self.services = Store()
         self.jobs = Store()
         self.pods = Store(keep=pod_summary)
+        # Every Workload that names a job in its spec.controllerRef, the job's own and anyone else's, by that job.
+        self.workloads = Store(owner_of=job_claimed, keep=workload_summary)
         self._untrusted: set[Key] = set()
         self._lock = threading.Lock()
 

@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 from ..api import naming
 from ..api.status_schema import fit_status
 from ..api.timestamps import timestamp
-from ..policy.placement import same_gang
+from ..policy.placement import foreign_workloads, held_back_by, same_gang
 from ..policy.pods import being_deleted
 from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
 from . import metrics
@@ -84,6 +84,10 @@ class ChildRejected(Exception):
         self.reason, self.message = reason, message
 
 
+class StatusRefused(Exception):
+    """The API server refused a status write as invalid (422): what it holds, not when it was sent."""
+
+
 def server_message(error: ApiException) -> str:
     """What the API server said (its Status message), else the HTTP reason."""
     try:
@@ -118,6 +122,16 @@ def leftover_reason(obj: dict[str, Any], child: dict[str, Any]) -> str | None:
         finalizers = ", ".join(obj["metadata"].get("finalizers") or ()) or "none"
         return f"{kind} {name}, not this ScaleTrainJob's, is being deleted (finalizers: {finalizers})"
     return None
+
+
+class ForeignWorkload(Exception):
+    """Another Workload than the job's own names the job in its spec.controllerRef: the gang's Job is not made,
+    since the Job controller could place the gang through that one (policy/placement.foreign_workloads). The job
+    waits until it is gone, and `event` says so, once for each such set of Workloads."""
+
+    def __init__(self, event: Event):
+        super().__init__(event.message)
+        self.event = event
 
 
 def owner_uid(child: dict[str, Any]) -> str | None:
@@ -310,7 +324,9 @@ class Cluster:
 
     def ensure_workload(self, namespace: str, workload: dict[str, Any]) -> bool:
         """Decision.workload: made where it is missing (True); where the job's own is there but asks for
-        another gang, made anew, since a Workload's spec cannot change (False, as for one found as it is)."""
+        another gang, made anew, since a Workload's spec cannot change (False, as for one found as it is). Not
+        while another Workload names the job (ForeignWorkload), nor then the gang's Job."""
+        self._refuse_other_claims(namespace, workload)
         there = self._create(namespace, workload)
         if there and not same_gang(there, workload):
             self._replace_workload(namespace, there, workload)
@@ -324,7 +340,7 @@ class Cluster:
             "Service": (SERVICES, self.cache.services),
             "Job": (JOBS, self.cache.jobs),
             "NetworkPolicy": (NETWORK_POLICIES, None),  # made, never read back: not cached
-            "Workload": (WORKLOADS, None),  # the same
+            "Workload": (WORKLOADS, self.cache.workloads),  # which Workloads name the job (ensure_workload)
         }[kind]
         try:
             created = self._request("POST", resource.path(namespace), obj)
@@ -419,7 +435,19 @@ class Cluster:
         except ApiException as error:
             if error.status == 409:
                 raise Conflict(f"{stj.namespace}/{stj.name} changed since version {stj.resource_version}") from None
+            if error.status == 422:
+                raise self._status_refused(stj, server_message(error)) from None
             raise
+
+    def _status_refused(self, stj: ObjectRef, why: str) -> StatusRefused:
+        """A status write the API server refused as invalid: never silent. It is logged and counted, and said in
+        a Warning Event, once for each reason (the API server's message), however often it recurs."""
+        metrics.STATUS_WRITES_REFUSED.inc()
+        log.error("the API server refused the status of %s/%s: %s", stj.namespace, stj.name, why)
+        message = f"the API server refused a write of the job's status: {why}"
+        occasion = hashlib.sha256(why.encode()).hexdigest()[:16]
+        self.post_event(stj, Event("Warning", "StatusWriteRefused", message, occasion))
+        return StatusRefused(why)
 
     def delete_stj(self, stj: ObjectRef) -> None:
         """Delete a ScaleTrainJob, if it is still at the version decided from; its children follow through
@@ -529,3 +557,22 @@ class Cluster:
             log.warning("cannot post Event %s for %s/%s: %s", event.reason, stj.namespace, stj.name, error.reason)
             return
         metrics.count_event(stj.namespace, stj.name, event.type, event.reason)
+
+    def _refuse_other_claims(self, namespace: str, workload: dict[str, Any]) -> None:
+        """Raise ForeignWorkload where another Workload than `workload` (the job's own, rendered) names the job:
+        the watch's word for it (the cache), each such Workload read again by name first, since a deletion the
+        watch missed (it starts over after a gap, and lists what exists) must not hold the job back for good."""
+        store, job = self.cache.workloads, workload["spec"]["controllerRef"]["name"]
+        others: list[dict[str, Any]] = []
+        for held in foreign_workloads(store.owned_by(namespace, job), workload):
+            query = [("fieldSelector", f"metadata.name={held['metadata']['name']}")]
+            listed = self._request("GET", WORKLOADS.path(namespace), query=query)["items"]
+            for there in listed:
+                store.put(there)
+            if not listed:
+                store.delete(held)
+            others += foreign_workloads(listed, workload)
+        if others:
+            occasion = ",".join(sorted(other["metadata"]["uid"] for other in others))
+            message = held_back_by(others, workload["metadata"]["name"])
+            raise ForeignWorkload(Event("Warning", "ForeignWorkload", message, occasion))

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from ..api import naming
 from ..render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION
+from ..report_server import Report
 from .status import StatusBuilder
 
 # Why the controller fails a job outside the gang policy (api/gang_policy.GangFailureReason has the rest)
@@ -36,6 +37,8 @@ EventReason = (
         "CapacityProbeFailed",
         "WorkloadRecreated",
         "ForeignWorkload",
+        "StatusWriteRefused",
+        "MetricsLeftOut",
     ]
     | ControllerFailureReason
 )
@@ -114,6 +117,9 @@ class Observed:
     pods: list[dict[str, Any]]  # of the current generation
     probe: dict[str, Any] | None = None  # the elastic gang's capacity probe, while one runs
     probe_pods: list[dict[str, Any]] = field(default_factory=list)
+    # The newest report a script of one's own pushed (report_server.py): the last one, sent as the script ends,
+    # may come after the last housekeeping pass, and a job that succeeds shows it.
+    report: Report | None = None
 
 
 def current_gang(job_name: str, current_job: Any, observed: Observed) -> int | None:

@@ -1,7 +1,7 @@
 """kopf handlers: thin, level-based. Every watch event of a ScaleTrainJob, its Service, its Jobs or its
-pods goes into the operator's cache (cache.py); one that brings news queues a reconcile of that
-ScaleTrainJob (workqueue.py: its own worker threads, one reconcile at a time per job), which decides
-from the cache (reconcile.py, pure) and applies the decision (cluster.py).
+pods, or of a Workload that names it, goes into the operator's cache (cache.py); one that brings news
+queues a reconcile of that ScaleTrainJob (workqueue.py: its own worker threads, one reconcile at a time
+per job), which decides from the cache (reconcile.py, pure) and applies the decision (cluster.py).
 
 The cache serves the common reconcile, so creating and running a job costs its writes and no reads.
 A reconcile reads the job and its children fresh from the API server instead (`needs_fresh_look`)
@@ -39,10 +39,11 @@ from scaletrain_trainer.contract.validation import ProblemsError
 from ..api import naming
 from ..api.models import parse_job
 from ..policy.pods import being_deleted
-from ..report_server import REVIEWERS, Reports, StatusServer
+from ..render.workload import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
+from ..report_server import REVIEWERS, Report, Reports, StatusServer
 from . import metrics
-from .cache import Cache, Key, Store
-from .cluster import ChildRejected, Cluster, Conflict, Leftover, ObjectRef, connect, describe
+from .cache import Cache, Key, Store, job_claimed
+from .cluster import ChildRejected, Cluster, Conflict, ForeignWorkload, Leftover, ObjectRef, connect, describe
 from .decision import Decision, Event, Observed
 from .finished import decide_failed, decide_invalid, stop_what_runs
 from .housekeeping import HOUSEKEEPING_CONNECTIONS, Housekeeping
@@ -64,6 +65,9 @@ API_HELPERS = RECONCILE_WORKERS  # threads making a reconcile's requests that go
 CHILD_FOLD_SECONDS = 1.0  # a burst of a job's child events within this becomes one reconcile (workqueue.py)
 RETRY_EVENT_AFTER = 3  # failed reconciles in a row before a Warning Event says so
 LEFTOVER_RECHECK_SECONDS = 2.0  # how soon a job waiting for a child's name looks again (no event will come)
+# How soon a job held back by another's Workload looks again: its deletion's watch event comes first, unless the
+# watch missed it.
+FOREIGN_WORKLOAD_RECHECK_SECONDS = 30.0
 
 
 @kopf.on.startup()
@@ -84,6 +88,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         memo.cluster = Cluster(api, timeout_seconds=config.request_timeout_seconds, helpers=API_HELPERS)
     memo.config = config = dataclasses.replace(config, workload_api=memo.cluster.serves_workloads())
     log.info("gang placement through the Workload API: %s", "served" if config.workload_api else "not served")
+    memo.reports = reports = Reports()  # a reconcile reads them too: made before the first one can run
     queue = WorkQueue(
         functools.partial(reconcile, memo),
         RECONCILE_WORKERS,
@@ -95,7 +100,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     queue.start()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    reports = Reports()
     memo.housekeeping = Housekeeping(config, memo.cluster, reconcile_soon=queue.add, reports=reports)
     memo.housekeeping.start()
     memo.status_server = None
@@ -157,6 +161,15 @@ async def on_pod(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     take_in(memo, memo.cluster.cache.pods, event)
 
 
+@kopf.on.event(WORKLOAD_GROUP, WORKLOAD_VERSION, WORKLOAD_PLURAL)
+async def on_workload(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """Every Workload, not only the operator's: anyone's may name a job in its spec.controllerRef, which holds the
+    job's next gang back (cluster.py), and its deletion lets it start. Those that name no job are not kept (the
+    name is immutable); where the API is not served, kopf says so once and watches nothing."""
+    if job_claimed(event["object"]) is not None:
+        take_in(memo, memo.cluster.cache.workloads, event)
+
+
 def take_in(memo: kopf.Memo, store: Store, event: dict[str, Any]) -> None:
     """Keep the cache current, and queue a reconcile of the ScaleTrainJob the object belongs to (a child's
     after a fold window). An event that brings no news (the echo of the operator's own write, a relisted
@@ -189,7 +202,7 @@ def reconcile(memo: kopf.Memo, job: Key) -> Outcome:
     reconcile asks again, so an operator restart or a lost timer costs nothing."""
     started = time.perf_counter()
     try:
-        reconciled = _reconcile(memo.cluster, *job, settings=memo.config)
+        reconciled = _reconcile(memo.cluster, *job, settings=memo.config, reports=memo.reports)
     except Conflict as stale:  # decided from an old copy; the newer one's event reconciles it again
         log.info("not applied: %s", stale)
         return Outcome.WAITING
@@ -209,15 +222,18 @@ def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception)
         cluster.post_event(ObjectRef(*job, uid), Event("Warning", "ApiRetrying", message))
 
 
-def _reconcile(cluster: Cluster, namespace: str, name: str, settings: OperatorConfig = DEFAULTS) -> Reconciled:
+def _reconcile(
+    cluster: Cluster, namespace: str, name: str, settings: OperatorConfig = DEFAULTS, reports: Reports | None = None
+) -> Reconciled:
     cache, job, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
+    report = reports.newest(job) if reports is not None else None
     raw = cache.scaletrainjobs.get(namespace, name)
     if (absent := left_alone(cache, job, raw)) is not None:
         return Reconciled(absent)
     # A finished job's decision depends on its children only to delete the Job of a gang that could not be
     # scheduled, which is made again from fresh reads (needs_fresh_look), so an untrusted cache serves it too.
     if cache.trusted(job) or phase_of(raw) in FINISHED:
-        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, settings)
+        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, settings, report)
         if not needs_fresh_look(raw, decision):
             return carry_out(cluster, raw, decision)
     # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads) as of no
@@ -227,7 +243,7 @@ def _reconcile(cluster: Cluster, namespace: str, name: str, settings: OperatorCo
         return Reconciled(absent)
     version = raw["metadata"]["resourceVersion"]
     observe = functools.partial(cluster.read_children, namespace, name, not_older_than=version)
-    decision = decide_from(raw, observe, now, settings)
+    decision = decide_from(raw, observe, now, settings, report)
     cache.trust(job)
     return carry_out(cluster, raw, decision)
 
@@ -247,9 +263,10 @@ def decide_from(
     observe: Callable[[int | None], Observed],
     now: datetime,
     settings: OperatorConfig = DEFAULTS,
+    report: Report | None = None,
 ) -> Decision:
     """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
-    (not at all for an invalid spec)."""
+    (not at all for an invalid spec), and the newest report its script pushed, if any."""
     stored_status, spec_generation = raw.get("status") or {}, raw["metadata"].get("generation")
     hint = naming.generation_of(raw["metadata"]["name"], stored_status.get("currentJob"))
     try:
@@ -260,7 +277,7 @@ def decide_from(
             queue = naming.queue_of((raw.get("spec") or {}).get("queueName"), raw["metadata"].get("labels"))
             return stop_what_runs(observe(hint), queue, spec_generation)
         return failing
-    observed = observe(hint)
+    observed = dataclasses.replace(observe(hint), report=report)
     try:
         return decide(job, observed, now, settings)
     except Exception as error:  # pure code on a valid spec: what it cannot take fails this job alone, once
@@ -304,6 +321,10 @@ def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Reco
     except Leftover as leftover:  # no failure: the name frees up by itself
         say_waiting(cluster, raw, str(leftover))
         return Reconciled(Outcome.WAITING, LEFTOVER_RECHECK_SECONDS)
+    except ForeignWorkload as claimed:  # no failure either: the job goes on once that Workload is deleted
+        cluster.post_event(ObjectRef.of(raw), claimed.event)
+        say_waiting(cluster, raw, claimed.event.message)
+        return Reconciled(Outcome.WAITING, FOREIGN_WORKLOAD_RECHECK_SECONDS)
     except ChildRejected as rejected:
         status, spec_generation = raw.get("status") or {}, raw["metadata"].get("generation")
         decision = decide_failed(rejected.reason, rejected.message, status, spec_generation, datetime.now(timezone.utc))

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
+from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
@@ -34,7 +35,7 @@ from ..report_server import Reports
 from ..validation.progress_answer import Unreadable, status_patch
 from . import metrics, peering
 from .cache import Key
-from .cluster import Cluster, Conflict, ObjectRef
+from .cluster import Cluster, Conflict, ObjectRef, StatusRefused
 from .decision import Event, Observed, current_gang
 from .reporters import pushed_progress
 from .settings import OperatorConfig
@@ -50,6 +51,9 @@ UNREACHABLE_AFTER_READS = 2  # failed reads in a row before ProgressUnreachable:
 PROGRESS_UNREACHABLE = "ProgressUnreachable"
 QUEUED = "Queued"  # Kueue holds the gang's Job back, and why
 POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; after that, a missing one has a reason
+# What of an answer hang detection reads (policy/hang.py), with the step its message names: written alone when the
+# API server refuses the whole answer, so that a job whose progress cannot be written is still found hung.
+PROMISE = ("step", "reportedAt", "staleAfter")
 
 
 class Housekeeping:
@@ -62,6 +66,7 @@ class Housekeeping:
         self._labelled: bool | None = None  # what this replica's pod says of it (ACTIVE_REPLICA_LABEL); None: unknown
         self._stop = threading.Event()
         self._unread: dict[Key, int] = {}  # failed progress reads in a row, by job
+        self._said_left_out: set[Key] = set()  # jobs whose MetricsLeftOut Event was posted
         self._thread = threading.Thread(target=self._loop, name="housekeeping", daemon=True)
 
     def start(self) -> None:
@@ -73,7 +78,11 @@ class Housekeeping:
     def _loop(self) -> None:
         while not self._stop.wait(self.config.progress_interval_seconds):
             try:
-                self.active = self.active_replica()
+                active = self.active_replica()
+                if active and not self.active:  # a takeover: the standby took no report, so silence counts from now
+                    self.reports.since = datetime.now(timezone.utc)
+                    log.info("this replica is the active one now: it takes status reports and keeps house")
+                self.active = active
                 self.label_own_pod()
                 if self.active:
                     self.run_pass()
@@ -97,6 +106,7 @@ class Housekeeping:
                 isolated("queue", raw, functools.partial(self.report_queue_wait, waits=waits))
         running_keys = {(raw["metadata"]["namespace"], raw["metadata"]["name"]) for raw in running}
         self._unread = {key: failures for key, failures in self._unread.items() if key in running_keys}
+        self._said_left_out &= running_keys
         self.reports.keep_only(running_keys)
         found = self.rank_0s(running)
         pushed = [self.pushed(rank_0) for _, rank_0 in found]
@@ -257,14 +267,14 @@ class Housekeeping:
                 self.set_condition(raw, PROGRESS_UNREACHABLE, True, "ReadFailed", message)
             return
         self._unread.pop(key, None)
-        reported = status_patch(answer, rank_0.gang_generation, read_at=datetime.now(timezone.utc))
+        read_at = datetime.now(timezone.utc)
         conditions = (raw.get("status") or {}).get("conditions") or []
         unreachable = next((c for c in conditions if c["type"] == PROGRESS_UNREACHABLE), None)
-        patch: dict[str, Any] = {"progress": reported}
+        patch: dict[str, Any] = {"progress": status_patch(answer, rank_0.gang_generation, before, read_at)}
         if unreachable is not None and unreachable["status"] == "True":
             readable = condition(
                 PROGRESS_UNREACHABLE, False, "Read", "rank 0's progress endpoint answers again",
-                datetime.now(timezone.utc), raw["metadata"].get("generation"),
+                read_at, raw["metadata"].get("generation"),
             )  # fmt: skip
             patch["conditions"] = with_condition(conditions, readable)
         try:  # only onto the version decided from: a read landing after the job succeeded must not undo that
@@ -272,8 +282,18 @@ class Housekeeping:
         except Conflict as stale:  # the next pass reads again, from the newer copy
             log.info("progress not copied: %s", stale)
             return
+        except StatusRefused:  # logged, counted and said (Cluster.patch_status); hang detection still needs the promise
+            promise = {name: answer[name] for name in PROMISE if name in answer}
+            try:
+                self.cluster.patch_status(
+                    where, {"progress": status_patch(promise, rank_0.gang_generation, before, read_at)}
+                )
+            except (Conflict, StatusRefused) as unwritten:
+                log.info("progress promise not copied: %s", unwritten)
+                return
         self.reconcile_soon(key)
         self.announce(where, rank_0.job, before, answer)
+        self.say_metrics_left_out(where)
 
     def set_condition(
         self, raw: dict[str, Any], kind: str, status: bool, reason: str, message: str, rewrite: bool = False
@@ -312,6 +332,22 @@ class Housekeeping:
                 "training resumed from the newest sound one (rank 0's log says what was wrong)"
             )
             self.cluster.post_event(where, Event("Warning", "CheckpointSetAside", message))
+
+    def say_metrics_left_out(self, where: ObjectRef) -> None:
+        """The first time the job's script reports more metrics than the status holds, a Warning Event says which
+        were left out: once per job (and per job's life, since the Event's name is made from it)."""
+        key = (where.namespace, where.name)
+        report = self.reports.newest(key)
+        if report is None or not report.metrics_left_out or key in self._said_left_out:
+            return
+        self._said_left_out.add(key)
+        left_out = report.metrics_left_out
+        message = (
+            f"the script reports {wire.MAX_METRICS + len(left_out)} metrics, and status.progress.metrics holds the "
+            f"first {wire.MAX_METRICS} by name; left out: {', '.join(left_out)}"
+        )
+        log.warning("%s/%s: %s", where.namespace, where.name, message)
+        self.cluster.post_event(where, Event("Warning", "MetricsLeftOut", message, "reports"))
 
 
 class Rank0(NamedTuple):

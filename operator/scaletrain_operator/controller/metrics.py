@@ -30,6 +30,10 @@ STATUS_FIELDS_LEFT_OUT = Counter(
     "scaletrain_status_fields_left_out_total",
     "Status fields left out of a write because the CRD's schema would refuse them (logged with why).",
 )
+STATUS_WRITES_REFUSED = Counter(
+    "scaletrain_status_writes_refused_total",
+    "Status writes the API server refused as invalid (422; logged with its reason, and said in an Event).",
+)
 RECONCILE_SECONDS = Histogram("scaletrain_reconcile_seconds", "Time to reconcile one ScaleTrainJob.")
 # Per job, from its status (goodput and counts), set again on each housekeeping pass: a deleted job drops out.
 JOB_SECONDS = Gauge(

@@ -68,9 +68,9 @@ OPERATOR = (
     Permission(
         "scheduling.k8s.io",
         "workloads",
-        ("create", "list", "delete"),
+        ("create", "list", "watch", "delete"),
         "each job's Workload, for gang placement (render/workload.py); listed when its create finds one, and replaced"
-        " when the job's gang changed",
+        " when the job's gang changed; every Workload watched, since another that names a job holds its gangs back",
     ),
     Permission(
         "",

@@ -213,7 +213,7 @@ def _decide(
     verdict = _judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
         record_gang_end(draft, job, failing.model_copy(update={"ended": "Succeeded"}))
-        return _succeed(draft, gang_generation, observed.pods, verdict.message)
+        return _succeed(draft, gang_generation, observed, verdict.message)
     if verdict.action is Action.FAIL:
         record_gang_end(draft, job, failing)
         return fail(draft, verdict.message, verdict.reason)
@@ -249,21 +249,24 @@ def _decide(
     return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
 
 
-def _succeed(draft: Draft, gang_generation: int, pods: Sequence[Mapping[str, Any]], message: str) -> Decision:
-    """Succeeded, with rank 0's final step and loss from its termination message: the last progress read
-    may be a logging interval or a poll behind (what it has beside them, such as throughput, stays when it
-    was this gang's), and its ETA and promise are moot now."""
+def _succeed(draft: Draft, gang_generation: int, observed: Observed, message: str) -> Decision:
+    """Succeeded, with rank 0's final step and loss from its termination message, or the script's last pushed
+    report: the last progress read may be a logging interval or a poll behind, and a script's last report
+    (at its end, with its summary) may have come after the last housekeeping pass. What it has beside them
+    (such as throughput) stays when it was this gang's; its ETA and promise are moot now."""
     status = draft.status
-    rank_0 = next((outcome for outcome in map(pod_outcome, pods) if outcome.index == 0), None)
+    rank_0 = next((outcome for outcome in map(pod_outcome, observed.pods) if outcome.index == 0), None)
     final = final_progress(rank_0.message) if rank_0 is not None else {}
+    report = observed.report
+    pushed = report.progress if report is not None and report.gang_generation == gang_generation else {}
     before = status.before.progress
-    if final or before is not None:
+    if final or pushed or before is not None:
         read = before.model_dump(mode="json", by_alias=True, exclude_none=True) if before is not None else {}
-        last = read if read.get("generation") == gang_generation else {}
+        last = (read if read.get("generation") == gang_generation else {}) | pushed
         if "step" in final:  # the final loss, or its absence, is the final answer's
             last = {key: value for key, value in last.items() if key not in ("loss", "lossFinite")}
         moot = {"etaSeconds": None, "staleAfter": None, "readAt": None}
-        status.fields["progress"] = status_patch(last | final, gang_generation) | moot
+        status.fields["progress"] = status_patch(last | final, gang_generation, read) | moot
     return draft.done(status.phase("Succeeded", message))
 
 
@@ -320,6 +323,8 @@ def _spec_changed(
     goes at once, and the next one may train steps again since its last checkpoint."""
     status = draft.status
     before, after = size_of(current), size_of(desired)
+    # The reason the resize under way was planned for holds where the next gang has the size it planned; a
+    # spec.nodes changed meanwhile that decides another size makes it Scaled (one it leaves as planned does not).
     planned, reason = planned_resize(current)
     reason = reason if planned == after else "Scaled"
     change = f"the gang resizes from {before} to {after} nodes" if before != after else SPEC_CHANGE
@@ -333,7 +338,7 @@ def _spec_changed(
     # The gang's size or priority may have changed: the Workload is made to match (Decision.workload).
     draft.respec_workload = True
     if before != after:
-        why = f"spec.nodes is {after}" if reason == "Scaled" else RESIZE_WHY[reason]
+        why = RESIZE_WHY[reason] if planned == after else f"spec.nodes is {after}"
         draft.events.append(Event("Normal", "Resized", f"{change} ({why})"))
         resize = Resize(time=status.now, from_nodes=before, to_nodes=after, reason=reason)
         resizes = [*status.before.resizes, resize][-MAX_RESIZES:]

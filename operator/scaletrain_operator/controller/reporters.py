@@ -9,9 +9,12 @@ Sized for 1,000 jobs reporting every 5 s (200 reports a second) on the operator'
 - one TokenReview per token and TOKEN_CACHE_SECONDS (a pod's token lives 10 minutes), not per report: a
   report with a known token costs its TLS handshake and a JSON parse (1.2 ms of the endpoint's CPU,
   bench/status_reports.py);
-- no tenant delays another: the TokenReviews of one namespace (as the token claims it) take at most
-  REVIEWS_PER_NAMESPACE of the server's reviewer threads at once, and the rest of that namespace's unknown
-  tokens are answered 429 at once. A refused token is remembered too, so that resending it costs nothing."""
+- no tenant delays another: the TokenReviews of the tokens that one address sends (the connection's peer,
+  which a client cannot forge, unlike what a token claims before it is reviewed) take at most
+  REVIEWS_PER_ADDRESS of the server's reviewer threads at once, and the rest of that address's unknown tokens
+  are answered 429 at once. A refused token is remembered too, so that resending it costs nothing; the
+  verdicts are kept in two bounded caches, the refused apart from the accepted, so that a flood of forged
+  tokens evicts no pod's verdict, and keeping one costs the same whatever the caches hold."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,7 +42,8 @@ REFUSED_CACHE_SECONDS = 60.0
 # A TokenReview that failed (the API server down, RBAC missing) is no verdict on the token, but is not asked again
 # for each of the reports that keep coming meanwhile.
 UNREVIEWED_CACHE_SECONDS = 5.0
-REVIEWS_PER_NAMESPACE = 2
+REVIEWS_PER_ADDRESS = 2
+MAX_VERDICTS = 100_000  # of each kind: about 2 tokens per pod of a 10-minute window, and refused tokens as many
 POD_NAME = "authentication.kubernetes.io/pod-name"  # what a TokenReview says of a token bound to a pod
 POD_UID = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
@@ -78,13 +83,15 @@ class Senders:
 
     def __init__(self, cluster: Cluster, cache: Cache):
         self.cluster, self.cache = cluster, cache
-        self._reviewed: dict[str, tuple[float, PodOf | Refused]] = {}  # by token digest, until when
+        # By token digest: until when each verdict holds, oldest first (least recently kept).
+        self._accepted: OrderedDict[str, tuple[float, PodOf]] = OrderedDict()
+        self._refused: OrderedDict[str, tuple[float, Refused]] = OrderedDict()
         self._lock = threading.Lock()
-        self._reviewing: dict[str, int] = {}  # TokenReviews under way, by the namespace the token claims
+        self._reviewing: dict[str, int] = {}  # TokenReviews under way, by the address that sent the token
 
-    def sender(self, token: str) -> Sender:
-        """The gang of the pod `token` is bound to (Refused: 401, 403 or 429, and why)."""
-        namespace, pod_name, pod_uid = self.pod_of(token)
+    def sender(self, token: str, address: str) -> Sender:
+        """The gang of the pod `token` (sent from `address`) is bound to (Refused: 401, 403 or 429, and why)."""
+        namespace, pod_name, pod_uid = self.pod_of(token, address)
         pod = self.cache.pods.get(namespace, pod_name)
         job = job_of_child(pod) if pod is not None else None
         if pod is None or job is None or pod["metadata"].get("uid") != pod_uid:
@@ -95,27 +102,30 @@ class Senders:
         labels = pod["metadata"].get("labels") or {}
         return Sender(job, int(labels[naming.LABEL_GENERATION]))
 
-    def pod_of(self, token: str) -> PodOf:
+    def pod_of(self, token: str, address: str) -> PodOf:
         """The namespace, name and uid of the pod `token` is bound to, reviewed once per TOKEN_CACHE_SECONDS."""
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
         with self._lock:
-            held = self._reviewed.get(digest)
-            if held is not None and held[0] > now:
-                return _verdict(held[1])
-            claimed = _claimed_namespace(token)
-            if self._reviewing.get(claimed, 0) >= REVIEWS_PER_NAMESPACE:
-                raise Refused(429, "too many tokens under review for this namespace; report again later")
-            self._reviewing[claimed] = self._reviewing.get(claimed, 0) + 1
+            for verdicts in (self._accepted, self._refused):
+                held = verdicts.get(digest)
+                if held is not None and held[0] > now:
+                    return _verdict(held[1])
+            if self._reviewing.get(address, 0) >= REVIEWS_PER_ADDRESS:
+                raise Refused(429, "too many tokens under review from this address; report again later")
+            self._reviewing[address] = self._reviewing.get(address, 0) + 1
         try:
             verdict, lifetime = self._review(token)
         finally:
             with self._lock:
-                self._reviewing[claimed] -= 1
+                if (left := self._reviewing.pop(address) - 1) > 0:
+                    self._reviewing[address] = left
         with self._lock:
-            if len(self._reviewed) > 100_000:  # tokens of pods long gone
-                self._reviewed = {key: held for key, held in self._reviewed.items() if held[0] > now}
-            self._reviewed[digest] = (now + lifetime, verdict)
+            verdicts = self._refused if isinstance(verdict, Refused) else self._accepted
+            verdicts[digest] = (now + lifetime, verdict)
+            verdicts.move_to_end(digest)
+            if len(verdicts) > MAX_VERDICTS:  # the least recently kept goes: expired, or a token long unused
+                verdicts.popitem(last=False)
         return _verdict(verdict)
 
     def _review(self, token: str) -> tuple[PodOf | Refused, float]:
@@ -146,15 +156,8 @@ def _verdict(verdict: PodOf | Refused) -> PodOf:
     return verdict
 
 
-def _claimed_namespace(token: str) -> str:
-    """The namespace a service-account token says it is of, unverified ("" if none): only to share out reviews."""
-    claimed = _claims(token).get("kubernetes.io")
-    namespace = claimed.get("namespace") if isinstance(claimed, dict) else None
-    return namespace if isinstance(namespace, str) else ""
-
-
 def _claims(token: str) -> dict[str, Any]:
-    """A JWT's claims, unverified: only for what a TokenReview then confirms, or to share out reviews."""
+    """A JWT's claims, unverified: only for what a TokenReview then confirms (its expiry)."""
     try:
         payload = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..api.models import ResizeReason, ScaleTrainJob
+from ..api.models import Resize, ResizeReason, ScaleTrainJob
 from ..api.timestamps import parse_timestamp, timestamp
 from ..policy import elastic
 from ..policy.pods import (
@@ -50,12 +50,7 @@ def shrink_target(
         return None
     size, status = size_of(current), asked.status
     grown = status.resizes[-1] if status is not None and status.resizes else None
-    if (
-        grown is not None
-        and grown.reason == "CapacityReturned"
-        and grown.to_nodes == size
-        and not _ran_since(asked, grown.time)
-    ):
+    if grown is not None and _grew(grown) and grown.to_nodes == size and not _ran_since(asked, grown.time):
         if grown.from_nodes in elastic_sizes.sizes(asked.spec):
             return grown.from_nodes, "CapacityTaken"
     smaller = elastic.smaller(asked.spec, size, sum(placed(pod) for pod in pods))
@@ -75,9 +70,37 @@ def _failed_growths(asked: ScaleTrainJob) -> int:
     next probe."""
     resizes = asked.status.resizes if asked.status is not None else []
     count, end = 0, len(resizes)
-    while end >= 2 and (resizes[end - 2].reason, resizes[end - 1].reason) == ("CapacityReturned", "CapacityTaken"):
+    while end >= 2 and _grew(resizes[end - 2]) and resizes[end - 1].reason == "CapacityTaken":
         count, end = count + 1, end - 2
     return count
+
+
+def _grew(resize: Resize) -> bool:
+    """Whether `resize` grew the gang (on a probe's word: an elastic gang grows no other way while its size is
+    allowed), back toward the size it lost room at (CapacityReturned) or beyond, up to a spec.nodes raised since
+    (Scaled; `_growth_reason`)."""
+    return resize.reason in ("CapacityReturned", "Scaled") and resize.to_nodes > resize.from_nodes
+
+
+def _growth_reason(asked: ScaleTrainJob, size: int, target: int) -> ResizeReason:
+    """Why a gang of `size` grows to `target` on a probe's word. The probe only says that there is room; what
+    the resize is recorded for is what made the gang smaller than `target`. Up to the size it had before it lost
+    room, that is the room that went and came back: CapacityReturned. Beyond it, only spec.nodes raised since
+    (kubectl scale, an autoscaler) lets it grow: Scaled, also where both happened (a gang that shrank from 4 to 2
+    and was scaled to 6 grows to 6 as Scaled, to 4 as CapacityReturned), since the user's change decided the
+    size."""
+    return "CapacityReturned" if target <= _size_before_lost_room(asked, size) else "Scaled"
+
+
+def _size_before_lost_room(asked: ScaleTrainJob, size: int) -> int:
+    """The size the job's gang had before it lost room, from status.resizes: the size spec.nodes last set (the
+    newest Scaled resize's), else the largest the records name (the first gang's, spec.nodes then: shrinks and
+    growths back only stay below it), else `size` (no resize yet: the gang has the size it was made at)."""
+    resizes = asked.status.resizes if asked.status is not None else []
+    scaled = [resize.to_nodes for resize in resizes if resize.reason == "Scaled"]
+    if scaled:
+        return scaled[-1]
+    return max((nodes for resize in resizes for nodes in (resize.from_nodes, resize.to_nodes)), default=size)
 
 
 MAX_FAILED_GROWTHS = 4  # in a row (each doubles the time to the next probe): then the probes stop
@@ -138,7 +161,8 @@ def grow_back(
         return None
     if (target := elastic.larger(spec, size, room)) is not None:
         why = f"the scheduler placed {room} pod{'s' * (room > 1)} of a capacity probe"
-        return resize_at_step_boundary(draft, current, observed.pods, target, "CapacityReturned", why)
+        reason = _growth_reason(asked, size, target)
+        return resize_at_step_boundary(draft, current, observed.pods, target, reason, why)
     if not observed.probe_pods:  # admission refused its pods (a quota, a policy), or the Job controller is stuck
         name = probe["metadata"]["name"]
         message = (

@@ -115,7 +115,8 @@ def held_until(child_job: Mapping[str, Any]) -> datetime | None:
     return _start_after(child_job) if suspended_by_operator(child_job) else None
 
 
-RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words
+RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words (Scaled: as a growth on a probe's word)
+    "Scaled": "spec.nodes was raised above the gang's size, and a capacity probe found room",
     "Unschedulable": "the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds",
     "CapacityReturned": "a capacity probe found room for a larger gang",
     "CapacityTaken": "the larger gang a capacity probe found room for could not be placed: the room was taken",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -47,22 +48,29 @@ def progress_of(raw: Any) -> dict[str, Any]:
     return progress
 
 
-def status_patch(progress: dict[str, Any], generation: int, read_at: datetime | None = None) -> dict[str, Any]:
+def status_patch(
+    progress: dict[str, Any], generation: int, stored: Mapping[str, Any], read_at: datetime | None = None
+) -> dict[str, Any]:
     """`progress`, reported by rank 0 of gang `generation` and read at `read_at` (None: from its termination
-    message), as the operator writes it to status.progress: a merge patch that replaces it whole (its
-    nulls remove every field this answer lacks, so that no field of an older answer, or of an earlier
-    gang, stays beside it), with timestamps in RFC 3339 and the numbers kubectl shows rounded to
-    SHOWN_DIGITS significant digits (metrics.jsonl keeps them whole)."""
+    message), as the operator writes it over `stored` (the status.progress it was decided from): a merge patch
+    that replaces it whole, with timestamps in RFC 3339 and the numbers kubectl shows rounded to SHOWN_DIGITS
+    significant digits (metrics.jsonl keeps them whole). Its nulls remove every field this answer lacks, and
+    every name of a map (metrics) that this answer's map lacks: a merge patch merges maps, and names that
+    piled up from report to report would pass the schema's MAX_METRICS and have every later status write
+    refused. The patch is sent only onto the version `stored` is of (Cluster.patch_status), so that it is
+    exact."""
     patch = {field.name: None for field in wire.PROGRESS_FIELDS} | progress | {"generation": generation}
     if read_at is not None:
         patch["readAt"] = timestamp(read_at)
     for field in wire.PROGRESS_FIELDS:
-        if patch[field.name] is None:
+        if field.kind == "named numbers":
+            held = stored.get(field.name) if isinstance(stored.get(field.name), Mapping) else {}
+            named = {name: shown(value) for name, value in (patch[field.name] or {}).items()}
+            patch[field.name] = ({name: None for name in held} | named) if named else None
+        elif patch[field.name] is None:
             continue
-        if field.kind == "timestamp":
+        elif field.kind == "timestamp":
             patch[field.name] = timestamp(parse_timestamp(patch[field.name]).astimezone(timezone.utc))
-        elif field.kind == "named numbers":
-            patch[field.name] = {name: shown(value) for name, value in patch[field.name].items()}
         elif field.rounded:
             patch[field.name] = shown(patch[field.name])
     return patch

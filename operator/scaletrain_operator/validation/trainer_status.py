@@ -24,8 +24,11 @@ INTEGER_FIELDS = {field.name for field in wire.PROGRESS_FIELDS if field.kind == 
 MAX_REPORT_BYTES = 64 * 1024  # a real report is a few hundred bytes
 
 
-def parse_trainer_status(body: bytes) -> dict[str, Any]:
-    """status.progress from a pushed report's body: its known fields, each only when of its type and range.
+def parse_trainer_status(body: bytes) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """status.progress from a pushed report's body: its known fields, each only when of its type and range;
+    and the names of the metrics beyond the MAX_METRICS that status.progress.metrics holds, which it leaves
+    out. Which are kept is a choice that stays the same from report to report: the first MAX_METRICS in name
+    order (HF's Trainer reports every number it ever logged, about a dozen, more with compute_metrics).
     Unreadable when the body is not a JSON object with a trainerStatus object."""
     if len(body) > MAX_REPORT_BYTES:
         raise Unreadable(f"a report over {MAX_REPORT_BYTES} bytes")
@@ -49,16 +52,16 @@ def parse_trainer_status(body: bytes) -> dict[str, Any]:
         if name in AS_FIELDS:
             field = AS_FIELDS[name]
             answer[field] = int(number) if field in INTEGER_FIELDS and number.is_integer() else number
-        elif math.isfinite(number) and len(named) < wire.MAX_METRICS:
+        elif math.isfinite(number):
             named[name] = number
     if named:
-        answer["metrics"] = named
-    return progress_of(answer)
+        answer["metrics"] = dict(list(named.items())[: wire.MAX_METRICS])
+    return progress_of(answer), tuple(list(named)[wire.MAX_METRICS :])
 
 
 def _metrics(metrics: Any) -> list[tuple[str, float]]:
     """The report's metrics that are numbers (a value is a string, as the protocol has it, or a number), in
-    name order: the first MAX_METRICS of them are kept, whatever order the script sends them in."""
+    name order, whatever order the script sends them in."""
     if not isinstance(metrics, list):
         return []
     numbers = {}

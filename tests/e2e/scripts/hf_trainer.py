@@ -1,7 +1,8 @@
 """A Hugging Face `Trainer` script, as users bring them, with nothing about ScaleTrain or Kubeflow in it: a tiny
 Llama made from its config, a data set of random tokens, CPU. HF's Trainer reports to whatever
 KUBEFLOW_TRAINER_SERVER_URL names by itself (its KubeflowCallback). `--seconds-per-step` paces it so that a test
-sees it running."""
+sees it running. `--eval-steps N` evaluates every N steps, and `--eval-metrics K` has compute_metrics add K numbers
+to each evaluation, as a script that scores its model does."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--max-steps", type=int, default=30)
 parser.add_argument("--seconds-per-step", type=float, default=0.0)
 parser.add_argument("--output-dir", default="/tmp/hf-trainer")
+parser.add_argument("--eval-steps", type=int, default=0)
+parser.add_argument("--eval-metrics", type=int, default=0)
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -32,8 +35,20 @@ class Paced(TrainerCallback):
         time.sleep(args.seconds_per_step)
 
 
+def compute_metrics(predicted):
+    """Token accuracy, and more scores of the same kind (top-k accuracy for k = 2, 3, ...)."""
+    logits, labels = torch.as_tensor(predicted.predictions[:, :-1]), torch.as_tensor(predicted.label_ids[:, 1:])
+    ranked = logits.argsort(dim=-1, descending=True)
+    return {f"top{k}_accuracy": (ranked[..., :k] == labels[..., None]).any(-1).float().mean().item()
+            for k in range(1, args.eval_metrics + 1)}  # fmt: skip
+
+
+evaluating = {"eval_strategy": "steps", "eval_steps": args.eval_steps} if args.eval_steps else {}
 training = TrainingArguments(
     output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=4, logging_steps=1,
-    save_strategy="no", use_cpu=True, report_to="none", disable_tqdm=True,
+    save_strategy="no", use_cpu=True, report_to="none", disable_tqdm=True, **evaluating,
 )  # fmt: skip
-Trainer(model=model, args=training, train_dataset=dataset, callbacks=[Paced()]).train()
+Trainer(
+    model=model, args=training, train_dataset=dataset, eval_dataset=dataset[:16] if args.eval_steps else None,
+    compute_metrics=compute_metrics if args.eval_metrics else None, callbacks=[Paced()],
+).train()  # fmt: skip
