@@ -1,6 +1,7 @@
-"""Preemption's pure parts: a stop signal only sets a flag, the message and exit code it ends in, torchrun's
-time to let it checkpoint, the shortened hang timeout after it, and the step every termination message
-carries. A rank that cannot complete its step after a stop signal: tests/integration/test_stop_limit.py."""
+"""Preemption's pure parts: a stop signal only sets a flag (and is ignored once the exit code is decided), the
+message and exit code it ends in, torchrun's time to let it checkpoint, the shortened hang timeout after it,
+and the step every termination message carries. A rank that cannot complete its step after a stop signal:
+tests/integration/test_stop_limit.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 from scaletrain_trainer.launch import SHUTDOWN_TIMEOUT_ENV, pod_exit_code, torchrun_env
 from scaletrain_trainer.reporting import metrics, preemption
 from scaletrain_trainer.reporting.metrics import record_completed_step, write_termination_message
-from scaletrain_trainer.reporting.preemption import Preempted, install_handlers, received, signal_named
+from scaletrain_trainer.reporting.preemption import (
+    STOP_SIGNALS,
+    Preempted,
+    ignore_stop_signals,
+    install_handlers,
+    received,
+    signal_named,
+)
 from scaletrain_trainer.reporting.watchdog import Watchdog
 from scaletrain_trainer.training.distributed import HostMax
 
@@ -47,6 +55,16 @@ def test_a_stop_signal_only_sets_a_flag(no_signal_yet):
     signal.raise_signal(signal.SIGTERM)  # and the process lives on
     assert signal_named(received()) == signal.SIGTERM
     assert signal_named(0) is None
+
+
+def test_once_the_exit_code_is_decided_a_stop_signal_is_ignored(no_signal_yet):
+    """Ignored, not noted: Python's finalization keeps an ignored signal ignored, where it gives a handled one its
+    default action back (SIGTERM's: to die of it)."""
+    install_handlers()
+    ignore_stop_signals()
+    assert all(signal.getsignal(number) is signal.SIG_IGN for number in STOP_SIGNALS)
+    signal.raise_signal(signal.SIGTERM)  # the process lives on
+    assert received() == 0
 
 
 def test_the_ranks_agree_on_the_largest_signal_sigterm_before_sigint():

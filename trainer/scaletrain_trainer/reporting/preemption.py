@@ -28,6 +28,16 @@ def install_handlers() -> None:
         signal.signal(number, _note)
 
 
+def ignore_stop_signals() -> None:
+    """Once the process's exit code is decided, ignore the stop signals instead of noting them. Python's
+    finalization gives every signal it handles back its default action, which for SIGTERM is to die of it, and
+    torchrun sends SIGTERM to the other workers as soon as one exits with a code other than 0 (80 included):
+    a rank still finalizing when its peer exited first would end as -15, not with its own code. An ignored
+    signal stays ignored through the finalization."""
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+
+
 def _note(number: int, _frame: FrameType | None) -> None:
     global _received
     _received = number  # only a flag: a save or a collective must not be interrupted here
