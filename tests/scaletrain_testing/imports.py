@@ -67,3 +67,12 @@ def room(module: str) -> str:
     (cli, progress, convert); "package" for the package itself."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "package"
+
+
+def trainer_room(module: str) -> str:
+    """The trainer's room of `module`: its folder (contract, training, ...); "entry" for a module at the top (the
+    ones pods run: __main__, launch, torchrun, startup, export); "package" for the package itself."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "package"
+    return parts[1] if (TRAINER_DIR / parts[1]).is_dir() else "entry"

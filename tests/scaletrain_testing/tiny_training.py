@@ -8,8 +8,8 @@ from torch import nn
 
 from scaletrain_trainer.contract.config import TrainingConfig, parse_training_config
 from scaletrain_trainer.training.checkpoint import TrainState
-from scaletrain_trainer.training.data import IGNORE_INDEX
 from scaletrain_trainer.training.distributed import Runtime
+from scaletrain_trainer.training.losses import IGNORE_INDEX
 
 CPU = torch.device("cpu")
 RUNTIME = Runtime(rank=0, local_rank=0, world_size=1, device=CPU, backend="gloo")

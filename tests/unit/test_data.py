@@ -12,7 +12,6 @@ from scaletrain_testing.tiny_training import CPU
 from scaletrain_trainer.contract.config import DataConfig, ModelConfig
 from scaletrain_trainer.contract.validation import ProblemsError
 from scaletrain_trainer.training.data import (
-    IGNORE_INDEX,
     GlobalBatches,
     build_dataset,
     check_holds_a_global_batch,
@@ -20,6 +19,7 @@ from scaletrain_trainer.training.data import (
     resolve_workers,
     step_loader,
 )
+from scaletrain_trainer.training.losses import IGNORE_INDEX
 
 # --- data order -----------------------------------------------------------------------------------
 

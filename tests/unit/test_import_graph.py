@@ -1,12 +1,22 @@
-"""The seams, read from the source (no import runs): the operator's rooms import in one direction,
+"""The seams, read from the source (no import runs). The operator's rooms import in one direction,
 cli -> {controller, local, convert} -> {policy, render, progress, report_server} -> {validation, api} -> the trainer's
 contract, the operator takes nothing of the trainer but its contract, and the contract imports nothing of
-torch or of the rest of the trainer. No module imports itself through a cycle. Importing the operator as a
-process is checked in tests/integration/test_contract_imports.py."""
+torch or of the rest of the trainer. The trainer's rooms import in one direction too: the entry modules ->
+training -> {models, storage, reporting} -> contract. No module imports itself through a cycle. Importing the
+operator as a process is checked in tests/integration/test_contract_imports.py."""
 
 from __future__ import annotations
 
-from scaletrain_testing.imports import import_graph, is_torch, is_trainer_beyond_contract, room, trainer_import_graph
+import pytest
+
+from scaletrain_testing.imports import (
+    import_graph,
+    is_torch,
+    is_trainer_beyond_contract,
+    room,
+    trainer_import_graph,
+    trainer_room,
+)
 
 # Each tier imports the tiers below it. Within a tier: a decision may read how its objects are rendered
 # (policy -> render), and the types check themselves with the validation (api <-> validation).
@@ -22,6 +32,14 @@ ALLOWED_ROOMS = {
     "policy": {"render", *TIERS[3]},
     "validation": {"api"},
     "api": {"validation"},
+}
+# The trainer's rooms, lowest first: the torch-free contract; storage, reporting and the models (which may read
+# storage: a model on a store is fetched); the training; and the entry modules at the top, which pods run.
+TRAINER_TIERS = ({"entry"}, {"training"}, {"models", "storage", "reporting"}, {"contract"})
+TRAINER_ALLOWED = {
+    "package": set(),
+    **{name: set().union(*TRAINER_TIERS[depth + 1 :]) for depth, tier in enumerate(TRAINER_TIERS) for name in tier},
+    "models": {"storage", "contract"},
 }
 
 
@@ -58,8 +76,21 @@ def test_the_contract_imports_neither_torch_nor_the_rest_of_the_trainer():
     assert wrong == []
 
 
-def test_there_is_no_import_cycle():
-    graph = import_graph()
+def test_each_trainer_room_imports_only_the_rooms_below_it():
+    wrong = [
+        f"{module} imports {imported}"
+        for module, imports in trainer_import_graph().items()
+        for imported in imports
+        if imported.startswith("scaletrain_trainer.")
+        and trainer_room(imported) != trainer_room(module)
+        and trainer_room(imported) not in TRAINER_ALLOWED[trainer_room(module)]
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("graph_of", [import_graph, trainer_import_graph], ids=["operator", "trainer"])
+def test_there_is_no_import_cycle(graph_of):
+    graph = graph_of()
     graph = {module: imports & set(graph) for module, imports in graph.items()}
     done: set[str] = set()
 
@@ -89,3 +120,4 @@ def test_the_graphs_see_the_imports():
     )  # `from ..contract import wire`
     assert "torch" in trainer["scaletrain_trainer.training.loop"]
     assert "scaletrain_trainer.training.loop" in trainer["scaletrain_trainer.__main__"]  # a lazy import
+    assert {trainer_room(m) for m in trainer} == {"package", *set().union(*TRAINER_TIERS)}

@@ -16,9 +16,9 @@ from scaletrain_testing.hf_models import save_tiny_llama, save_tiny_tokenizer, t
 from scaletrain_trainer.contract.config import DataConfig, ModelConfig
 from scaletrain_trainer.contract.validation import ProblemsError
 from scaletrain_trainer.models.hf import HFCausalLM
-from scaletrain_trainer.training.data import IGNORE_INDEX, build_dataset
+from scaletrain_trainer.training.data import build_dataset
 from scaletrain_trainer.training.instructions import InstructionSamples, best_fit_decreasing
-from scaletrain_trainer.training.losses import token_cross_entropy
+from scaletrain_trainer.training.losses import IGNORE_INDEX, token_cross_entropy
 
 CONTEXT = 8
 

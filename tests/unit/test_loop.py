@@ -15,9 +15,9 @@ from scaletrain_testing.tiny_training import CPU, Bigram, tokens_with_ignored, t
 from scaletrain_trainer.contract.config import SchedulerConfig
 from scaletrain_trainer.contract.exit_codes import NonFinite
 from scaletrain_trainer.reporting.watchdog import Watchdog
-from scaletrain_trainer.training.data import IGNORE_INDEX, MicroBatch
+from scaletrain_trainer.training.data import MicroBatch
 from scaletrain_trainer.training.loop import NonFiniteStreak, build_scheduler, train_step
-from scaletrain_trainer.training.losses import resolve_loss
+from scaletrain_trainer.training.losses import IGNORE_INDEX, resolve_loss
 from scaletrain_trainer.training.precision import resolve_precision
 
 pytestmark = pytest.mark.usefixtures("process_group")

@@ -1,4 +1,4 @@
-"""Custom models and data sets by import path (training/plugins.py): one that builds the wrong type, or
+"""Custom models and data sets by import path (contract/plugins.py): one that builds the wrong type, or
 refuses its options, is a config error naming its field."""
 
 from __future__ import annotations

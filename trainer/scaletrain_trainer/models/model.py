@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..contract.config import HF_MODEL, ModelConfig
-from ..training.plugins import build_from
+from ..contract.plugins import build_from
 from .flops import transformer_flops_per_token, weight_flops_per_token
 
 

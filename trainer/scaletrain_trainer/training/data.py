@@ -26,12 +26,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..contract.config import INSTRUCTIONS_SOURCE, DataConfig, ModelConfig
+from ..contract.plugins import build_from
 from ..contract.storage_urls import is_object_url
 from ..contract.validation import Problem, ProblemsError
 from ..storage import objects
-from .plugins import build_from
-
-IGNORE_INDEX = -100
+from .losses import IGNORE_INDEX
 
 
 class MicroBatch(NamedTuple):

@@ -34,7 +34,7 @@ from ..contract.config import HF_CONFIG_OPTION, HF_MODEL, HF_PRETRAINED_OPTION, 
 from ..contract.storage_urls import is_object_url
 from ..contract.validation import Problem, ProblemsError
 from ..storage import objects
-from .data import IGNORE_INDEX
+from .losses import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
 

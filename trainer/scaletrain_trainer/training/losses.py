@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..contract.plugins import load_object
 from ..contract.validation import Problem, ProblemsError
-from .data import IGNORE_INDEX
-from .plugins import load_object
+
+IGNORE_INDEX = -100  # a target that counts for no loss: padding, a prompt's tokens (cross_entropy's default)
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 

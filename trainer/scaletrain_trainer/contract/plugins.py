@@ -1,11 +1,13 @@
-"""Custom models and datasets, named by import path ("package.module:function")."""
+"""Custom models, data sets and losses, named by import path ("package.module:function") in the training config:
+resolved where the trainer builds them (models/, training/), a failure a config error at the field that names
+them. Torch-free, as the rest of contract/: it imports only what the config names."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from ..contract.validation import Problem, ProblemsError
+from .validation import Problem, ProblemsError
 
 
 def build_from(import_path: str, field: tuple[str, ...], options: dict[str, Any], kind: type, what: str) -> Any:
