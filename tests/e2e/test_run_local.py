@@ -21,10 +21,10 @@ import yaml
 
 from scaletrain_operator.local.gang import POD_NETWORK_ENV
 from scaletrain_operator.local.pod_network import LOOPBACK, NAMESPACES, why_no_namespaces
-from scaletrain_operator.local.processes import processes_with_env, signal_processes
+from scaletrain_operator.local.processes import signal_processes
 from scaletrain_testing.hf_models import assert_exports_give_the_trained_logits
 from scaletrain_testing.jobs import DELETE, REPO, base_job, patched
-from scaletrain_testing.process_tree import descendants, survivors
+from scaletrain_testing.process_tree import descendants, processes_with_env, survivors
 from scaletrain_testing.timeouts import RUN_LOCAL_JOB_S
 from scaletrain_testing.trainer_runs import BASE_CONFIG, FP32_EXACT, TRAINER_ENV, plugin_data
 from scaletrain_testing.waiting import wait_until

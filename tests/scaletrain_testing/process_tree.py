@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from scaletrain_operator.local.processes import scan_processes
+
 POLL_INTERVAL_S = 0.02
 
 
@@ -63,3 +65,9 @@ def survivors(pids: Iterable[int], mentioning: str, timeout_s: float) -> tuple[s
         if not left or waited >= timeout_s:
             return left, waited
         time.sleep(POLL_INTERVAL_S)
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """The live processes whose environment holds `entry` ("NAME=value")."""
+    name, value = entry.split("=", 1)
+    return [process.pid for process in scan_processes(name) if process.env_value == value]

@@ -71,12 +71,6 @@ def scan_processes(env_name: str = MARKER_ENV) -> list[ProcessInfo]:
     return found
 
 
-def processes_with_env(entry: str) -> list[int]:
-    """The live processes whose environment holds `entry` ("NAME=value")."""
-    name, value = entry.split("=", 1)
-    return [process.pid for process in scan_processes(name) if process.env_value == value]
-
-
 def signal_processes(pids: Iterable[int], sig: signal.Signals) -> None:
     for pid in pids:
         try:

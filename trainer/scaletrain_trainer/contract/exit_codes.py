@@ -122,12 +122,6 @@ def torchrun_root_cause(text: str) -> str | None:
     return "\n".join(line for line in lines if line.strip() and set(line.strip()) - {"=", "-"})
 
 
-def final_failure(exit_code: int | None, termination_message: str) -> Result | None:
-    """The result, when it is one no gang restart can fix (FINAL)."""
-    result = result_of(exit_code, termination_message)
-    return result if result in FINAL else None
-
-
 def write_error_cause(error: BaseException) -> str | None:
     """One line for a write error (ENOSPC, EDQUOT, EROFS, EFBIG, EACCES), found in `error` or what it wraps,
     else None."""
