@@ -16,11 +16,11 @@ from scaletrain_operator.policy.gang_policy import (
     Action,
     GangLimits,
     PodOutcome,
+    crash_loop_length,
     ended_gang,
     judge,
     pod_outcome,
     restart_backoff,
-    stalled,
 )
 from scaletrain_testing.jobs import DELETE, base_job
 from scaletrain_trainer.contract.exit_codes import (
@@ -258,15 +258,15 @@ def test_a_crash_loop_is_the_run_of_failed_gangs_at_the_end_that_saved_nothing_n
     def gang(started, saved, ended="Failed"):
         return GangRecord(generation=0, started_from_step=started, checkpoint_step=saved, ended=ended)
 
-    assert stalled([gang(0, 5), gang(5, 5), gang(None, None)]) == 2  # never reported: no progress known
-    assert stalled([gang(0, 0), gang(0, 0, "Disrupted"), gang(0, 0)]) == 1
-    assert stalled([gang(0, 0), gang(0, 0, "SpecChanged")]) == 0
+    assert crash_loop_length([gang(0, 5), gang(5, 5), gang(None, None)]) == 2  # never reported: no progress known
+    assert crash_loop_length([gang(0, 0), gang(0, 0, "Disrupted"), gang(0, 0)]) == 1
+    assert crash_loop_length([gang(0, 0), gang(0, 0, "SpecChanged")]) == 0
     limits = replace(LIMITS, max_restarts_without_progress=3)
     crashed = [pod(0, "Failed", 1, 5)]
-    assert judge(crashed, limits, 0, stalled_gangs=2).action is Action.RESTART
-    assert judge(crashed, limits, 0, stalled_gangs=3).reason == "NoProgress"
+    assert judge(crashed, limits, 0, crash_loop=2).action is Action.RESTART
+    assert judge(crashed, limits, 0, crash_loop=3).reason == "NoProgress"
     evicted = [replace(pod(0, "Failed", 137, 5), conditions=frozenset({(DISRUPTION_TARGET, "True")}))]
-    assert judge(evicted, limits, 0, stalled_gangs=3).action is Action.RESTART  # a disruption is no crash
+    assert judge(evicted, limits, 0, crash_loop=3).action is Action.RESTART  # a disruption is no crash
 
 
 def test_an_ended_gangs_record_takes_the_furthest_step_rank_0_reported():
@@ -289,7 +289,7 @@ CRASH_LIMITS = replace(LIMITS, max_restarts_without_progress=3)
 
 
 @pytest.mark.parametrize(
-    "restarts, stalled_gangs, reason, says",
+    "restarts, crash_loop, reason, says",
     [
         (0, 0, None, "pod demo-g0-1 failed (Error, exit code 1); gang restart 1/3 from the last checkpoint. Trace"),
         (3, 0, "RestartLimitReached", "maxRestarts (3) reached. Traceback"),
@@ -297,9 +297,9 @@ CRASH_LIMITS = replace(LIMITS, max_restarts_without_progress=3)
     ],
     ids=["a restart", "the restart limit", "a crash loop"],
 )
-def test_every_failure_message_ends_with_the_root_cause_pods_error(restarts, stalled_gangs, reason, says):
+def test_every_failure_message_ends_with_the_root_cause_pods_error(restarts, crash_loop, reason, says):
     crashed = [pod(0, "Running"), pod(1, "Failed", 1, 5, message=TRACEBACK)]
-    verdict = judge(crashed, CRASH_LIMITS, restarts, stalled_gangs=stalled_gangs)
+    verdict = judge(crashed, CRASH_LIMITS, restarts, crash_loop=crash_loop)
     assert verdict.reason == reason
     assert says in verdict.message and verdict.message.endswith(LAST_LINE), verdict.message
 

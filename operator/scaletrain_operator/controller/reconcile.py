@@ -49,9 +49,9 @@ from ..policy.gang_policy import (
     Action,
     GangLimits,
     Verdict,
+    crash_loop_length,
     judge,
     pod_outcome,
-    stalled,
 )
 from ..policy.hang import broken_promise, stalled_message
 from ..policy.ledger import Ledger, ledger_of
@@ -124,7 +124,7 @@ def _judge_gang(
     child_job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     ledger: Ledger,
-    stalled_gangs: int,
+    crash_loop: int,
 ) -> Verdict:
     """The gang policy on the current generation: its pods, and the Job controller's conditions on its Job.
     Suspending a Job (spec.suspend, a handover to the next gang, or Kueue preempting it) terminates its pods,
@@ -136,7 +136,7 @@ def _judge_gang(
         GangLimits.of(job.spec),
         ledger.restarts,
         disruptions=ledger.disruptions,
-        stalled_gangs=stalled_gangs,
+        crash_loop=crash_loop,
         job_complete=job_condition(child_job, "Complete") is not None,
         job_failure=failed.get("reason", "Failed") if failed else None,
         suspended=child_job_suspended(child_job) or job.spec.suspend,
@@ -210,7 +210,7 @@ def _decide(
     # for one (a save that failed on the way out), is the gang's end, and its record says so.
     status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
     failing = this_gang(job, gang_generation, observed.pods, "Failed")
-    verdict = _judge_gang(job, current, observed.pods, ledger, stalled(gangs_with(job, failing)))
+    verdict = _judge_gang(job, current, observed.pods, ledger, crash_loop_length(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
         record_gang_end(draft, job, failing.model_copy(update={"ended": "Succeeded"}))
         return _succeed(draft, gang_generation, observed, verdict.message)

@@ -17,13 +17,13 @@ from ..policy.gang_policy import (
     Action,
     GangLimits,
     Verdict,
+    crash_loop_length,
     ended_gang,
     judge,
     kept,
     pod_outcome,
     recomputed_steps,
     restart_backoff,
-    stalled,
 )
 from ..policy.ledger import Ledger
 from ..policy.node_exclusion import avoid_nodes
@@ -93,7 +93,7 @@ def gang_ended(
         GangLimits.of(job.spec),
         ledger.restarts,
         disruptions=ledger.disruptions,
-        stalled_gangs=stalled(gangs_with(job, ending)),
+        crash_loop=crash_loop_length(gangs_with(job, ending)),
         job_failure=failure,
     )
     draft.events.append(Event("Warning", failure, why))

@@ -39,12 +39,12 @@ from ..policy.gang_policy import (
     GangLimits,
     PodOutcome,
     Verdict,
+    crash_loop_length,
     ended_gang,
     judge,
     kept,
     pod_outcome,
     restart_backoff,
-    stalled,
 )
 from ..policy.ledger import Ledger
 from ..progress import read_progress
@@ -212,7 +212,7 @@ class Gang:
             limits,
             ledger.restarts,
             disruptions=ledger.disruptions,
-            stalled_gangs=stalled([*ended, self.record("Failed")]),
+            crash_loop=crash_loop_length([*ended, self.record("Failed")]),
             job_failure=DEADLINE_EXCEEDED if deadline_passed else None,
         )
 

@@ -349,14 +349,14 @@ def judge(
     restarts: int,
     *,
     disruptions: int = 0,
-    stalled_gangs: int = 0,
+    crash_loop: int = 0,
     job_complete: bool = False,
     job_failure: str | None = None,
     suspended: bool = False,
 ) -> Verdict:
     """What the gang's pods mean for the job, after `restarts` counted gang restarts and `disruptions`.
-    `stalled_gangs`: the gangs in a row, this one included, that failed without a newer checkpoint than
-    they started from (`stalled`).
+    `crash_loop`: the gangs in a row, this one included, that failed without a newer checkpoint than
+    they started from (`crash_loop_length`).
 
     `job_complete` and `job_failure` are the Job controller's word on the gang's Job (run-local's
     deadline timer speaks for it there), or the operator's (a Job deleted by hand, a silent gang).
@@ -394,11 +394,11 @@ def judge(
             f"checkpoint (disruption {disruptions + 1}/{limits.max_disruptions})"
         )
         return Verdict(Action.RESTART, told(message, cause), meant.name, cause, disruption=True, avoid_node=avoid)
-    stalled_limit = limits.max_restarts_without_progress
-    if stalled_limit is not None and stalled_gangs >= stalled_limit:
+    crash_loop_limit = limits.max_restarts_without_progress
+    if crash_loop_limit is not None and crash_loop >= crash_loop_limit:
         message = (
-            f"{what}{by_rule}; {stalled_gangs} gangs in a row failed without a checkpoint newer than the one they "
-            f"started from (maxRestartsWithoutProgress {stalled_limit}): a crash loop"
+            f"{what}{by_rule}; {crash_loop} gangs in a row failed without a checkpoint newer than the one they "
+            f"started from (maxRestartsWithoutProgress {crash_loop_limit}): a crash loop"
         )
         return Verdict(Action.FAIL, told(message, cause), NO_PROGRESS, cause, avoid_node=avoid)
     if restarts >= limits.max_restarts:
@@ -444,7 +444,7 @@ def ended_gang(
     )
 
 
-def stalled(gangs: Sequence[GangRecord]) -> int:
+def crash_loop_length(gangs: Sequence[GangRecord]) -> int:
     """How many gangs in a row, up to the last, failed without leaving a checkpoint newer than the one they
     started from. A disruption or a spec change ends the run of them: neither is the job's crash."""
     count = 0
