@@ -85,7 +85,7 @@ test-fast: setup
 # fine-tuning example's fixture (a tiny model, its tokenizer, records).
 OPENAPI_SUBSET = operator/scaletrain_operator/validation/zz_generated_kube_openapi.py
 generate: setup
-	$(BIN)/python -m scaletrain_operator.validation.openapi_subset > $(OPENAPI_SUBSET)
+	$(BIN)/python -m scaletrain_testing.openapi_subset > $(OPENAPI_SUBSET)
 	$(BIN)/ruff format --quiet $(OPENAPI_SUBSET)
 	$(BIN)/scaletrain crd > crds/scaletrainjob.yaml
 	cp crds/scaletrainjob.yaml charts/scaletrain/crds/scaletrainjob.yaml

@@ -15,10 +15,10 @@ from scaletrain_operator.controller.decision import Observed
 from scaletrain_operator.controller.handlers import decide_from
 from scaletrain_operator.validation import zz_generated_kube_openapi as kube_openapi
 from scaletrain_operator.validation.kube_schema import DEFINITION_RULES, schema_problems
-from scaletrain_operator.validation.openapi_subset import KUBERNETES_VERSION, ROOTS, pinned_definitions
 from scaletrain_testing.cli import run_cli
 from scaletrain_testing.jobs import base_job, patched
 from scaletrain_testing.malformed import REFUSED_AT_JOB_CREATION
+from scaletrain_testing.openapi_subset import KUBERNETES_VERSION, ROOTS, pinned_definitions
 from scaletrain_trainer.contract.validation import ProblemsError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
