@@ -114,10 +114,10 @@ def generation_of(job_name: str, child_job: Any) -> int | None:
     return whole_number(child_job[len(prefix) :])
 
 
-def child_job_name(job_name: str, generation: int) -> str:
+def child_job_name(job_name: str, gang_generation: int) -> str:
     """The batch/v1 Job of one gang generation. A new name per generation means a restarted gang
     never resolves the master address to a still-terminating pod of the previous generation."""
-    return f"{job_name}-g{generation}"
+    return f"{job_name}-g{gang_generation}"
 
 
 # Where on the operator's HTTPS endpoint a script of one's own posts its progress (report_server.py); pods are given

@@ -427,7 +427,7 @@ def told(message: str, cause: PodOutcome | None) -> str:
 
 
 def ended_gang(
-    generation: int, reported: Mapping[str, Any] | None, pods: Sequence[PodOutcome], ended: str
+    gang_generation: int, reported: Mapping[str, Any] | None, pods: Sequence[PodOutcome], ended: str
 ) -> GangRecord:
     """The record of a gang that ended: from rank 0's last progress report of it (`reported`, /progress's
     fields; None if it never reported) and the step rank 0's termination message gives, if any."""
@@ -436,7 +436,7 @@ def ended_gang(
     steps = [reported.get("step"), final_progress(rank_0.message).get("step") if rank_0 is not None else None]
     reached = [step for step in steps if isinstance(step, int)]
     return GangRecord(
-        generation=generation,
+        generation=gang_generation,
         started_from_step=reported.get("resumedFromStep"),
         reached_step=max(reached) if reached else None,
         checkpoint_step=reported.get("checkpointStep"),

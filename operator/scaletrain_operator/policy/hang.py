@@ -11,7 +11,7 @@ from ..api.models import ScaleTrainJob
 from ..api.timestamps import timestamp
 
 
-def broken_promise(job: ScaleTrainJob, generation: int, read_seconds: float) -> datetime | None:
+def broken_promise(job: ScaleTrainJob, gang_generation: int, read_seconds: float) -> datetime | None:
     """When rank 0 of the running gang promised its next progress report by (progress.staleAfter: the
     trainer's hang timeout plus a logging interval from its last report), if the operator read rank 0's
     answer after that and it still held the promise: the trainer itself says it made no progress in time
@@ -26,7 +26,7 @@ def broken_promise(job: ScaleTrainJob, generation: int, read_seconds: float) -> 
     watchdog and collective timeouts cover that."""
     status = job.status
     progress = status.progress if status is not None else None
-    if status is None or status.phase != "Running" or progress is None or progress.generation != generation:
+    if status is None or status.phase != "Running" or progress is None or progress.generation != gang_generation:
         return None
     if progress.stale_after is None or progress.read_at is None:
         return None

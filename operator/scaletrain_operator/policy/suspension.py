@@ -43,7 +43,7 @@ def preempted(job: ScaleTrainJob, child_job: Mapping[str, Any], pods: Sequence[M
     return not job.spec.suspend and taken and bool(pods)
 
 
-def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[str, Any] | None) -> bool:
+def current_job_deleted(job: ScaleTrainJob, gang_generation: int, current: Mapping[str, Any] | None) -> bool:
     """Whether someone else deleted the current generation's Job: the status names it, and neither it nor a
     newer generation's Job exists. The status names a Job only once it was created (cluster.apply patches
     the status after its creates went through), and the operator deletes a gang's Job only after creating
@@ -53,4 +53,4 @@ def current_job_deleted(job: ScaleTrainJob, generation: int, current: Mapping[st
     patch, and the event of the Job it created is still on its way): the decision a deletion leads to
     creates a Job, or finishes the job, and handlers.needs_fresh_look makes either again from fresh reads:
     a GET of the job, then a LIST of its Jobs, which holds every Job created before the status naming it."""
-    return current is None and naming.generation_of(job.name, job.current_job) == generation
+    return current is None and naming.generation_of(job.name, job.current_job) == gang_generation

@@ -144,11 +144,11 @@ DISRUPTION_FAILS_THE_JOB = {
 }
 
 
-def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
+def render_pod_template(job: ScaleTrainJob, gang_generation: int) -> dict[str, Any]:
     spec = job.spec
     rendered = {
         "metadata": {
-            "labels": generation_labels(job, generation),
+            "labels": generation_labels(job, gang_generation),
             # `kubectl logs` and `kubectl exec` pick this container even when podTemplate adds sidecars first.
             "annotations": {
                 "kubectl.kubernetes.io/default-container": naming.TRAINER_CONTAINER,
@@ -160,7 +160,7 @@ def render_pod_template(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
             "restartPolicy": "Never",
             # Time for the trainer to finish its step and save a checkpoint after SIGTERM (a preemption).
             "terminationGracePeriodSeconds": spec.grace_period_seconds,
-            "containers": [_trainer_container(job, generation), *_rank_env_only(job, generation)],
+            "containers": [_trainer_container(job, gang_generation), *_rank_env_only(job, gang_generation)],
             "volumes": [v.model_dump(mode="json", by_alias=True) for v in spec.volumes]
             + [{"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}],
             "securityContext": _pod_security(spec),
@@ -189,14 +189,14 @@ def _kueue_topology(job: ScaleTrainJob) -> dict[str, str]:
     return {naming.KUEUE_PREFERRED_TOPOLOGY: topology.preferred} if topology.preferred is not None else {}
 
 
-def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
+def _trainer_container(job: ScaleTrainJob, gang_generation: int) -> dict[str, Any]:
     spec = job.spec
     container: dict[str, Any] = {
         "name": naming.TRAINER_CONTAINER,
         "image": spec.image,
         "command": spec.command if spec.command is not None else DEFAULT_COMMAND,
         "args": spec.args if spec.args is not None else ([] if spec.command is not None else DEFAULT_TORCHRUN_ARGS),
-        "env": render_env(job, generation),
+        "env": render_env(job, gang_generation),
         "ports": [
             {"name": "rendezvous", "containerPort": spec.master_port},
             {"name": "metrics", "containerPort": spec.metrics_port},
@@ -215,10 +215,10 @@ def _trainer_container(job: ScaleTrainJob, generation: int) -> dict[str, Any]:
     return container
 
 
-def _rank_env_only(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
+def _rank_env_only(job: ScaleTrainJob, gang_generation: int) -> list[dict[str, Any]]:
     """The rank env for podTemplate's containers named in rankEnvContainers, merged into each by name."""
     names = [name for name in job.spec.rank_env_containers if name != naming.TRAINER_CONTAINER]
-    return [{"name": name, "env": render_env(job, generation)} for name in names]
+    return [{"name": name, "env": render_env(job, gang_generation)} for name in names]
 
 
 # Pod Security "restricted" for the trainer: no privilege, no capabilities, the runtime's seccomp profile.
@@ -246,7 +246,7 @@ def generation_free(rendered_job: Mapping[str, Any]) -> dict[str, Any]:
     return shape
 
 
-def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
+def render_env(job: ScaleTrainJob, gang_generation: int) -> list[dict[str, Any]]:
     """Rank layout for torchrun (PET_*) and for plain launchers, backend settings, the config (naming.RENDERED_ENV
     says where each comes from), and spec.objectStorage's variables (object_storage.py).
 
@@ -259,7 +259,7 @@ def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
     replaces it in place.
     """
     spec = job.spec
-    master = f"{naming.child_job_name(job.name, generation)}-0.{naming.service_name(job.name)}"
+    master = f"{naming.child_job_name(job.name, gang_generation)}-0.{naming.service_name(job.name)}"
     rendered: list[dict[str, Any]] = [
         {"name": "PET_NNODES", "value": str(spec.nodes)},
         {"name": "PET_NPROC_PER_NODE", "value": str(spec.resolved_procs_per_node)},
@@ -275,7 +275,7 @@ def render_env(job: ScaleTrainJob, generation: int) -> list[dict[str, Any]]:
         {"name": "WORLD_SIZE", "value": str(spec.world_size)},
         {"name": wire.BACKEND_ENV, "value": spec.resolved_backend},
         {"name": wire.JOB_NAME_ENV, "value": job.name},
-        {"name": wire.GENERATION_ENV, "value": str(generation)},
+        {"name": wire.GENERATION_ENV, "value": str(gang_generation)},
         {"name": wire.METRICS_PORT_ENV, "value": str(spec.metrics_port)},
     ]
     if spec.training is not None:
@@ -365,8 +365,8 @@ def job_labels(job: ScaleTrainJob) -> dict[str, str]:
     }
 
 
-def generation_labels(job: ScaleTrainJob, generation: int) -> dict[str, str]:
-    return job_labels(job) | {naming.LABEL_GENERATION: str(generation)}
+def generation_labels(job: ScaleTrainJob, gang_generation: int) -> dict[str, str]:
+    return job_labels(job) | {naming.LABEL_GENERATION: str(gang_generation)}
 
 
 def owner_reference(job: ScaleTrainJob) -> dict[str, Any] | None:

@@ -72,17 +72,17 @@ def workload_of(job: ScaleTrainJob, metadata: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _template_of(generation: int) -> str:
+def _template_of(gang_generation: int) -> str:
     """The Workload's template that gang `generation` is placed by: not the last gang's."""
-    return GANG_TEMPLATES[generation % len(GANG_TEMPLATES)]
+    return GANG_TEMPLATES[gang_generation % len(GANG_TEMPLATES)]
 
 
-def delegated(rendered_job: dict[str, Any], job: ScaleTrainJob, generation: int) -> dict[str, Any]:
+def delegated(rendered_job: dict[str, Any], job: ScaleTrainJob, gang_generation: int) -> dict[str, Any]:
     """A rendered Job whose pods the Job controller puts in a PodGroup of the job's Workload. A topology the
     Workload alone keeps is said on the Job too: a change of it is then a change of the Job's spec (its
     hash, controller/reconcile.py), and the next gang is placed by the new one."""
     annotations = rendered_job["metadata"].setdefault("annotations", {})
-    annotations[GROUP_TEMPLATE_ANNOTATION] = _template_of(generation)
+    annotations[GROUP_TEMPLATE_ANNOTATION] = _template_of(gang_generation)
     if (topology := workload_topology(job)) is not None:
         annotations[GANG_TOPOLOGY_ANNOTATION] = topology
     return rendered_job
