@@ -4,6 +4,7 @@ imports which."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .jobs import REPO
@@ -76,3 +77,18 @@ def trainer_room(module: str) -> str:
     if len(parts) == 1:
         return "package"
     return parts[1] if (TRAINER_DIR / parts[1]).is_dir() else "entry"
+
+
+def imports_against_the_rooms(
+    graph: Mapping[str, set[str]], package: str, room_of: Callable[[str], str], allowed: Mapping[str, set[str]]
+) -> list[str]:
+    """`A imports B` for each import of `graph` within `package` from one room into another that `allowed` (each
+    room's rooms below it) does not list."""
+    return [
+        f"{module} imports {imported}"
+        for module, imports in graph.items()
+        for imported in imports
+        if imported.startswith(package)
+        and room_of(imported) != room_of(module)
+        and room_of(imported) not in allowed[room_of(module)]
+    ]

@@ -11,6 +11,7 @@ import pytest
 
 from scaletrain_testing.imports import (
     import_graph,
+    imports_against_the_rooms,
     is_torch,
     is_trainer_beyond_contract,
     room,
@@ -44,15 +45,7 @@ TRAINER_ALLOWED = {
 
 
 def test_each_room_imports_only_the_rooms_below_it():
-    wrong = [
-        f"{module} imports {imported}"
-        for module, imports in import_graph().items()
-        for imported in imports
-        if imported.startswith("scaletrain_operator.")
-        and room(imported) != room(module)
-        and room(imported) not in ALLOWED_ROOMS[room(module)]
-    ]
-    assert wrong == []
+    assert imports_against_the_rooms(import_graph(), "scaletrain_operator.", room, ALLOWED_ROOMS) == []
 
 
 def test_the_operator_imports_only_the_trainers_contract():
@@ -77,15 +70,8 @@ def test_the_contract_imports_neither_torch_nor_the_rest_of_the_trainer():
 
 
 def test_each_trainer_room_imports_only_the_rooms_below_it():
-    wrong = [
-        f"{module} imports {imported}"
-        for module, imports in trainer_import_graph().items()
-        for imported in imports
-        if imported.startswith("scaletrain_trainer.")
-        and trainer_room(imported) != trainer_room(module)
-        and trainer_room(imported) not in TRAINER_ALLOWED[trainer_room(module)]
-    ]
-    assert wrong == []
+    graph = trainer_import_graph()
+    assert imports_against_the_rooms(graph, "scaletrain_trainer.", trainer_room, TRAINER_ALLOWED) == []
 
 
 @pytest.mark.parametrize("graph_of", [import_graph, trainer_import_graph], ids=["operator", "trainer"])
