@@ -23,6 +23,7 @@ from scaletrain_testing.e2e_jobs import (
     e2e_operator,
     paced,
     pods_of,
+    rank_log,
     steps,
     submit_training,
     text_of,
@@ -136,8 +137,7 @@ def test_a_killed_rank_restarts_the_gang_which_resumes_from_its_checkpoint(clust
     # The new gang went on from the newest checkpoint before the kill, not from step 0.
     assert first_after > 1 and (first_after - 1) % CHECKPOINT_EVERY == 0 and first_after - 1 <= killed_at + 1
     assert logged[resumed_at:] == list(range(first_after, 41))
-    rank_0 = next(p for p in pods_of(cluster, "e2e-fault-g1") if "-g1-0-" in p["metadata"]["name"])
-    rank_0_log = cluster.kubelet.running(cluster.namespace, rank_0["metadata"]["name"]).log_path.read_text()
+    rank_0_log = rank_log(cluster, "e2e-fault-g1", 0)
     assert f"step-{first_after - 1:08d}" in rank_0_log and "resumed from" in rank_0_log
 
 

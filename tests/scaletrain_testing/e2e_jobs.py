@@ -121,6 +121,12 @@ def text_of(path):
     return path.exists() and path.read_text()
 
 
+def rank_log(team, job_name, rank):
+    """What the pod of `rank` in the gang Job `job_name` has written so far ("" before it has a pod)."""
+    pod = next((p for p in pods_of(team, job_name) if f"{job_name}-{rank}-" in p["metadata"]["name"]), None)
+    return pod and team.kubelet.running(team.namespace, pod["metadata"]["name"]).log_path.read_text() or ""
+
+
 def pods_of(team, job_name):
     return sorted(
         team.kube.list("pods", team.namespace, f"batch.kubernetes.io/job-name={job_name}"),
