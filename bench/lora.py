@@ -56,7 +56,7 @@ class Variant:
         from scaletrain_trainer.models.model import build_model
         from scaletrain_trainer.training.checkpoint import TrainState
         from scaletrain_trainer.training.data import build_dataset, collate
-        from scaletrain_trainer.training.loop import build_optimizer, build_scheduler
+        from scaletrain_trainer.training.optimizer import build_optimizer, build_scheduler
         from scaletrain_trainer.training.precision import resolve_precision
 
         config = _config(lora)

@@ -40,7 +40,8 @@ def state_bytes_worker(strategy: str, result_file: Path) -> None:
     from scaletrain_trainer.training.checkpoint import TrainState
     from scaletrain_trainer.training.data import GlobalBatches, build_dataset, collate, to_device
     from scaletrain_trainer.training.distributed import init_distributed, seed_everything, shutdown
-    from scaletrain_trainer.training.loop import build_optimizer, build_scheduler, train_step
+    from scaletrain_trainer.training.loop import train_step
+    from scaletrain_trainer.training.optimizer import build_optimizer, build_scheduler
     from scaletrain_trainer.training.parallel import apply_parallelism
     from scaletrain_trainer.training.precision import resolve_precision
 

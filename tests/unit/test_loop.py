@@ -1,10 +1,7 @@
 """The training loop's parts (training/loop.py) in one process: an accumulated update that equals the
-full-batch update, the learning-rate schedule, streaks of non-finite steps, and the step the watchdog
-leaves alone while it compiles."""
+full-batch update, and the step the watchdog leaves alone while it compiles."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
@@ -12,11 +9,9 @@ from torch import nn
 
 from scaletrain_testing.plugins.losses import second_half_cross_entropy
 from scaletrain_testing.tiny_training import CPU, Bigram, tokens_with_ignored, train_state
-from scaletrain_trainer.contract.config import SchedulerConfig
-from scaletrain_trainer.contract.exit_codes import NonFinite
 from scaletrain_trainer.reporting.watchdog import Watchdog
 from scaletrain_trainer.training.data import MicroBatch
-from scaletrain_trainer.training.loop import NonFiniteStreak, build_scheduler, train_step
+from scaletrain_trainer.training.loop import train_step
 from scaletrain_trainer.training.losses import IGNORE_INDEX, resolve_loss
 from scaletrain_trainer.training.precision import resolve_precision
 
@@ -76,59 +71,6 @@ def test_per_micro_batch_mean_would_be_wrong():
     ]
     torch.set_grad_enabled(True)
     assert float(sum(means) / len(means)) != pytest.approx(float(full), rel=1e-3)
-
-
-# --- schedule -------------------------------------------------------------------------------------
-
-
-def test_warmup_then_cosine_to_min_lr():
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = build_scheduler(optimizer, SchedulerConfig(warmup_steps=4, min_lr_ratio=0.1), max_steps=20)
-    lrs = []
-    for _ in range(21):
-        lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
-    assert lrs[4] == pytest.approx(1.0) and lrs[20] == pytest.approx(0.1)
-    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:], strict=False))
-
-
-# --- non-finite steps (onNonFinite: skip) ---------------------------------------------------------
-
-
-def test_a_streak_of_dropped_updates_at_the_limit_stops_naming_its_first_step():
-    streak = NonFiniteStreak(limit=3)
-    for step, dropped in [(1, False), (2, True), (3, True), (4, False), (5, True), (6, True)]:
-        streak.count(step, dropped)  # two in a row, then applied, then two again: under the limit
-    with pytest.raises(NonFinite) as stopped:
-        streak.count(7, dropped=True)
-    assert stopped.value.step == 5
-    stopped.value.last_checkpoint_step = 4
-    assert str(stopped.value).endswith("not finite at step 5: the run diverged (the last finite checkpoint: step 4)")
-
-
-def test_a_save_due_during_a_streak_waits_for_the_next_applied_update():
-    streak = NonFiniteStreak(limit=10)
-    saves = []
-    for step, dropped in [(1, False), (2, False), (3, True), (4, True), (5, False), (6, False)]:
-        streak.count(step, dropped)
-        if streak.saves_now(due=step % 2 == 0):
-            saves.append(step)
-    assert saves == [2, 5, 6]  # step 4's save waited for step 5, the first applied after it
-
-
-def test_a_final_loss_that_is_not_finite_stops_the_run_naming_where_it_turned():
-    streak = NonFiniteStreak(limit=10)
-    streak.check_final_loss(2.5, step=9)
-    streak.count(8, dropped=True)
-    streak.count(9, dropped=True)
-    with pytest.raises(NonFinite) as in_a_streak:
-        streak.check_final_loss(math.nan, step=9)
-    assert in_a_streak.value.step == 8
-    with pytest.raises(NonFinite) as without_a_streak:  # fp16: its scaler skips steps itself
-        NonFiniteStreak(limit=10).check_final_loss(math.inf, step=9)
-    assert without_a_streak.value.step == 9
 
 
 # --- hang watch -----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ Each checkpoint verifies itself: before the rename, a manifest records every fil
 read back right after writing (the ranks share the files out, so no rank reads them all). Resuming
 checks the newest against its manifest first; a damaged one (a lost, truncated or overwritten file,
 no manifest at all) is moved aside to `step-N.corrupt` with a warning, and the one before it is
-tried. A checkpoint written from non-finite state never exists (loop.stop_if_non_finite runs first).
+tried. A checkpoint written from non-finite state never exists (non_finite.stop_if_non_finite runs first).
 
 checkpoint.dir may be an object-store URL (s3://bucket/prefix): there the manifest, written last, is what
 makes a checkpoint complete (storage/checkpoint_stores.py has both commit protocols), and the store must

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..contract.config import OptimizerConfig, SchedulerConfig, TrainingConfig
+from ..contract.config import TrainingConfig
 from ..contract.exit_codes import NonFinite
 from ..models.flops import ModelFlops, peak_flops
 from ..models.model import count_parameters, flops_per_token, trainable_parameters
@@ -38,6 +38,8 @@ from .data import (
 from .distributed import HostMax, Runtime, agree, all_reduce_sum, seed_everything
 from .evaluation import Evaluator, split_off_eval
 from .losses import TOKEN_CROSS_ENTROPY, Loss, resolve_loss
+from .non_finite import NonFiniteStreak, stop_if_non_finite
+from .optimizer import build_optimizer, build_scheduler
 from .parallel import autocast_enabled, build_parallel_model, gradient_sync, unwrapped
 from .precision import Precision, resolve_precision
 
@@ -340,61 +342,6 @@ def next_report_within(config: TrainingConfig, watchdog: Watchdog) -> float:
     return config.log_every_steps * watchdog.typical_step_seconds + watchdog.timeout
 
 
-class NonFiniteStreak:
-    """onNonFinite: skip. The steps in a row whose update train_step dropped (their loss or global gradient norm
-    was not finite, the same on every rank): `limit` of them are a divergence, a loss that stays NaN whatever
-    the batch. A dropped step is no progress, so no checkpoint is saved while a streak lasts: a save due
-    meanwhile waits for the next applied update (a stop signal's save still saves: a disruption is no crash,
-    and dropped updates left the weights finite). A gang that diverges again from the last checkpoint then
-    leaves nothing newer than it started from, which the operator's crash-loop guard sees. Host-side and
-    pure: train_step already synced on the norm."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.first: int | None = None  # the streak's first step; None while updates are applied
-        self.length = 0
-        self.save_owed = False  # a save fell due during the streak
-
-    def count(self, step: int, dropped: bool) -> None:
-        """Note whether `step`'s update was dropped; raise NonFinite, naming the streak's first step, at the limit."""
-        if not dropped:
-            self.first, self.length = None, 0
-            return
-        self.first = step if self.first is None else self.first
-        self.length += 1
-        log.warning(
-            "step %d: the loss or the gradients were not finite; update dropped (%d in a row, %d stop the run)",
-            step,
-            self.length,
-            self.limit,
-        )
-        if self.length >= self.limit:
-            raise NonFinite(self.first)
-
-    def saves_now(self, due: bool) -> bool:
-        """Whether to save at this step: a save due now, or one owed since the streak, once updates apply again."""
-        self.save_owed = self.save_owed or due
-        if self.save_owed and self.first is None:
-            self.save_owed = False
-            return True
-        return False
-
-    def check_final_loss(self, loss: float, step: int) -> None:
-        """A run never ends on a non-finite loss, whatever the policy: it raises NonFinite naming the streak's
-        first step (fp16, whose loss scaler skips steps itself, keeps no streak: the last step)."""
-        if not math.isfinite(loss):
-            raise NonFinite(self.first if self.first is not None else step)
-
-
-def stop_if_non_finite(first_non_finite: torch.Tensor) -> None:
-    """Raise NonFinite if any rank saw a non-finite step (one small collective, at a log step or a save)."""
-    seen = first_non_finite.clone()
-    seen[seen < 0] = torch.iinfo(torch.int64).max
-    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
-    if int(seen) != torch.iinfo(torch.int64).max:
-        raise NonFinite(int(seen))
-
-
 @dataclass
 class StepResult:
     """Tensors stay on the device; they are read (a host sync) only at log steps."""
@@ -525,30 +472,3 @@ def peak_memory_since_last_log(device: torch.device) -> int | None:
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     torch.cuda.reset_peak_memory_stats(device)
     return int(peak)
-
-
-def build_optimizer(model: nn.Module, config: OptimizerConfig, device: torch.device) -> torch.optim.Optimizer:
-    """Weight decay on matrices only (not on biases, norms or other vectors), as in GPT-2. On GPUs AdamW is
-    fused: one kernel for all of its update, where the default (foreach) launches several per step."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if config.name == "sgd":
-        return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
-    betas, fused = (config.beta1, config.beta2), device.type == "cuda"
-    return torch.optim.AdamW(groups, lr=config.lr, betas=betas, eps=config.eps, fused=fused)
-
-
-def build_scheduler(optimizer: torch.optim.Optimizer, config: SchedulerConfig, max_steps: int):
-    """Linear warmup to lr, then cosine or linear decay to minLrRatio × lr at max_steps."""
-
-    def factor(step: int) -> float:
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        if config.name == "constant":
-            return 1.0
-        progress = min(1.0, (step - config.warmup_steps) / max(1, max_steps - config.warmup_steps))
-        shape = 0.5 * (1 + math.cos(math.pi * progress)) if config.name == "cosine" else 1 - progress
-        return config.min_lr_ratio + (1 - config.min_lr_ratio) * shape
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
