@@ -15,7 +15,7 @@ from scaletrain_trainer.contract.documents import EXPONENT_FLOAT, DocumentError,
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from .api.crd import crd_yaml
-from .api.models import ScaleTrainJob, parse_job
+from .api.job import ScaleTrainJob, parse_job
 from .api.naming import MAX_RESTARTS, whole_number
 from .convert import ConversionError, Finding, convert
 from .render.children import render_children, render_job

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.rest import ApiException
 
-from scaletrain_operator.api.models import ScaleTrainJob
+from scaletrain_operator.api.job import ScaleTrainJob
 from scaletrain_operator.render.children import render_children, render_job
 from scaletrain_operator.validation import kube_schema
 from scaletrain_testing.jobs import base_job, patched

@@ -12,7 +12,7 @@ import kubernetes
 import pytest
 import yaml
 
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_testing.control_plane import KUBERNETES_VERSION
 from scaletrain_testing.jobs import EXAMPLES, REPO, base_job, load_yaml, patched
 from scaletrain_testing.malformed import REFUSED_BY_THE_CRD, REFUSED_ONLY_BY_THE_OPERATOR

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.render.children import render_job
 from scaletrain_testing.jobs import REPO, base_job
 from scaletrain_testing.kube import Kube

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from scaletrain_operator.api.models import ScaleTrainJob, parse_job
+from scaletrain_operator.api.job import ScaleTrainJob, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, GROUP, KIND, LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Observed
 from scaletrain_operator.render.capacity_probe import render_probe

@@ -63,6 +63,12 @@ def is_trainer_beyond_contract(module: str) -> bool:
     return module.startswith("scaletrain_trainer.") and not module.startswith("scaletrain_trainer.contract")
 
 
+def operator_modules(room: str, *names: str) -> set[str]:
+    """The modules `names` of the operator's `room`, with the room's package, which `from ..api import naming`
+    imports too."""
+    return {f"scaletrain_operator.{room}", *(f"scaletrain_operator.{room}.{name}" for name in names)}
+
+
 def room(module: str) -> str:
     """The operator's room of `module`: its folder (api, validation, policy, ...) or its top-level module
     (cli, progress, convert); "package" for the package itself."""
@@ -83,7 +89,8 @@ def imports_against_the_rooms(
     graph: Mapping[str, set[str]], package: str, room_of: Callable[[str], str], allowed: Mapping[str, set[str]]
 ) -> list[str]:
     """`A imports B` for each import of `graph` within `package` from one room into another that `allowed` (each
-    room's rooms below it) does not list."""
+    room's rooms below it, and the single modules of other rooms it may import) lists neither as a room nor as a
+    module."""
     return [
         f"{module} imports {imported}"
         for module, imports in graph.items()
@@ -91,4 +98,5 @@ def imports_against_the_rooms(
         if imported.startswith(package)
         and room_of(imported) != room_of(module)
         and room_of(imported) not in allowed[room_of(module)]
+        and imported not in allowed[room_of(module)]
     ]

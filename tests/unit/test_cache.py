@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scaletrain_operator.api import naming
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.controller import cache as cache_module
 from scaletrain_operator.controller.cache import Cache, Store, children_view
 from scaletrain_operator.controller.decision import Decision, Event

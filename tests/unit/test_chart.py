@@ -14,7 +14,7 @@ import yaml
 from cryptography import x509
 
 from scaletrain_operator.api import naming
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.controller import rbac
 from scaletrain_operator.controller.main import build_parser
 from scaletrain_operator.render.children import render_network_policy

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.convert import Conversion, ConversionError, convert
 from scaletrain_operator.render.children import render_children
 from scaletrain_testing.cli import run_cli

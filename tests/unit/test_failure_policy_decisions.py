@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from prometheus_client import REGISTRY
 
-from scaletrain_operator.api.models import ExcludeNodes, parse_job
+from scaletrain_operator.api.job import parse_job
+from scaletrain_operator.api.spec import ExcludeNodes
 from scaletrain_operator.controller import metrics
 from scaletrain_operator.controller.cluster import EVENT_MESSAGE_LIMIT
 from scaletrain_operator.controller.reconcile import decide

@@ -8,7 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from scaletrain_operator.api import naming
-from scaletrain_operator.api.models import FailurePolicyRule, GangRecord, RestartBackoff, parse_job
+from scaletrain_operator.api.job import parse_job
+from scaletrain_operator.api.job_status import GangRecord
+from scaletrain_operator.api.spec import FailurePolicyRule, RestartBackoff
 from scaletrain_operator.policy.gang_policy import (
     DEADLINE_EXCEEDED,
     DISRUPTION_TARGET,

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.controller.decision import Observed
 from scaletrain_operator.controller.handlers import decide_from
 from scaletrain_operator.validation import zz_generated_kube_openapi as kube_openapi

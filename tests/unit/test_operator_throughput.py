@@ -16,7 +16,7 @@ import kopf
 import pytest
 
 from scaletrain_operator.api import naming
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.controller import cluster as cluster_module
 from scaletrain_operator.controller import main
 from scaletrain_operator.controller.cache import Cache

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.local.executor import PodExecutor, PodExtras, find_executable
 from scaletrain_operator.local.expansion import expand
 from scaletrain_operator.local.job_controller import indexed_pods

@@ -8,7 +8,7 @@ import copy
 import kubernetes_validate
 import pytest
 
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.render.children import generation_free, render_children, render_job
 from scaletrain_operator.validation.merge import merge_under
 from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO, base_job, load_yaml, secret_key_ref

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain_operator.api.models import parse_job
+from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.cli import mounted_claims
 from scaletrain_testing.jobs import base_job
 

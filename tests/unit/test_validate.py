@@ -158,7 +158,7 @@ def test_examples_validate_and_render(path):
 
 
 def test_render_output_equals_the_renderer(tmp_path):
-    from scaletrain_operator.api.models import parse_job
+    from scaletrain_operator.api.job import parse_job
     from scaletrain_operator.render.children import render_children
 
     document = base_job()

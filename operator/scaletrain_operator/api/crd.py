@@ -14,9 +14,10 @@ import yaml
 
 from scaletrain_trainer.contract import wire
 
+from ..validation.kube_rules import DNS_1035_LABEL
 from . import naming
 from .cel import CrdJsonSchema
-from .models import ScaleTrainJob
+from .job import ScaleTrainJob
 
 # Keys pydantic emits that a structural schema must not carry.
 _DROPPED_KEYS = {"title", "$defs"}
@@ -60,7 +61,7 @@ NAME_RULES = [
         "<name>-g<generation>-<index> must fit in 63",
     },
     {
-        "rule": f"self.metadata.name.matches('{naming.DNS_1035_LABEL}')",
+        "rule": f"self.metadata.name.matches('{DNS_1035_LABEL}')",
         "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter)",
     },
 ]

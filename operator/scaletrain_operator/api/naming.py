@@ -24,9 +24,6 @@ MAX_RESTARTS = 100
 DEFAULT_MAX_DISRUPTIONS = 30
 MAX_DISRUPTIONS = 1000
 MAX_NAME_LENGTH = 63 - len(f"-g{MAX_RESTARTS}") - len(f"-{MAX_NODES - 1}")
-DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # Service names
-DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # volume names
-DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # claim names
 
 TRAINER_CONTAINER = "trainer"
 SHM_VOLUME = "scaletrain-shm"

@@ -37,7 +37,7 @@ import kopf
 from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
-from ..api.models import parse_job
+from ..api.job import parse_job
 from ..policy.pods import being_deleted
 from ..render.workload import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 from ..report_server import REVIEWERS, Report, Reports, StatusServer

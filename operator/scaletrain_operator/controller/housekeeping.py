@@ -26,7 +26,7 @@ from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
-from ..api.models import ScaleTrainJob, parse_job
+from ..api.job import ScaleTrainJob, parse_job
 from ..api.timestamps import parse_timestamp
 from ..policy.pods import POD_CREATION_FAILED, pod_index, pod_phase
 from ..progress import read_all_progress

@@ -15,7 +15,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.config import CheckpointConfig
 
-from ..api.models import Phase
+from ..api.job_status import Phase
 from ..api.timestamps import parse_timestamp
 from .decision import ControllerFailureReason, Decision
 

@@ -42,7 +42,8 @@ from typing import Any
 from scaletrain_trainer.contract.exit_codes import HANG_RESULT
 
 from ..api import naming
-from ..api.models import MAX_RESIZES, NodeCounts, Resize, ScaleTrainJob
+from ..api.job import ScaleTrainJob
+from ..api.job_status import MAX_RESIZES, NodeCounts, Resize
 from ..api.timestamps import parse_timestamp, timestamp
 from ..policy import placement as gang_placement
 from ..policy.gang_policy import (

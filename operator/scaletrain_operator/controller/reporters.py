@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..api import naming
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..api.timestamps import timestamp
 from ..policy.pods import pod_phase
 from ..render.status_reports import AUDIENCE

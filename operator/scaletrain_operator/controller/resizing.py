@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..api.models import Resize, ResizeReason, ScaleTrainJob
+from ..api.job import ScaleTrainJob
+from ..api.job_status import Resize, ResizeReason
 from ..api.timestamps import parse_timestamp, timestamp
 from ..policy import elastic
 from ..policy.pods import (

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..api import naming
-from ..api.models import GangRecord, NodeCounts, ScaleTrainJob, ScaleTrainJobStatus
+from ..api.job import ScaleTrainJob
+from ..api.job_status import GangRecord, NodeCounts, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
 from ..policy.gang_policy import (
     Action,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..api.models import MAX_SIZES_SHOWN, Condition, Goodput, Phase, ScaleTrainJob, ScaleTrainJobStatus
+from ..api.job import ScaleTrainJob
+from ..api.job_status import MAX_SIZES_SHOWN, Condition, Goodput, Phase, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
 
 FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})

@@ -8,7 +8,8 @@ from typing import Any
 from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
-from ..api.models import ScaleTrainJobSpec, parse_job
+from ..api.job import parse_job
+from ..api.spec import ScaleTrainJobSpec
 from .common import (
     Conversion,
     ConversionError,

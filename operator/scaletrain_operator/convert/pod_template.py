@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from ..api import naming
-from ..api.models import PodSecurity, ScaleTrainJobSpec, VolumeMount
+from ..api.spec import PodSecurity, ScaleTrainJobSpec, VolumeMount
 from ..render.children import TRAINER_SECURITY
 from ..validation.merge import merge_under
 from .common import (

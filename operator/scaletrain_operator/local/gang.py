@@ -31,7 +31,8 @@ from typing import Any
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from ..api import naming
-from ..api.models import GangRecord, ScaleTrainJob
+from ..api.job import ScaleTrainJob
+from ..api.job_status import GangRecord
 from ..policy import elastic
 from ..policy.gang_policy import (
     DEADLINE_EXCEEDED,

@@ -21,7 +21,7 @@ from typing import Any
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import PathPart, Problem, ProblemsError
 
-from ..api.naming import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
+from ..validation.kube_rules import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 from .expansion import expand
 
 Container = Mapping[str, Any]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..policy.gang_policy import Action, Verdict
 from .executor import RunningPod
 

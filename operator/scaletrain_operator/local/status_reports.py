@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..render.status_reports import Endpoint
 from ..report_server import Key, Refused, Reports, Sender, StatusServer
 from .pod_network import free_port

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 
 
 class ProgressView:

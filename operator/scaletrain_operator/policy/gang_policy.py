@@ -53,7 +53,8 @@ from scaletrain_trainer.contract.exit_codes import (
 )
 
 from ..api import naming
-from ..api.models import MAX_GANG_RECORDS, FailurePolicyRule, GangRecord, RestartBackoff, ScaleTrainJobSpec
+from ..api.job_status import MAX_GANG_RECORDS, GangRecord
+from ..api.spec import FailurePolicyRule, RestartBackoff, ScaleTrainJobSpec
 from ..api.timestamps import parse_timestamp
 from ..validation.progress_answer import final_progress
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..api.timestamps import timestamp
 
 

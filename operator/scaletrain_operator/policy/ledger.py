@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import naming
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..policy.gang_policy import Verdict
 from ..policy.node_exclusion import with_node_excluded
 from ..render.child_annotations import DISRUPTIONS_ANNOTATION, EXCLUDED_NODES_ANNOTATION, RESTARTS_ANNOTATION

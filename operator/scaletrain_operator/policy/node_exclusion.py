@@ -14,7 +14,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from ..api.models import ExcludeNodes
+from ..api.spec import ExcludeNodes
 
 PREFERRED_WEIGHT = 100  # the most a preferred term can weigh
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..api import naming
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..render.workload import (
     GROUP_TEMPLATE_ANNOTATION,
     WORKLOAD_API_VERSION,

@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from ..api import naming
-from ..api.models import NodeCounts, ScaleTrainJob
+from ..api.job import ScaleTrainJob
+from ..api.job_status import NodeCounts
 from ..api.timestamps import parse_timestamp
 from ..render.child_annotations import size_of
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..api import naming
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..render.child_annotations import (
     child_job_suspended,
     suspended_by_operator,

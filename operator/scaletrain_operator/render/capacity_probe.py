@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import naming
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 from ..api.timestamps import parse_timestamp
 from .children import child_metadata, job_labels
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import naming
-from ..api.models import ResizeReason
+from ..api.job_status import ResizeReason
 from ..api.timestamps import parse_timestamp
 from ..render.children import generation_free
 from ..render.workload import GROUP_TEMPLATE_ANNOTATION

@@ -15,7 +15,8 @@ from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 
 from ..api import naming
-from ..api.models import ScaleTrainJob, ScaleTrainJobSpec
+from ..api.job import ScaleTrainJob
+from ..api.spec import ScaleTrainJobSpec
 from ..validation.merge import merge_under
 from .object_storage import object_storage_env
 from .workload import delegated, placed_by_workload, workload_of

@@ -14,7 +14,7 @@ from typing import Any
 
 from scaletrain_trainer.contract import wire
 
-from ..api.models import CredentialsSecret, ObjectStorage
+from ..api.spec import CredentialsSecret, ObjectStorage
 
 
 def object_storage_env(storage: ObjectStorage | None) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import naming
-from ..api.models import ScaleTrainJob
+from ..api.job import ScaleTrainJob
 
 AUDIENCE = f"{naming.GROUP}/status-reports"
 TOKEN_SECONDS = 600  # the shortest the API server grants; the kubelet renews it at 80% of its life

@@ -27,7 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import naming
-from ..api.models import ScaleTrainJob, ScaleTrainJobSpec
+from ..api.job import ScaleTrainJob
+from ..api.spec import ScaleTrainJobSpec
 
 WORKLOAD_GROUP = "scheduling.k8s.io"
 WORKLOAD_VERSION = "v1beta1"

@@ -1,5 +1,5 @@
 """The sizes an elastic spec allows, and what it must hold for each: the global batch divides among the nodes of every
-size. spec.elastic's validation (models) and the operator's choices of size (policy/elastic.py) read these."""
+size. spec.elastic's validation (api/spec.py) and the operator's choices of size (policy/elastic.py) read these."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ MAX_SIZES_NAMED = 12  # sizes a message lists before "…"
 
 
 class ElasticSpec(Protocol):
-    """What the policy reads of a spec (models.ElasticSpec, which checks its range with `problems`)."""
+    """What the policy reads of a spec (spec.ScaleTrainJobSpec, which checks its range with `problems`)."""
 
     nodes: int
-    elastic: Any  # models.Elastic | None
+    elastic: Any  # spec.Elastic | None
     training: TrainingConfig | None
 
     @property

@@ -15,7 +15,13 @@ from typing import Any
 
 from scaletrain_trainer.contract.validation import PathPart, Problem
 
-from ..api import naming
+# The patterns of Kubernetes' names, as apimachinery's and core/v1's validation spell them.
+DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # Service names
+DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # volume names
+DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # claim names
+ENV_VAR_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"  # a container's env
+DATA_KEY = r"^[-._a-zA-Z0-9]+$"  # a key of a ConfigMap's or a Secret's data
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"  # a condition's reason (metav1.Condition)
 
 DNS_SUBDOMAIN_MAX = 253
 LABEL_MAX = 63
@@ -34,7 +40,7 @@ def dns_subdomain(name: str) -> str | None:
     """Why `name` is not a DNS-1123 subdomain (ServiceAccount, PriorityClass and claim names), or None."""
     if len(name) > DNS_SUBDOMAIN_MAX:
         return f"must be at most {DNS_SUBDOMAIN_MAX} characters"
-    if not re.fullmatch(naming.DNS_1123_SUBDOMAIN, name):
+    if not re.fullmatch(DNS_1123_SUBDOMAIN, name):
         return "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending alphanumeric"
     return None
 
@@ -42,7 +48,7 @@ def dns_subdomain(name: str) -> str | None:
 def is_dns_label(name: object) -> bool:
     """A DNS-1123 label (namespace, container and volume names): at most 63 of a-z, 0-9 and '-', starting
     and ending alphanumeric."""
-    return isinstance(name, str) and len(name) <= LABEL_MAX and re.fullmatch(naming.DNS_1123_LABEL, name) is not None
+    return isinstance(name, str) and len(name) <= LABEL_MAX and re.fullmatch(DNS_1123_LABEL, name) is not None
 
 
 def qualified_name(key: str) -> str | None:
@@ -139,12 +145,12 @@ def resources_problems(sections: Mapping[str, Mapping[str, str]], where: tuple[P
             yield Problem((*where, "requests", name), message + "; a request must be at most its limit")
 
 
-def mounts_problems(mounts: Iterable[Any], where: tuple[PathPart, ...]) -> Iterator[Problem]:
-    """Each mountPath once; a subPath relative and inside its volume."""
+def mounts_problems(mounts: Iterable[Mapping[str, Any]], where: tuple[PathPart, ...]) -> Iterator[Problem]:
+    """Each mountPath once; a subPath relative and inside its volume (core/v1 VolumeMounts, as mappings)."""
     mounts = list(mounts)
-    yield from repeated_mount_paths([mount.mount_path for mount in mounts], where)
+    yield from repeated_mount_paths([mount["mountPath"] for mount in mounts], where)
     for index, mount in enumerate(mounts):
-        sub_path = mount.sub_path or ""
+        sub_path = mount.get("subPath") or ""
         if sub_path.startswith("/") or ".." in sub_path.split("/"):
             yield Problem((*where, index, "subPath"), "must be a relative path without '..'")
 

@@ -1,28 +1,17 @@
-"""The ScaleTrainJob API (scaletrain.io/v1alpha1): the single source of truth.
+"""The spec of a ScaleTrainJob (scaletrain.io/v1alpha1): its types, their field constraints and CEL rules.
 
-The CRD in crds/ is generated from these models (`scaletrain crd`), and the operator, the CLI and the
-renderer all parse jobs through `parse_job`. Cross-field rules live in each model's `problems()`;
-the ones cheap enough for the API server are mirrored as CEL `x-kubernetes-validations`.
+The CRD in crds/ is generated from these models, the status's (job_status.py) and the job's around them (job.py)
+by `scaletrain crd`. Each model's cross-field rules are checks in validation/ (spec_rules.py, pass_through.py) that
+its `problems()` calls; the ones cheap enough for the API server are mirrored as CEL `x-kubernetes-validations`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    Strict,
-    ValidationError,
-    WithJsonSchema,
-    create_model,
-)
-from pydantic.alias_generators import to_snake
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.config import TrainingConfig
@@ -33,15 +22,10 @@ from scaletrain_trainer.contract.exit_codes import (
     EXIT_STORAGE_ERROR,
     EXIT_WRITE_ERROR,
 )
-from scaletrain_trainer.contract.validation import (
-    Problem,
-    ProblemsError,
-    SpecModel,
-    problems_from_validation_error,
-)
+from scaletrain_trainer.contract.validation import Problem, SpecModel
 
-from ..validation import elastic_sizes, kube_rules, kube_schema
-from ..validation.bounds import spec_bound_problems
+from ..validation import elastic_sizes, kube_schema, pass_through, spec_rules
+from ..validation.kube_rules import DATA_KEY, DNS_1123_LABEL, DNS_1123_SUBDOMAIN, ENV_VAR_NAME, REASON_PATTERN
 from . import naming
 from .cel import cel_rule, with_cel_rules
 
@@ -79,8 +63,6 @@ KubeObject = Annotated[
 ]
 
 LabelValue = Annotated[str, Field(max_length=63)]
-# An RFC 3339 time: the API server stores and serves it as a string, which strict validation would refuse.
-Timestamp = Annotated[datetime, Strict(False)]
 
 
 class Toleration(SpecModel):
@@ -108,12 +90,13 @@ class Toleration(SpecModel):
     )
 
     def problems(self) -> Iterator[Problem]:
-        if self.key is None and self.operator == "Equal":
-            yield Problem(("key",), "required unless operator is Exists (an empty key with Exists matches every taint)")
-        if self.operator == "Exists" and self.value:
-            yield Problem(("value",), "must be empty when operator is Exists")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            yield Problem(("tolerationSeconds",), "only applies to effect NoExecute")
+        yield from spec_rules.toleration_problems(
+            key=self.key,
+            operator=self.operator,
+            value=self.value,
+            effect=self.effect,
+            toleration_seconds=self.toleration_seconds,
+        )
 
 
 class EnvVar(SpecModel):
@@ -121,7 +104,7 @@ class EnvVar(SpecModel):
 
     name: str = Field(
         min_length=1,
-        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        pattern=ENV_VAR_NAME,
         description="Variable name, unique in env; the rank layout's variables (WORLD_SIZE, NODE_RANK, PET_*, "
         "...) are set by ScaleTrain and refused here.",
     )
@@ -133,8 +116,7 @@ class EnvVar(SpecModel):
     value_from: KubeObject | None = Field(None, description="An EnvVarSource, e.g. secretKeyRef.")
 
     def problems(self) -> Iterator[Problem]:
-        if self.value is not None and self.value_from is not None:
-            yield Problem(("valueFrom",), "set either value or valueFrom, not both")
+        yield from spec_rules.env_var_problems(value=self.value, value_from=self.value_from)
 
 
 class Volume(BaseModel):
@@ -142,7 +124,7 @@ class Volume(BaseModel):
 
     model_config = ConfigDict(extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     name: str = Field(
-        pattern=naming.DNS_1123_LABEL,
+        pattern=DNS_1123_LABEL,
         max_length=63,
         description="Volume name (a DNS-1123 label), unique among the pod's volumes; volumeMounts refer to it.",
     )
@@ -197,14 +179,7 @@ class PodSecurity(SpecModel):
 # Where a job without a training block serves /progress: where the built-in trainer would.
 DEFAULT_METRICS_PORT: int = TrainingConfig.model_fields["metrics_port"].default
 DEFAULT_CRASH_LOOP_LIMIT = 3  # maxRestartsWithoutProgress for the built-in trainer
-MAX_GANG_RECORDS = 16  # status.gangs keeps the last ones
-MAX_RESIZES = 16  # and status.resizes
-MAX_SIZES_SHOWN = 16  # the sizes goodput has time for (the last ones first seen)
 DEFAULT_GRACE_PERIOD_SECONDS = 120  # a step and a checkpoint save after SIGTERM, for most models
-TRAINING_REQUIRED = (
-    "required: the built-in trainer needs it (e.g. {globalBatchSize: 16, microBatchSize: 4, maxSteps: 200}); "
-    "only a job with a command or args of its own may leave it out"
-)
 
 # CEL: samples in one micro-step of the whole gang (microBatchSize × nodes × processes per node).
 _SAMPLES_PER_MICRO_STEP = (
@@ -214,27 +189,6 @@ _SAMPLES_PER_MICRO_STEP = (
 
 
 _SAMPLES_PER_SMALLEST_MICRO_STEP = _SAMPLES_PER_MICRO_STEP.replace("self.nodes", "self.elastic.minNodes")
-
-
-def _template_containers(pod_template: Any) -> list[tuple[int, dict[str, Any]]]:
-    """The containers of a podTemplate, with their index, as far as they are mappings (other shapes are
-    _pod_template_problems')."""
-    pod_spec = pod_template.get("spec") if isinstance(pod_template, dict) else None
-    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
-    return [
-        (i, item) for i, item in enumerate(containers if isinstance(containers, list) else []) if isinstance(item, dict)
-    ]
-
-
-def _template_grace_period(pod_template: Any) -> int | None:
-    """podTemplate's terminationGracePeriodSeconds, when it sets a whole number of seconds."""
-    pod_spec = pod_template.get("spec") if isinstance(pod_template, dict) else None
-    value = pod_spec.get("terminationGracePeriodSeconds") if isinstance(pod_spec, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-# A condition reason (metav1.Condition): a rule's name becomes the reason of the condition it causes.
-REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 
 class ExitCodes(SpecModel):
@@ -314,9 +268,7 @@ class FailurePolicy(SpecModel):
     )
 
     def problems(self) -> Iterator[Problem]:
-        names = [rule.name for rule in self.rules]
-        for name in sorted({name for name in names if names.count(name) > 1}):
-            yield Problem(("rules",), f"each rule's name must be unique: {name} is used twice or more")
+        yield from spec_rules.failure_policy_problems([rule.name for rule in self.rules])
 
 
 class Scheduling(SpecModel):
@@ -388,8 +340,9 @@ class RestartBackoff(SpecModel):
     )
 
     def problems(self) -> Iterator[Problem]:
-        if self.max_seconds < self.initial_seconds:
-            yield Problem(("maxSeconds",), f"must be at least initialSeconds ({self.initial_seconds})")
+        yield from spec_rules.restart_backoff_problems(
+            initial_seconds=self.initial_seconds, max_seconds=self.max_seconds
+        )
 
 
 class StatusReports(SpecModel):
@@ -421,16 +374,14 @@ def _endpoint(value: Any) -> str:
 
 
 Endpoint = Annotated[str, BeforeValidator(_endpoint), WithJsonSchema({"type": "string", "pattern": ENDPOINT_PATTERN})]
-SecretKey = Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)]  # a key of a Secret's data
+SecretKey = Annotated[str, Field(pattern=DATA_KEY, max_length=253)]  # a key of a Secret's data
 
 
 class CredentialsSecret(SpecModel):
     """A Secret of the job's namespace holding the store's access key; each key becomes the variable the AWS SDKs
     read (AWS_ACCESS_KEY_ID, ...) through a secretKeyRef, so that no key is written into the job or its Job."""
 
-    name: str = Field(
-        pattern=naming.DNS_1123_SUBDOMAIN, max_length=253, description="The Secret, in the job's namespace."
-    )
+    name: str = Field(pattern=DNS_1123_SUBDOMAIN, max_length=253, description="The Secret, in the job's namespace.")
     access_key_id_key: SecretKey = Field(
         wire.S3_ACCESS_KEY_ENV,
         description=f"The Secret's key holding the access key ID; default {wire.S3_ACCESS_KEY_ENV}.",
@@ -457,7 +408,7 @@ class ObjectStorage(SpecModel):
     )
     region: str | None = Field(
         None,
-        pattern=naming.DNS_1123_LABEL,
+        pattern=DNS_1123_LABEL,
         max_length=63,
         description="The store's region (AWS_REGION), e.g. us-east-1; unset: the SDK's default.",
     )
@@ -491,12 +442,7 @@ class Topology(SpecModel):
     )
 
     def problems(self) -> Iterator[Problem]:
-        if (self.required is None) == (self.preferred is None):
-            yield Problem(("required",), "give required or preferred, one of them: a node label such as a rack's")
-        for key in ("required", "preferred"):
-            label = getattr(self, key)
-            if label is not None and (problem := kube_rules.qualified_name(label)):
-                yield Problem((key,), problem)
+        yield from spec_rules.topology_problems(required=self.required, preferred=self.preferred)
 
 
 class Placement(SpecModel):
@@ -598,7 +544,7 @@ class ScaleTrainJobSpec(SpecModel):
     pod_template: KubeObject | None = Field(
         None, description="A PodTemplateSpec merged under the rendered pod (sidecars, init containers, ...)."
     )
-    rank_env_containers: list[Annotated[str, Field(pattern=naming.DNS_1123_LABEL, max_length=63)]] = Field(
+    rank_env_containers: list[Annotated[str, Field(pattern=DNS_1123_LABEL, max_length=63)]] = Field(
         [naming.TRAINER_CONTAINER],  # pydantic copies a mutable default for each object
         min_length=1,
         max_length=16,
@@ -720,7 +666,7 @@ class ScaleTrainJobSpec(SpecModel):
         ),
         cel_rule(
             "has(self.training) || has(self.command) || has(self.args)",
-            TRAINING_REQUIRED,
+            spec_rules.TRAINING_REQUIRED,
             ".training",
         ),
         cel_rule(
@@ -769,7 +715,7 @@ class ScaleTrainJobSpec(SpecModel):
         """terminationGracePeriodSeconds of the pods: the spec's, podTemplate's, or the default."""
         if self.termination_grace_period_seconds is not None:
             return self.termination_grace_period_seconds
-        templated = _template_grace_period(self.pod_template)
+        templated = pass_through.template_grace_period(self.pod_template)
         return templated if templated is not None else DEFAULT_GRACE_PERIOD_SECONDS
 
     @property
@@ -784,142 +730,58 @@ class ScaleTrainJobSpec(SpecModel):
             yield from self._pass_through_problems()
 
     def _spec_problems(self) -> Iterator[Problem]:
-        yield from self._training_problems()
+        yield from spec_rules.training_problems(
+            self.training,
+            command=self.command,
+            args=self.args,
+            hang_after_seconds=self.status_reports.hang_after_seconds,
+            world_size=self.world_size,
+            gpus_per_node=self.gpus_per_node,
+        )
         for problem in self.failure_policy.problems():
             yield Problem(("failurePolicy",) + problem.path, problem.message)
         yield from self._placement_problems()
         yield from elastic_sizes.problems(self)
-        if self.backend == "nccl" and self.gpus_per_node == 0:
-            yield Problem(("backend",), "nccl needs GPUs: set gpusPerNode > 0, or use backend gloo (or auto) on CPU")
-        if self.procs_per_node is not None and 0 < self.gpus_per_node < self.procs_per_node:
-            yield Problem(
-                ("procsPerNode",),
-                f"{self.procs_per_node} exceeds gpusPerNode ({self.gpus_per_node}): each process drives one GPU",
-            )
-        for section in ("requests", "limits"):
-            if self.gpu_resource in getattr(self.resources, section):
-                yield Problem(
-                    ("resources", section, self.gpu_resource), "set gpusPerNode instead of requesting GPUs here"
-                )
-        if self.master_port == self.metrics_port:
-            where = "training.metricsPort" if self.training is not None else "the progress port"
-            yield Problem(("masterPort",), f"{self.master_port} is {where} too; give them different ports")
-        templated = _template_grace_period(self.pod_template)
-        if None not in (templated, self.termination_grace_period_seconds) and templated != self.grace_period_seconds:
-            message = f"terminationGracePeriodSeconds is {self.grace_period_seconds} in spec; set it in one place"
-            yield Problem(("podTemplate", "spec", "terminationGracePeriodSeconds"), message)
-        yield from self._rank_env_container_problems()
-        yield from self._env_problems()
-        yield from self._pod_template_problems()
-        yield from self._volume_problems()
-        yield from self._kubernetes_problems()
-
-    def _training_problems(self) -> Iterator[Problem]:
-        if self.training is not None and self.status_reports.hang_after_seconds is not None:
-            message = "is for a script of one's own; the built-in trainer's hang timeout is training.hangTimeoutSeconds"
-            yield Problem(("statusReports", "hangAfterSeconds"), message)
-        if self.training is None:
-            if self.command is None and self.args is None:
-                yield Problem(("training",), TRAINING_REQUIRED)
-            return
-        for problem in self.training.accumulation_problems(self.world_size):
-            yield Problem(("training",) + problem.path, problem.message)
-        if self.training.sync_batch_norm and self.gpus_per_node == 0:
-            yield Problem(("training", "syncBatchNorm"), "SyncBatchNorm needs GPUs: set gpusPerNode > 0 or turn it off")
-
-    def _env_problems(self) -> Iterator[Problem]:
-        """spec.env, and the env in podTemplate of each container that gets the rank env: none of the
-        names ScaleTrain sets (naming.env_set_by_scaletrain), each named once."""
-        set_by_scaletrain = naming.env_set_by_scaletrain(self.resolved_procs_per_node)
-        sources: list[tuple[tuple[Any, ...], list[Any]]] = [(("env",), [var.name for var in self.env])]
-        for index, container in _template_containers(self.pod_template):
-            if container.get("name") in self.rank_env_containers and isinstance(container.get("env"), list):
-                names = [var.get("name") if isinstance(var, dict) else None for var in container["env"]]
-                sources.append((("podTemplate", "spec", "containers", index, "env"), names))
-        for where, names in sources:
-            seen: set[str] = set()
-            for index, name in enumerate(names):
-                if name in set_by_scaletrain:
-                    message = f"{name} is set by ScaleTrain from {set_by_scaletrain[name]}; remove it"
-                    yield Problem((*where, index, "name"), message)
-                elif name in seen:
-                    yield Problem((*where, index, "name"), f"{name} is set twice; keep one")
-                seen.add(name)
-
-    def _rank_env_container_problems(self) -> Iterator[Problem]:
-        """Each name is the trainer or a container of podTemplate, once: a name that matches nothing would
-        leave the script it meant without ranks, silently."""
-        containers = _template_containers(self.pod_template)
-        in_template = {container["name"] for _, container in containers if isinstance(container.get("name"), str)}
-        for index, name in enumerate(self.rank_env_containers):
-            if name in self.rank_env_containers[:index]:
-                yield Problem(("rankEnvContainers", index), f"{name} is listed twice; keep one")
-            elif name != naming.TRAINER_CONTAINER and name not in in_template:
-                message = (
-                    f"no container {name} in podTemplate.spec.containers; name the trainer "
-                    f"({naming.TRAINER_CONTAINER}) or a container the template defines"
-                )
-                yield Problem(("rankEnvContainers", index), message)
-
-    def _pod_template_problems(self) -> Iterator[Problem]:
-        """The shape of a PodTemplateSpec, as far as rendering reads it; its contents are the cluster's to
-        judge (docs/api.md)."""
-        template = self.pod_template or {}
-        for key in template.keys() - {"metadata", "spec"}:
-            yield Problem(("podTemplate", key), "unknown field; a pod template has metadata and spec")
-        for key in ("metadata", "spec"):
-            if key in template and not isinstance(template[key], dict):
-                yield Problem(("podTemplate", key), f"must be a mapping, not {type(template[key]).__name__}")
-        pod_spec = template.get("spec")
-        for key in ("containers", "initContainers", "volumes") if isinstance(pod_spec, dict) else ():
-            items = pod_spec.get(key, [])
-            if not isinstance(items, list):
-                yield Problem(("podTemplate", "spec", key), f"must be a list, not {type(items).__name__}")
-                continue
-            for index, item in enumerate(items):
-                if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                    yield Problem(("podTemplate", "spec", key, index), "must be a mapping with a name")
-                elif key != "volumes":
-                    yield from self._template_gpu_problems(item, ("podTemplate", "spec", key, index))
-
-    def _template_gpu_problems(self, container: dict[str, Any], where: tuple[Any, ...]) -> Iterator[Problem]:
-        """GPUs come from gpusPerNode, which also sets the backend, the process count and the toleration: a
-        GPU limit in the template would give a gloo job GPUs it never uses, on nodes it cannot tolerate."""
-        resources = container.get("resources")
-        for section in ("limits", "requests"):
-            values = resources.get(section) if isinstance(resources, dict) else None
-            if isinstance(values, dict) and self.gpu_resource in values:
-                message = "set gpusPerNode instead of giving a container GPUs in podTemplate"
-                yield Problem((*where, "resources", section, self.gpu_resource), message)
+        resources = {"requests": self.resources.requests, "limits": self.resources.limits}
+        yield from spec_rules.gpu_problems(
+            backend=self.backend,
+            gpus_per_node=self.gpus_per_node,
+            procs_per_node=self.procs_per_node,
+            gpu_resource=self.gpu_resource,
+            resources=resources,
+        )
+        yield from spec_rules.master_port_problems(
+            master_port=self.master_port, metrics_port=self.metrics_port, with_training=self.training is not None
+        )
+        yield from pass_through.grace_period_problems(self.termination_grace_period_seconds, self.pod_template)
+        yield from pass_through.rank_env_container_problems(self.rank_env_containers, self.pod_template)
+        yield from pass_through.env_problems(
+            [var.name for var in self.env], self.pod_template, self.rank_env_containers, self.resolved_procs_per_node
+        )
+        yield from pass_through.pod_template_problems(self.pod_template, self.gpu_resource)
+        volumes = [volume.model_dump() for volume in self.volumes]
+        mounts = [mount.model_dump(by_alias=True) for mount in self.volume_mounts]
+        yield from pass_through.volume_problems(volumes, mounts, self.pod_template)
+        yield from pass_through.kubernetes_problems(
+            resources=resources,
+            shm_size=self.shm_size,
+            node_selector=self.node_selector,
+            queue_name=self.queue_name,
+            names={
+                "priorityClassName": self.priority_class_name,
+                "serviceAccountName": self.service_account_name,
+                "schedulerName": self.scheduler_name,
+            },
+            volume_mounts=mounts,
+            volumes=volumes,
+            toleration_keys=[toleration.key for toleration in self.tolerations],
+            pod_template=self.pod_template,
+        )
 
     def _placement_problems(self) -> Iterator[Problem]:
         if self.placement.topology is not None:
             for problem in self.placement.topology.problems():
                 yield Problem(("placement", "topology") + problem.path, problem.message)
-
-    def _kubernetes_problems(self) -> Iterator[Problem]:
-        """Kubernetes' rules for what the pods get, which the API server would apply to the Job."""
-        sections = {"requests": self.resources.requests, "limits": self.resources.limits}
-        yield from kube_rules.resources_problems(sections, ("resources",))
-        if kube_rules.parse_quantity(self.shm_size) <= 0:  # the emptyDir's sizeLimit
-            yield Problem(("shmSize",), f"{self.shm_size} must be more than 0, e.g. 2Gi")
-        yield from kube_rules.labels_problems(self.node_selector, ("nodeSelector",))
-        if self.queue_name is not None and (problem := kube_rules.label_value(self.queue_name)):
-            yield Problem(("queueName",), problem)  # it becomes the Job's kueue.x-k8s.io/queue-name label
-        names = {
-            "priorityClassName": self.priority_class_name,
-            "serviceAccountName": self.service_account_name,
-            "schedulerName": self.scheduler_name,
-        }
-        yield from kube_rules.name_problems(names)
-        yield from kube_rules.mounts_problems(self.volume_mounts, ("volumeMounts",))
-        for index, volume in enumerate(self.volumes):
-            yield from kube_rules.volume_source_problems(volume.model_extra or {}, ("volumes", index))
-        for index, toleration in enumerate(self.tolerations):
-            if toleration.key and (problem := kube_rules.qualified_name(toleration.key)):
-                yield Problem(("tolerations", index, "key"), problem)
-        if isinstance(self.pod_template, dict):
-            yield from kube_rules.metadata_problems(self.pod_template.get("metadata"), ("podTemplate", "metadata"))
 
     def _pass_through_problems(self) -> Iterator[Problem]:
         """What the API server would refuse in what the spec passes through to the pods (kube_schema.py)."""
@@ -931,370 +793,3 @@ class ScaleTrainJobSpec(SpecModel):
             tolerations=[t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in self.tolerations],
             rendered_containers=dict.fromkeys([naming.TRAINER_CONTAINER, *self.rank_env_containers], self.image),
         )
-
-    def _template_volume_names(self) -> set[str]:
-        pod_spec = (self.pod_template or {}).get("spec")
-        volumes = pod_spec.get("volumes") if isinstance(pod_spec, dict) else None
-        return {v.get("name") for v in volumes if isinstance(v, dict)} if isinstance(volumes, list) else set()
-
-    def _volume_problems(self) -> Iterator[Problem]:
-        names = [v.name for v in self.volumes]
-        template_names = self._template_volume_names()
-        for index, name in enumerate(names):
-            if name == naming.SHM_VOLUME:
-                yield Problem(("volumes", index, "name"), f"{name} is reserved for /dev/shm; use shmSize to size it")
-            elif name in template_names:
-                yield Problem(("volumes", index, "name"), f"{name} is also defined in podTemplate; define it once")
-            elif name in names[:index]:
-                yield Problem(
-                    ("volumes", index, "name"), f"{name} is used by another volume; volume names must be unique"
-                )
-            elif len(self.volumes[index].model_extra or {}) != 1:
-                yield Problem(
-                    ("volumes", index), "give exactly one volume source, e.g. persistentVolumeClaim: {claimName: ...}"
-                )
-        for index, mount in enumerate(self.volume_mounts):
-            if mount.mount_path.rstrip("/") == "/dev/shm":
-                yield Problem(
-                    ("volumeMounts", index, "mountPath"), "/dev/shm is provided by ScaleTrain; size it with shmSize"
-                )
-            if mount.name not in names and mount.name not in template_names:
-                yield Problem(("volumeMounts", index, "name"), f"no volume named {mount.name}; add it to volumes")
-
-
-class ObjectMeta(BaseModel):
-    """The metadata ScaleTrain reads; everything else in metadata passes through."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(pattern=naming.DNS_1035_LABEL, max_length=naming.MAX_NAME_LENGTH)
-    namespace: str | None = None
-    uid: str | None = None
-    generation: int | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-
-
-ConditionType = Literal[
-    "Created",
-    "Running",
-    "Restarting",
-    "Succeeded",
-    "Failed",
-    "Suspended",
-    "PodCreationFailed",
-    "Schedulable",
-    "ProgressUnreachable",
-    "Queued",
-]
-Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-
-
-class Condition(SpecModel):
-    """metav1.Condition."""
-
-    type: ConditionType = Field(
-        description="Type of condition: Created (the gang was started), Running, Restarting and Suspended (True while "
-        "in that phase), Succeeded or Failed (final), PodCreationFailed (True while the Job controller cannot "
-        "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota), Schedulable (False while "
-        "the scheduler cannot place a pod of the gang, with its message; True again once it could), "
-        "ProgressUnreachable (True while the operator cannot read rank 0's progress endpoint, with why; never a "
-        "restart by itself), Queued (True while Kueue holds the gang's Job back, with Kueue's reason)."
-    )
-    status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition: True, False or Unknown.")
-    observed_generation: int | None = Field(
-        None,
-        ge=0,
-        description="The metadata.generation the condition was set from; older than the job's generation means "
-        "out of date.",
-    )
-    last_transition_time: Timestamp = Field(
-        description="When the condition last changed from one status to another (RFC 3339)."
-    )
-    reason: str = Field(
-        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-        max_length=1024,
-        description="Why the condition last changed, as a CamelCase identifier, e.g. DeadlineExceeded.",
-    )
-    message: str = Field("", max_length=32768, description="Human-readable details of the transition; may be empty.")
-
-
-class NodeCounts(SpecModel):
-    """The current gang generation: its size, and its pods by pod phase."""
-
-    current: int = Field(
-        0,
-        ge=0,
-        description="Nodes of the current gang (its Job's completions): spec.nodes once a resize reached a new "
-        "gang. The scale subresource's replicas.",
-    )
-    active: int = Field(0, ge=0, description="Pods running.")
-    pending: int = Field(
-        0, ge=0, description="Pods not running yet: being scheduled (or unschedulable), pulling images, starting."
-    )
-    succeeded: int = Field(0, ge=0, description="Pods that finished successfully.")
-    failed: int = Field(0, ge=0, description="Pods that failed.")
-
-
-def _progress_field(field: wire.ProgressField) -> tuple[Any, Any]:
-    """A status.progress field's type and bounds, as `wire` defines them."""
-    bounds = {"ge": field.minimum, "le": field.maximum}
-    kind: Any = {
-        "integer": int,
-        "number": float,
-        "boolean": bool,
-        "timestamp": Timestamp,
-        "set-aside names": list[Annotated[str, Field(max_length=wire.MAX_TEXT)]],
-        "named numbers": dict[str, float],  # names are checked where read (progress_answer.fits)
-    }[field.kind]
-    if field.kind in ("set-aside names", "named numbers"):
-        bounds["max_length"] = wire.MAX_SET_ASIDE if field.kind == "set-aside names" else wire.MAX_METRICS
-    bounds = {name: bound for name, bound in bounds.items() if bound is not None}
-    return kind | None, Field(None, description=field.description, **bounds)
-
-
-Progress = create_model(
-    "Progress",
-    __base__=SpecModel,
-    __doc__="Training progress as rank 0 reports it: copied in by the operator while the job is Running, and "
-    "the\nfinal step and loss from rank 0's termination message once it succeeded.",
-    **{to_snake(field.name): _progress_field(field) for field in wire.PROGRESS_FIELDS},
-)
-
-
-class GangRecord(SpecModel):
-    """One ended gang generation: where it started and how far it got, as rank 0 last reported."""
-
-    generation: int = Field(ge=0, description="The gang generation (its Job is NAME-g<generation>).")
-    started_from_step: int | None = Field(
-        None, ge=0, description="The checkpoint step it resumed from (0: afresh); absent when it never reported."
-    )
-    reached_step: int | None = Field(None, ge=0, description="The last step it reported completing.")
-    checkpoint_step: int | None = Field(None, ge=0, description="The newest checkpoint step it reported.")
-    ended: Literal["Failed", "Disrupted", "SpecChanged", "Succeeded"] = Field(
-        description="How it ended: Failed (a restart counted against maxRestarts, or the job's failure), "
-        "Disrupted, SpecChanged (restarted for a spec change), or Succeeded."
-    )
-
-    @property
-    def progressed(self) -> bool:
-        """Whether it left a checkpoint newer than the one it started from."""
-        started, saved = self.started_from_step, self.checkpoint_step
-        return started is not None and saved is not None and saved > started
-
-
-ResizeReason = Literal["Scaled", "Unschedulable", "CapacityReturned", "CapacityTaken"]
-
-
-class Resize(SpecModel):
-    """One change of the gang's size."""
-
-    time: Timestamp = Field(description="When the gang of the new size was started (RFC 3339).")
-    from_nodes: int = Field(ge=1, description="The size of the gang that ended.")
-    to_nodes: int = Field(ge=1, description="The size of the gang that started.")
-    reason: ResizeReason = Field(
-        description="Why: Scaled, spec.nodes changed (kubectl scale, an autoscaler, an edit of the spec); "
-        "Unschedulable, the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds; "
-        "CapacityReturned, a capacity probe found room for a larger gang (spec.elastic); CapacityTaken, the larger "
-        "gang could not be placed (the room was taken meanwhile) and went back to the size it grew from."
-    )
-
-
-class TimeAtSize(SpecModel):
-    """The job's Running time with gangs of one size."""
-
-    nodes: int = Field(ge=1, description="The gang's size.")
-    running_seconds: float = Field(ge=0, description="Seconds Running at that size, up to goodput.since.")
-
-
-class Goodput(SpecModel):
-    """Where the job's time went, summed at each phase change: training, or waiting for a gang to run."""
-
-    running_seconds: float = Field(
-        0, ge=0, description="Seconds the job was Running (its gangs' pods active), up to `since`."
-    )
-    waiting_seconds: float = Field(
-        0,
-        ge=0,
-        description="Seconds it was Pending or Restarting (queued, unschedulable, pulling images, starting a gang "
-        "again), up to `since`; time Suspended is in neither.",
-    )
-    recomputed_steps: int = Field(
-        0,
-        ge=0,
-        description="Steps trained again after restarts: how far each ended gang got past the checkpoint the "
-        "next one resumed from (known once the next one has ended).",
-    )
-    running_seconds_at_size: list[TimeAtSize] = Field(
-        default_factory=list,
-        max_length=MAX_SIZES_SHOWN,
-        description="runningSeconds by the size of the gang that ran, in the order the sizes were first seen.",
-    )
-    since: Timestamp | None = Field(None, description="When the job entered its current phase (RFC 3339).")
-
-
-class ScaleTrainJobStatus(SpecModel):
-    """The job's observed state, written by the operator: phase, conditions, gang restarts and progress."""
-
-    phase: Phase | None = Field(
-        None,
-        description="Where the job is: Pending, Running, Restarting, Suspended, Succeeded or Failed "
-        "(the last two are final).",
-    )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        description="The latest observations of the job's state (metav1.Condition), one per type.",
-    )
-    restarts: int = Field(
-        0, ge=0, description="Gang restarts after failures (spec-change restarts and disruptions not counted)."
-    )
-    disruptions: int = Field(
-        0,
-        ge=0,
-        description="Gang restarts after disruptions: a pod evicted, preempted or on a lost node (condition "
-        f"DisruptionTarget), the trainer stopped by SIGTERM after a checkpoint (exit {EXIT_PREEMPTED}), or a rule's "
-        "RestartGangIgnoreLimit.",
-    )
-    excluded_nodes: list[Annotated[str, Field(max_length=253)]] = Field(
-        default_factory=list,
-        max_length=64,
-        description="Nodes the next gangs avoid (failurePolicy.excludeNodes), oldest first.",
-    )
-    current_job: str | None = Field(None, description="The batch/v1 Job of the current gang generation.")
-    selector: str | None = Field(
-        None, description="The label selector of the job's pods, for the scale subresource (an autoscaler reads it)."
-    )
-    nodes: NodeCounts = Field(default_factory=NodeCounts)
-    start_time: Timestamp | None = Field(
-        None, description="When a pod of the job was first seen running (RFC 3339); kept across gang restarts."
-    )
-    completion_time: Timestamp | None = Field(
-        None,
-        description="When the job finished, Succeeded or Failed (RFC 3339); ttlSecondsAfterFinished counts from it.",
-    )
-    observed_generation: int | None = Field(
-        None, description="The metadata.generation of the spec the operator last acted on."
-    )
-    message: str | None = Field(
-        None, description='Details of the current phase, e.g. "2 of 2 nodes active" or why the job failed.'
-    )
-    progress: Progress | None = None
-    goodput: Goodput | None = None
-    resizes: list[Resize] = Field(
-        default_factory=list,
-        max_length=MAX_RESIZES,
-        description="The last changes of the gang's size, oldest first (at most 16).",
-    )
-    elastic_sizes: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=list,
-        max_length=naming.MAX_NODES,
-        description="With spec.elastic: the gang sizes the job may run at, smallest first (those from minNodes to "
-        "nodes that keep the global batch exact).",
-    )
-    quick_restarts: int = Field(
-        0,
-        ge=0,
-        description="Gang restarts and disruptions in a row whose gangs ended within "
-        "spec.restartBackoff.resetAfterSeconds of their start; from the second, the next gang waits "
-        "(spec.restartBackoff).",
-    )
-    next_gang_at: Timestamp | None = Field(
-        None, description="While the next gang waits out spec.restartBackoff: when it starts (RFC 3339)."
-    )
-    capacity_probed_at: Timestamp | None = Field(
-        None,
-        description="With spec.elastic, while the gang runs below nodes: when the last capacity probe started "
-        "(RFC 3339); the next starts elastic.scaleUp.checkEverySeconds later (doubled for each growth in a row "
-        "that could not be placed; after 4 in a row, no more probes until kubectl scale sets a size).",
-    )
-    gangs: list[GangRecord] = Field(
-        default_factory=list,
-        max_length=MAX_GANG_RECORDS,
-        description="The last ended gang generations, oldest first (at most 16): maxRestartsWithoutProgress "
-        "counts the failed ones at the end that left no newer checkpoint than they started from.",
-    )
-
-
-class ScaleTrainJob(SpecModel):
-    api_version: Literal["scaletrain.io/v1alpha1"]
-    kind: Literal["ScaleTrainJob"]
-    metadata: ObjectMeta
-    spec: ScaleTrainJobSpec
-    status: ScaleTrainJobStatus | None = None
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def current_job(self) -> str | None:
-        """The Job of the current gang, as the status says (None before the first)."""
-        return self.status.current_job if self.status is not None else None
-
-    def at_size(self, nodes: int) -> ScaleTrainJob:
-        """The job as a gang of `nodes` renders and is judged (an elastic gang below or above spec.nodes)."""
-        if nodes == self.spec.nodes:
-            return self
-        return self.model_copy(update={"spec": self.spec.model_copy(update={"nodes": nodes})})
-
-    @property
-    def queue(self) -> str | None:
-        """The Kueue LocalQueue of its gangs: spec.queueName, else the job's kueue.x-k8s.io/queue-name label."""
-        return naming.queue_of(self.spec.queue_name, self.metadata.labels)
-
-    def problems(self) -> Iterator[Problem]:
-        """Its labels and annotations, as the API server checks them (the CRD's schema cannot), and a
-        topology that nothing would honour."""
-        metadata = {"labels": self.metadata.labels, "annotations": self.metadata.annotations}
-        yield from kube_rules.metadata_problems(metadata, ("metadata",))
-        yield from kube_schema.namespace_problems(self.metadata.namespace, ("metadata", "namespace"))
-        yield from self._topology_problems()
-        topology = self.spec.placement.topology
-        if self.spec.elastic is not None and topology is not None and topology.required is not None:
-            message = (
-                "an elastic gang cannot keep placement.topology.required: its capacity probe asks for room on any "
-                "node, so the gang would grow into room outside the gang's domain and shrink again; remove elastic "
-                "or the topology"
-            )
-            yield Problem(("spec", "elastic"), message)
-        if self.spec.elastic is not None and self.queue is not None:
-            message = (
-                "an elastic gang cannot grow back through a Kueue queue yet (Kueue admits each Job at the size it "
-                "asks for, and a probe outside the queue would pass its quota by): remove elastic, or the queue "
-                "(queueName and the kueue.x-k8s.io/queue-name label)"
-            )
-            yield Problem(("spec", "elastic"), message)
-
-    def _topology_problems(self) -> Iterator[Problem]:
-        """A topology needs Kueue (a queue) or, for a required one, gang placement (the Workload API)."""
-        topology, where = self.spec.placement.topology, ("spec", "placement", "topology")
-        if topology is None or self.queue is not None:
-            return
-        if topology.preferred is not None:
-            message = "a preferred topology needs Kueue's Topology Aware Scheduling: set queueName, or use required"
-            yield Problem((*where, "preferred"), message)
-        if topology.required is not None and self.spec.scheduling.gang == "none":
-            message = "a required topology needs queueName (Kueue) or gang placement: set scheduling.gang to auto"
-            yield Problem((*where, "required"), message)
-
-
-def parse_job(document: Any) -> ScaleTrainJob:
-    """Validate a ScaleTrainJob document; raises ProblemsError listing every problem with its path."""
-    if not isinstance(document, dict):
-        raise ProblemsError([Problem((), f"expected a ScaleTrainJob mapping, got {type(document).__name__}")])
-    if document.get("kind") != naming.KIND or document.get("apiVersion") != naming.API_VERSION:
-        raise ProblemsError(
-            [
-                Problem(
-                    ("kind",),
-                    f"expected apiVersion {naming.API_VERSION} and kind {naming.KIND}, "
-                    f"got {document.get('apiVersion')!r} / {document.get('kind')!r}",
-                )
-            ]
-        )
-    if too_deep_or_large := spec_bound_problems(document):  # before anything below walks the spec recursively
-        raise ProblemsError(too_deep_or_large)
-    try:
-        return ScaleTrainJob.model_validate(document)
-    except ValidationError as error:
-        raise ProblemsError(problems_from_validation_error(error, ScaleTrainJob)) from None
