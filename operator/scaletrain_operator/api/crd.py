@@ -180,5 +180,5 @@ def build_crd() -> dict[str, Any]:
 
 
 def crd_yaml() -> str:
-    header = "# Generated from operator/scaletrain_operator/api/models.py by `scaletrain crd`; do not edit.\n"
+    header = "# Generated from the models in operator/scaletrain_operator/api/ by `scaletrain crd`; do not edit.\n"
     return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120, allow_unicode=True)
