@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from scaletrain_operator.api.conditions import STOPPING
 from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.api.naming import LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.cache import children_view
 from scaletrain_operator.controller.cluster import ChildRejected, Cluster, ObjectRef
-from scaletrain_operator.controller.decision import STOPPING
 from scaletrain_operator.controller.reconcile import decide
 from scaletrain_operator.controller.resizing import at_gang_size
 from scaletrain_operator.controller.settings import OperatorConfig

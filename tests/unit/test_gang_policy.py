@@ -8,13 +8,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from scaletrain_operator.api import naming
+from scaletrain_operator.api.conditions import DEADLINE_EXCEEDED, DISRUPTION_TARGET, NON_FINITE_LOSS
 from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.api.job_status import GangRecord
 from scaletrain_operator.api.spec import FailurePolicyRule, RestartBackoff
 from scaletrain_operator.policy.gang_policy import (
-    DEADLINE_EXCEEDED,
-    DISRUPTION_TARGET,
-    NON_FINITE_LOSS,
     Action,
     GangLimits,
     PodOutcome,

@@ -13,8 +13,8 @@ from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 from scaletrain_trainer.contract.validation import SpecModel
 
-from ..validation.kube_rules import REASON_PATTERN
 from . import naming
+from .conditions import MAX_MESSAGE, REASON_PATTERN, ConditionType, GangEnding, JobPhase, ResizeReason, one_of
 
 # An RFC 3339 time: the API server stores and serves it as a string, which strict validation would refuse.
 Timestamp = Annotated[datetime, Strict(False)]
@@ -24,25 +24,10 @@ MAX_RESIZES = 16  # and status.resizes
 MAX_SIZES_SHOWN = 16  # the sizes goodput has time for (the last ones first seen)
 
 
-ConditionType = Literal[
-    "Created",
-    "Running",
-    "Restarting",
-    "Succeeded",
-    "Failed",
-    "Suspended",
-    "PodCreationFailed",
-    "Schedulable",
-    "ProgressUnreachable",
-    "Queued",
-]
-Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-
-
 class Condition(SpecModel):
     """metav1.Condition."""
 
-    type: ConditionType = Field(
+    type: one_of(ConditionType) = Field(
         description="Type of condition: Created (the gang was started), Running, Restarting and Suspended (True while "
         "in that phase), Succeeded or Failed (final), PodCreationFailed (True while the Job controller cannot "
         "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota), Schedulable (False while "
@@ -65,7 +50,9 @@ class Condition(SpecModel):
         max_length=1024,
         description="Why the condition last changed, as a CamelCase identifier, e.g. DeadlineExceeded.",
     )
-    message: str = Field("", max_length=32768, description="Human-readable details of the transition; may be empty.")
+    message: str = Field(
+        "", max_length=MAX_MESSAGE, description="Human-readable details of the transition; may be empty."
+    )
 
 
 class NodeCounts(SpecModel):
@@ -120,7 +107,7 @@ class GangRecord(SpecModel):
     )
     reached_step: int | None = Field(None, ge=0, description="The last step it reported completing.")
     checkpoint_step: int | None = Field(None, ge=0, description="The newest checkpoint step it reported.")
-    ended: Literal["Failed", "Disrupted", "SpecChanged", "Succeeded"] = Field(
+    ended: one_of(GangEnding) = Field(
         description="How it ended: Failed (a restart counted against maxRestarts, or the job's failure), "
         "Disrupted, SpecChanged (restarted for a spec change), or Succeeded."
     )
@@ -132,16 +119,13 @@ class GangRecord(SpecModel):
         return started is not None and saved is not None and saved > started
 
 
-ResizeReason = Literal["Scaled", "Unschedulable", "CapacityReturned", "CapacityTaken"]
-
-
 class Resize(SpecModel):
     """One change of the gang's size."""
 
     time: Timestamp = Field(description="When the gang of the new size was started (RFC 3339).")
     from_nodes: int = Field(ge=1, description="The size of the gang that ended.")
     to_nodes: int = Field(ge=1, description="The size of the gang that started.")
-    reason: ResizeReason = Field(
+    reason: one_of(ResizeReason) = Field(
         description="Why: Scaled, spec.nodes changed (kubectl scale, an autoscaler, an edit of the spec); "
         "Unschedulable, the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds; "
         "CapacityReturned, a capacity probe found room for a larger gang (spec.elastic); CapacityTaken, the larger "
@@ -185,7 +169,7 @@ class Goodput(SpecModel):
 class ScaleTrainJobStatus(SpecModel):
     """The job's observed state, written by the operator: phase, conditions, gang restarts and progress."""
 
-    phase: Phase | None = Field(
+    phase: one_of(JobPhase) | None = Field(
         None,
         description="Where the job is: Pending, Running, Restarting, Suspended, Succeeded or Failed "
         "(the last two are final).",

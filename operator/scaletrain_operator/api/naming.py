@@ -29,12 +29,8 @@ TRAINER_CONTAINER = "trainer"
 SHM_VOLUME = "scaletrain-shm"
 DEFAULT_MASTER_PORT = 29500  # torchrun's; PyTorchJob's is 23456
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-DISRUPTION_TARGET = "DisruptionTarget"  # the pod condition of an eviction, a preemption, a lost node
-DISRUPTED_JOB = "PodFailurePolicy"  # the Job controller's reason when the rendered podFailurePolicy failed the Job
 COMPLETION_INDEX_LABEL = COMPLETION_INDEX_ANNOTATION  # the Job controller sets both (PodIndexLabel, GA in 1.32)
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-FOREIGN_WORKLOAD = "ForeignWorkload"  # and of a gang the Job controller placed through another Workload than the job's
-QUEUE_PREEMPTED = "Preempted"  # what the gang policy hears of a running gang whose Job Kueue suspended
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"  # pod template annotations (Kueue's TAS)
 KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 

@@ -25,9 +25,10 @@ from scaletrain_trainer.contract.exit_codes import (
 from scaletrain_trainer.contract.validation import Problem, SpecModel
 
 from ..validation import elastic_sizes, kube_schema, pass_through, spec_rules
-from ..validation.kube_rules import DATA_KEY, DNS_1123_LABEL, DNS_1123_SUBDOMAIN, ENV_VAR_NAME, REASON_PATTERN
+from ..validation.kube_rules import DATA_KEY, DNS_1123_LABEL, DNS_1123_SUBDOMAIN, ENV_VAR_NAME
 from . import naming
 from .cel import cel_rule, with_cel_rules
+from .conditions import REASON_PATTERN
 
 # Kubernetes' resource.Quantity, as its own OpenAPI schema spells it.
 QUANTITY_PATTERN = (

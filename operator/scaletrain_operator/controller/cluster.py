@@ -30,6 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..api import naming
+from ..api.conditions import QUOTA_RESERVED, ControllerFailureReason, EventReason
 from ..api.status_schema import fit_status
 from ..api.timestamps import timestamp
 from ..policy.placement import foreign_workloads, held_back_by, same_gang
@@ -37,7 +38,7 @@ from ..policy.pods import being_deleted
 from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
 from . import metrics
 from .cache import Cache, owned_by, version_of
-from .decision import ChildJobPatch, ControllerFailureReason, Decision, Event, Observed
+from .decision import ChildJobPatch, Decision, Event, Observed
 from .peering import KOPF_GROUP, KOPF_VERSION
 from .status import bounded
 
@@ -351,7 +352,7 @@ class Cluster:
         except ApiException as error:
             if refused(error):
                 message = f"the API server refused {kind} {name}: {server_message(error)}"
-                raise ChildRejected("ChildRejected", message) from None
+                raise ChildRejected(ControllerFailureReason.CHILD_REJECTED, message) from None
             if error.status != 409:
                 raise
             query = [("fieldSelector", f"metadata.name={name}")]
@@ -363,7 +364,7 @@ class Cluster:
             if (going := leftover_reason(there[0], obj)) is not None:
                 raise Leftover(f"{going}; waiting for its name to be free") from None
             message = f"{kind} {name} already exists and does not belong to this ScaleTrainJob; it is left alone"
-            raise ChildRejected("NameConflict", message) from None
+            raise ChildRejected(ControllerFailureReason.NAME_CONFLICT, message) from None
 
     def create_probe(self, stj: ObjectRef, probe: dict[str, Any]) -> None:
         """An elastic gang's capacity probe (render/capacity_probe.py). One the API server refuses (a policy, a
@@ -374,7 +375,7 @@ class Cluster:
         except (ApiException, ChildRejected, Leftover) as error:
             message = f"no capacity probe this time, the gang trains on at its size: {describe(error)}"
             log.warning("%s/%s: %s", stj.namespace, stj.name, message)
-            self.post_event(stj, Event("Warning", "CapacityProbeFailed", message))
+            self.post_event(stj, Event("Warning", EventReason.CAPACITY_PROBE_FAILED, message))
 
     def _replace_workload(self, namespace: str, there: dict[str, Any], obj: dict[str, Any]) -> None:
         """A Workload's spec cannot change (but for its gang's minCount): the one of an earlier spec goes,
@@ -415,7 +416,7 @@ class Cluster:
         except ApiException as error:
             if refused(error) and error.status != 404:  # gone: the next reconcile sees that
                 message = f"the API server refused a change to Job {patch.job}: {server_message(error)}"
-                raise ChildRejected("ChildRejected", message) from None
+                raise ChildRejected(ControllerFailureReason.CHILD_REJECTED, message) from None
             raise
 
     def patch_status(self, stj: ObjectRef, status: dict[str, Any]) -> None:
@@ -446,7 +447,7 @@ class Cluster:
         log.error("the API server refused the status of %s/%s: %s", stj.namespace, stj.name, why)
         message = f"the API server refused a write of the job's status: {why}"
         occasion = hashlib.sha256(why.encode()).hexdigest()[:16]
-        self.post_event(stj, Event("Warning", "StatusWriteRefused", message, occasion))
+        self.post_event(stj, Event("Warning", EventReason.STATUS_WRITE_REFUSED, message, occasion))
         return StatusRefused(why)
 
     def delete_stj(self, stj: ObjectRef) -> None:
@@ -491,7 +492,7 @@ class Cluster:
         for workload in workloads:
             job_uid = (workload["metadata"].get("labels") or {}).get(KUEUE_JOB_UID_LABEL)
             conditions = (workload.get("status") or {}).get("conditions") or ()
-            reserved = next((c for c in conditions if c.get("type") == "QuotaReserved"), None)
+            reserved = next((c for c in conditions if c.get("type") == QUOTA_RESERVED), None)
             if job_uid and reserved and reserved.get("status") == "False" and reserved.get("message"):
                 waits[job_uid] = f"{reserved['message']} (Kueue's Workload {workload['metadata']['name']})"
         return waits
@@ -575,4 +576,4 @@ class Cluster:
         if others:
             occasion = ",".join(sorted(other["metadata"]["uid"] for other in others))
             message = held_back_by(others, workload["metadata"]["name"])
-            raise ForeignWorkload(Event("Warning", "ForeignWorkload", message, occasion))
+            raise ForeignWorkload(Event("Warning", EventReason.FOREIGN_WORKLOAD, message, occasion))

@@ -9,39 +9,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..api import naming
+from ..api.conditions import ControllerFailureReason, EventReason, JobPhase
 from ..render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION
 from ..report_server import Report
 from .status import StatusBuilder
-
-# Why the controller fails a job outside the gang policy (api/gang_policy.GangFailureReason has the rest)
-ControllerFailureReason = Literal[
-    "InvalidSpec", "ChildRejected", "NameConflict", "ReconcileError", "GangSchedulingUnavailable"
-]
-EventReason = (
-    Literal[
-        "Created",
-        "Running",
-        "Suspended",
-        "Restarting",
-        "Resized",
-        "Succeeded",
-        "Failed",
-        "LossNotFinite",
-        "ApiRetrying",
-        "PodCreationFailed",
-        "Unschedulable",
-        "JobDeleted",
-        "Preempted",
-        "Hang",
-        "CheckpointSetAside",
-        "CapacityProbeFailed",
-        "WorkloadRecreated",
-        "ForeignWorkload",
-        "StatusWriteRefused",
-        "MetricsLeftOut",
-    ]
-    | ControllerFailureReason
-)
 
 
 @dataclass(frozen=True)
@@ -52,7 +23,7 @@ class Event:
     failed, or by a restarted operator) finds it there. Without one, every post is a new Event."""
 
     type: Literal["Normal", "Warning"]
-    reason: EventReason
+    reason: EventReason | ControllerFailureReason
     message: str
     occasion: str | None = None
 
@@ -158,8 +129,8 @@ class Draft:
     def done(self, status: dict[str, Any], patch_child_job: ChildJobPatch | None = None) -> Decision:
         before = self.status.before.phase
         phase = status["phase"]
-        if phase != before and phase in ("Running", "Suspended", "Succeeded"):
-            self.events.append(Event("Normal", phase, status["message"]))
+        if phase != before and phase in (JobPhase.RUNNING, JobPhase.SUSPENDED, JobPhase.SUCCEEDED):
+            self.events.append(Event("Normal", EventReason(phase), status["message"]))
         when = occasion(self.gang_job or self.status.before.current_job, self.status.spec_generation)
         probe_ends = [self.probe] if self.probe is not None and not self.keep_probe else []
         creates = bool(self.create) or self.new_probe is not None
@@ -192,7 +163,7 @@ class Draft:
         )
         return {
             ("Workload", name): Event(
-                "Warning", "WorkloadRecreated", message, occasion(gang_name, self.status.spec_generation)
+                "Warning", EventReason.WORKLOAD_RECREATED, message, occasion(gang_name, self.status.spec_generation)
             )
         }
 
@@ -204,9 +175,6 @@ def occasion(current_job: str | None, spec_generation: int | None) -> str:
     per occasion; a decision carried out again after its status patch failed is about the same gang, so
     its Events are the same ones."""
     return f"{current_job}, spec generation {spec_generation}"
-
-
-STOPPING = "StoppingAtStep"  # the Restarting reason while a gang saves its checkpoint for a spec change
 
 
 def suspension(

@@ -10,6 +10,7 @@ from typing import Any
 
 from scaletrain_trainer.contract.validation import Problem
 
+from ..api.conditions import JOB_COMPLETE, JOB_FAILED, ConditionType, ControllerFailureReason, JobPhase
 from ..policy.pods import (
     holds_a_node,
     job_condition,
@@ -19,7 +20,6 @@ from ..render.child_annotations import (
     child_job_suspended,
 )
 from .decision import (
-    ControllerFailureReason,
     Decision,
     Event,
     Observed,
@@ -45,8 +45,8 @@ def stop_what_runs(observed: Observed, queue: str | None, spec_generation: int |
     running = {
         gang_generation: child
         for gang_generation, child in observed.jobs.items()
-        if job_condition(child, "Complete") is None
-        and job_condition(child, "Failed") is None
+        if job_condition(child, JOB_COMPLETE) is None
+        and job_condition(child, JOB_FAILED) is None
         and (gang_generation != newest or holding)
     }
     older = tuple(
@@ -66,7 +66,7 @@ def decide_invalid(
 ) -> Decision:
     """A spec the CRD schema let through but the operator cannot run: Failed once, with every problem."""
     message = "invalid spec: " + "; ".join(str(p) for p in problems)
-    return decide_failed("InvalidSpec", message, stored_status, spec_generation, now)
+    return decide_failed(ControllerFailureReason.INVALID_SPEC, message, stored_status, spec_generation, now)
 
 
 def decide_failed(
@@ -79,10 +79,15 @@ def decide_failed(
     """Failed once, for `reason`, with a condition and a Warning Event saying `message` (cut to the API's
     limits): an invalid spec, or a child the API server refused (cluster.ChildRejected)."""
     message = bounded(message)
-    if stored_status.get("phase") == "Failed" and stored_status.get("message") == message:
+    if stored_status.get("phase") == JobPhase.FAILED and stored_status.get("message") == message:
         return Decision()
-    failed = condition("Failed", True, reason, message, now, spec_generation)
-    status = {"phase": "Failed", "message": message, "conditions": [failed], "observedGeneration": spec_generation}
+    failed = condition(ConditionType.FAILED, True, reason, message, now, spec_generation)
+    status = {
+        "phase": JobPhase.FAILED,
+        "message": message,
+        "conditions": [failed],
+        "observedGeneration": spec_generation,
+    }
     return Decision(
         status=status,
         events=(Event("Warning", reason, message, occasion(stored_status.get("currentJob"), spec_generation)),),

@@ -37,6 +37,7 @@ import kopf
 from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
+from ..api.conditions import ControllerFailureReason, EventReason, JobPhase
 from ..api.job import parse_job
 from ..policy.pods import being_deleted
 from ..render.workload import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
@@ -219,7 +220,7 @@ def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception)
     if failures == RETRY_EVENT_AFTER:
         message = f"reconciling failed {failures} times in a row and is retried with backoff: {describe(error)}"
         uid = (cluster.cache.scaletrainjobs.get(*job) or {}).get("metadata", {}).get("uid")
-        cluster.post_event(ObjectRef(*job, uid), Event("Warning", "ApiRetrying", message))
+        cluster.post_event(ObjectRef(*job, uid), Event("Warning", EventReason.API_RETRYING, message))
 
 
 def _reconcile(
@@ -286,7 +287,7 @@ def decide_from(
             f"the operator cannot reconcile this spec ({type(error).__name__}: {error}); its log has the details. "
             "Change the spec, or report this as a bug"
         )
-        return decide_failed("ReconcileError", message, stored_status, spec_generation, now)
+        return decide_failed(ControllerFailureReason.RECONCILE_ERROR, message, stored_status, spec_generation, now)
 
 
 def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
@@ -309,7 +310,7 @@ def say_waiting(cluster: Cluster, raw: dict[str, Any], message: str) -> None:
     """The job waits for a child's name: its status says so (Pending, if it had no phase yet)."""
     status = raw.get("status") or {}
     if status.get("message") != message:
-        cluster.patch_status(ObjectRef.of(raw), {"phase": status.get("phase") or "Pending", "message": message})
+        cluster.patch_status(ObjectRef.of(raw), {"phase": status.get("phase") or JobPhase.PENDING, "message": message})
 
 
 def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Reconciled:

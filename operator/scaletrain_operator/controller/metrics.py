@@ -8,16 +8,16 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable
-from typing import Any, get_args
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.config import CheckpointConfig
 
-from ..api.job_status import Phase
+from ..api.conditions import ControllerFailureReason, EventReason, JobPhase
 from ..api.timestamps import parse_timestamp
-from .decision import ControllerFailureReason, Decision
+from .decision import Decision
 
 JOBS = Counter("scaletrain_jobs_total", "ScaleTrainJobs by outcome: created, succeeded, failed.", ["outcome"])
 RESTARTS = Counter("scaletrain_gang_restarts_total", "Gang restarts (after failures and spec changes).")
@@ -92,22 +92,24 @@ for _taken_or_refused in ("200", "401", "403"):  # at 0 from the start: rate() a
     STATUS_REPORTS.labels(_taken_or_refused)
 # The Warning Events the chart's alerts count with increase(): each job has them at 0 from the first pass that
 # sees it, since increase() cannot see a counter's first value, the 1 it would be born at.
-ALERTED_EVENTS = ("Hang", "CheckpointSetAside")
+ALERTED_EVENTS = (EventReason.HANG, EventReason.CHECKPOINT_SET_ASIDE)
 WORK_QUEUE_DEPTH = Gauge("scaletrain_workqueue_depth", "Jobs due for a reconcile that no worker has taken yet.")
 CHECKPOINT_EVERY_DEFAULT = CheckpointConfig.model_fields["every_steps"].default
 PER_JOB = (JOB_SECONDS, JOB_GANG_RESTARTS, JOB_PHASE, *JOB_PROGRESS.values(), JOB_LOSS_FINITE, JOB_PROGRESS_UPDATED,
            JOB_CHECKPOINT_EVERY)  # fmt: skip
 
-OUTCOME_OF_EVENT = {"Created": "created", "Succeeded": "succeeded", "Failed": "failed"} | {
-    reason: "failed" for reason in get_args(ControllerFailureReason)
-}
+OUTCOME_OF_EVENT = {
+    EventReason.CREATED: "created",
+    EventReason.SUCCEEDED: "succeeded",
+    EventReason.FAILED: "failed",
+} | {reason: "failed" for reason in ControllerFailureReason}
 
 
 def count(decision: Decision) -> None:
     for event in decision.events:
         if event.reason in OUTCOME_OF_EVENT:
             JOBS.labels(OUTCOME_OF_EVENT[event.reason]).inc()
-        elif event.reason == "Restarting":
+        elif event.reason == EventReason.RESTARTING:
             RESTARTS.inc()
 
 
@@ -128,8 +130,8 @@ def report_jobs(jobs: Iterable[dict[str, Any]]) -> None:
         _set(JOB_SECONDS, (*where, "waiting"), goodput.get("waitingSeconds", 0))
         _set(JOB_GANG_RESTARTS, (*where, "failure"), status.get("restarts", 0))
         _set(JOB_GANG_RESTARTS, (*where, "disruption"), status.get("disruptions", 0))
-        for phase in get_args(Phase):
-            JOB_PHASE.labels(*where, phase).set(1 if status.get("phase", "Pending") == phase else 0)
+        for phase in JobPhase:
+            JOB_PHASE.labels(*where, phase).set(1 if status.get("phase", JobPhase.PENDING) == phase else 0)
         _set(JOB_CHECKPOINT_EVERY, where, _checkpoint_every(job.get("spec") or {}))
         progress = status.get("progress") or {}
         if not progress:

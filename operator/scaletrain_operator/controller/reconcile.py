@@ -39,9 +39,20 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from scaletrain_trainer.contract.exit_codes import HANG_RESULT
-
 from ..api import naming
+from ..api.conditions import (
+    JOB_COMPLETE,
+    JOB_FAILED,
+    SCHEDULED,
+    STOPPING,
+    UNSCHEDULABLE,
+    ConditionType,
+    ControllerFailureReason,
+    EventReason,
+    GangEnding,
+    JobPhase,
+    ResizeReason,
+)
 from ..api.job import ScaleTrainJob
 from ..api.job_status import MAX_RESIZES, NodeCounts, Resize
 from ..api.timestamps import parse_timestamp, timestamp
@@ -57,7 +68,6 @@ from ..policy.gang_policy import (
 from ..policy.hang import broken_promise, stalled_message
 from ..policy.ledger import Ledger, ledger_of
 from ..policy.pods import (
-    UNSCHEDULABLE,
     Unplaced,
     all_placed,
     being_deleted,
@@ -85,7 +95,6 @@ from ..render.workload import placed_by_workload
 from ..validation import elastic_sizes
 from ..validation.progress_answer import final_progress, status_patch
 from .decision import (
-    STOPPING,
     ChildJobPatch,
     Decision,
     Draft,
@@ -115,9 +124,6 @@ from .status import StatusBuilder
 SPEC_CHANGE = "the spec changed in a way the running gang cannot take"
 RESUME_MESSAGE = "spec.suspend is false: a new gang goes on from the checkpoint the suspension saved"
 SUSPENDED_MESSAGE = "spec.suspend is true"
-JOB_DELETED = "JobDeleted"  # what the gang policy hears of a current Job that someone else deleted
-HANG = HANG_RESULT  # and of a Running gang whose progress stalled
-SCHEDULABLE = "Schedulable"
 
 
 def _judge_gang(
@@ -131,15 +137,15 @@ def _judge_gang(
     Suspending a Job (spec.suspend, a handover to the next gang, or Kueue preempting it) terminates its pods,
     which may end Failed (exit 143) on the way out: that is not a crash, unless the trainer named what failed
     (a checkpoint it could not save)."""
-    failed = job_condition(child_job, "Failed")
+    failed = job_condition(child_job, JOB_FAILED)
     return judge(
         [pod_outcome(pod) for pod in pods],
         GangLimits.of(job.spec),
         ledger.restarts,
         disruptions=ledger.disruptions,
         crash_loop=crash_loop,
-        job_complete=job_condition(child_job, "Complete") is not None,
-        job_failure=failed.get("reason", "Failed") if failed else None,
+        job_complete=job_condition(child_job, JOB_COMPLETE) is not None,
+        job_failure=failed.get("reason", JOB_FAILED) if failed else None,
         suspended=child_job_suspended(child_job) or job.spec.suspend,
     )
 
@@ -158,13 +164,15 @@ def _decide(
         return stop_what_runs(observed, job.queue, job.metadata.generation)
     if (unavailable := gang_placement.unavailable(job, settings.workload_api)) is not None:
         stored = job.status.model_dump(mode="json", by_alias=True, exclude_none=True) if job.status else {}
-        return decide_failed("GangSchedulingUnavailable", unavailable, stored, job.metadata.generation, now)
+        return decide_failed(
+            ControllerFailureReason.GANG_SCHEDULING_UNAVAILABLE, unavailable, stored, job.metadata.generation, now
+        )
     gang_generation = current_gang(job.name, job.current_job, observed)
     gang_generation = 0 if gang_generation is None else gang_generation  # none yet: the first gang's
     current = observed.jobs.get(gang_generation)
     gone = current_job_deleted(job, gang_generation, current)
     # Where another controller owns the Job's suspend flag, the operator suspends a gang by deleting its Job.
-    suspended_away = gone and (job.spec.suspend or status.before.phase == "Suspended")
+    suspended_away = gone and (job.spec.suspend or status.before.phase == JobPhase.SUSPENDED)
     deleted = gone and not suspended_away
     uses_workload = placed_by_workload(job.spec, settings.workload_api)
     # The one render of this call: the Job it would create. That is the current generation's when it was
@@ -199,8 +207,8 @@ def _decide(
     if deleted:
         gone = naming.child_job_name(job.name, gang_generation)
         message = f"Job {gone} was deleted, not by the operator: that ends its gang like a failure"
-        deleted_gang = this_gang(job, gang_generation, observed.pods, "Failed")
-        return gang_ended(job, draft, None, desired, ledger, JOB_DELETED, message, deleted_gang)
+        deleted_gang = this_gang(job, gang_generation, observed.pods, GangEnding.FAILED)
+        return gang_ended(job, draft, None, desired, ledger, EventReason.JOB_DELETED, message, deleted_gang)
     if suspended_away or (current is None and job.spec.suspend and job.queue is not None):
         return _suspended_without_job(job, draft, for_gang(job, desired, ledger), observed.pods)
     if current is None:  # first start, or a restart whose create did not happen yet
@@ -210,10 +218,10 @@ def _decide(
     # Judge first, then change: a pod that failed in the same pass as a spec change, or while its gang stops
     # for one (a save that failed on the way out), is the gang's end, and its record says so.
     status.fields["nodes"] = node_counts(observed.pods, size_of(current)).model_dump(mode="json", by_alias=True)
-    failing = this_gang(job, gang_generation, observed.pods, "Failed")
+    failing = this_gang(job, gang_generation, observed.pods, GangEnding.FAILED)
     verdict = _judge_gang(job, current, observed.pods, ledger, crash_loop_length(gangs_with(job, failing)))
     if verdict.action is Action.SUCCEED:
-        record_gang_end(draft, job, failing.model_copy(update={"ended": "Succeeded"}))
+        record_gang_end(draft, job, failing.model_copy(update={"ended": GangEnding.SUCCEEDED}))
         return _succeed(draft, gang_generation, observed, verdict.message)
     if verdict.action is Action.FAIL:
         record_gang_end(draft, job, failing)
@@ -221,7 +229,7 @@ def _decide(
     if verdict.action is Action.RESTART:
         return restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
     if lost is not None:
-        return draft.done(status.phase("Restarting", *lost))
+        return draft.done(status.phase(JobPhase.RESTARTING, *lost))
     # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
     # handover even should the spec have changed back to the running size meanwhile.
     if hash_of(current) != hash_of(desired) or planned_resize(current)[0] is not None:
@@ -232,11 +240,11 @@ def _decide(
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
         # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
         # after a moment, as a disruption. The next gang starts instead, counted as neither.
-        record_gang_end(draft, job, this_gang(job, gang_generation, observed.pods, "SpecChanged"))
+        record_gang_end(draft, job, this_gang(job, gang_generation, observed.pods, GangEnding.SPEC_CHANGED))
         return restart(draft, current, for_gang(job, desired, ledger), RESUME_MESSAGE)
     if preempted(job, current, observed.pods):
         message = f"Kueue suspended Job {current['metadata']['name']}: its gang ends, and the next one queues again"
-        return gang_ended(job, draft, current, desired, ledger, naming.QUEUE_PREEMPTED, message, failing)
+        return gang_ended(job, draft, current, desired, ledger, EventReason.PREEMPTED, message, failing)
     if uses_workload and (foreign := gang_placement.foreign_pod_group(current, job.name, observed.pods)) is not None:
         message = (
             f"pods of Job {current['metadata']['name']} are in PodGroup {foreign}, not one of the job's Workload "
@@ -244,9 +252,9 @@ def _decide(
             "controller took it (its gang may be of another size). The gang restarts to be placed by the job's own; "
             "delete the other Workload"
         )
-        return gang_ended(job, draft, current, desired, ledger, naming.FOREIGN_WORKLOAD, message, failing)
+        return gang_ended(job, draft, current, desired, ledger, EventReason.FOREIGN_WORKLOAD, message, failing)
     if (due := broken_promise(job, gang_generation, settings.progress_timeout_seconds)) is not None:
-        return gang_ended(job, draft, current, desired, ledger, HANG, stalled_message(job, due), failing)
+        return gang_ended(job, draft, current, desired, ledger, EventReason.HANG, stalled_message(job, due), failing)
     return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
 
 
@@ -268,7 +276,7 @@ def _succeed(draft: Draft, gang_generation: int, observed: Observed, message: st
             last = {key: value for key, value in last.items() if key not in ("loss", "lossFinite")}
         moot = {"etaSeconds": None, "staleAfter": None, "readAt": None}
         status.fields["progress"] = status_patch(last | final, gang_generation, read) | moot
-    return draft.done(status.phase("Succeeded", message))
+    return draft.done(status.phase(JobPhase.SUCCEEDED, message))
 
 
 def _start_gang(job: ScaleTrainJob, draft: Draft, desired: dict[str, Any]) -> Decision:
@@ -278,10 +286,10 @@ def _start_gang(job: ScaleTrainJob, draft: Draft, desired: dict[str, Any]) -> De
     status.fields["nodes"] = NodeCounts(current=size_of(desired)).model_dump(mode="json", by_alias=True)
     if status.before.phase is None:
         service = naming.service_name(job.name)
-        status.set("Created", True, "Created", f"created Service {service} and Job {name}")
-        draft.events.append(Event("Normal", "Created", f"created Job {name}"))
+        status.set(ConditionType.CREATED, True, ConditionType.CREATED, f"created Service {service} and Job {name}")
+        draft.events.append(Event("Normal", EventReason.CREATED, f"created Job {name}"))
     if job.spec.suspend:
-        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE))
+        return draft.done(status.phase(JobPhase.SUSPENDED, SUSPENDED_MESSAGE))
     if job.queue is not None:  # its Job is created suspended
         return draft.done(waiting_status(status, waiting_for_admission(job, desired)))
     return draft.done(waiting_status(status, waiting_for([], job.spec.nodes)))
@@ -301,7 +309,7 @@ def waiting_for_admission(job: ScaleTrainJob, child_job: Mapping[str, Any] | Non
             "such as Kueue managing every Job), which starts it by un-suspending it"
         )
     conditions = job.status.conditions if job.status else []
-    queued = next((c for c in conditions if c.type == "Queued" and c.status == "True"), None)
+    queued = next((c for c in conditions if c.type == ConditionType.QUEUED and c.status == "True"), None)
     return f"{waiting}: {queued.message}" if queued is not None else waiting
 
 
@@ -327,20 +335,20 @@ def _spec_changed(
     # The reason the resize under way was planned for holds where the next gang has the size it planned; a
     # spec.nodes changed meanwhile that decides another size makes it Scaled (one it leaves as planned does not).
     planned, reason = planned_resize(current)
-    reason = reason if planned == after else "Scaled"
+    reason = reason if planned == after else ResizeReason.SCALED
     change = f"the gang resizes from {before} to {after} nodes" if before != after else SPEC_CHANGE
     saving = [] if admission_managed(job.queue, current) else _recheck_when_saved(draft, pods)
     if saving:
         patch = None if child_job_suspended(current) else suspension(job.metadata.generation, current)
         status.fields["nodes"] = node_counts(pods, before).model_dump(mode="json", by_alias=True)
         message = f"{change}: its pods save a checkpoint after the step they are in, then the next gang starts"
-        return draft.done(status.phase("Restarting", message, STOPPING), patch)
-    record_gang_end(draft, job, this_gang(job, gang_generation, pods, "SpecChanged"))
+        return draft.done(status.phase(JobPhase.RESTARTING, message, STOPPING), patch)
+    record_gang_end(draft, job, this_gang(job, gang_generation, pods, GangEnding.SPEC_CHANGED))
     # The gang's size or priority may have changed: the Workload is made to match (Decision.workload).
     draft.respec_workload = True
     if before != after:
         why = RESIZE_WHY[reason] if planned == after else f"spec.nodes is {after}"
-        draft.events.append(Event("Normal", "Resized", f"{change} ({why})"))
+        draft.events.append(Event("Normal", EventReason.RESIZED, f"{change} ({why})"))
         resize = Resize(time=status.now, from_nodes=before, to_nodes=after, reason=reason)
         resizes = [*status.before.resizes, resize][-MAX_RESIZES:]
         status.fields["resizes"] = [r.model_dump(mode="json", by_alias=True) for r in resizes]
@@ -366,10 +374,10 @@ def _suspended_without_job(
     saving), counted as neither a restart nor a disruption."""
     status = draft.status
     if job.spec.suspend:
-        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE))
+        return draft.done(status.phase(JobPhase.SUSPENDED, SUSPENDED_MESSAGE))
     if _recheck_when_saved(draft, pods):
         message = "spec.suspend is false: the suspended gang's pods are saving a checkpoint, then the next gang starts"
-        return draft.done(status.phase("Restarting", message, STOPPING))
+        return draft.done(status.phase(JobPhase.RESTARTING, message, STOPPING))
     return restart(draft, None, desired, RESUME_MESSAGE)
 
 
@@ -390,9 +398,9 @@ def _keep_running(
     if spec.suspend and admission_managed(job.queue, current):
         # Kueue would start the Job again: it goes instead (its pods save a checkpoint on their SIGTERM), which
         # also has Kueue release its quota; the next gang starts once spec.suspend is false.
-        record_gang_end(draft, job, this_gang(job, naming.generation_of(job.name, name), pods, "SpecChanged"))
+        record_gang_end(draft, job, this_gang(job, naming.generation_of(job.name, name), pods, GangEnding.SPEC_CHANGED))
         draft.delete_child_jobs.append(name)
-        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE))
+        return draft.done(status.phase(JobPhase.SUSPENDED, SUSPENDED_MESSAGE))
     in_place: dict[str, Any] = {}
     if (current.get("spec") or {}).get("activeDeadlineSeconds") != spec.active_deadline_seconds:
         in_place["activeDeadlineSeconds"] = spec.active_deadline_seconds
@@ -402,9 +410,9 @@ def _keep_running(
     else:
         patch = ChildJobPatch(name, in_place) if in_place else None
     if spec.suspend:
-        return draft.done(status.phase("Suspended", SUSPENDED_MESSAGE), patch)
+        return draft.done(status.phase(JobPhase.SUSPENDED, SUSPENDED_MESSAGE), patch)
     if suspended:  # by someone else: resumed() and preempted() took the operator's own suspension and Kueue's
-        return draft.done(status.phase("Pending", waiting_for_admission(job, current)), patch)
+        return draft.done(status.phase(JobPhase.PENDING, waiting_for_admission(job, current)), patch)
     waiting = _report_placement(draft, pods, spec.nodes) or refused_pods(job, current, pods)
     if waiting is not None and (shrink := shrink_target(asked, current, pods)) is not None:
         left = asked.spec.elastic.scale_down_after_seconds - (status.now - waiting.since).total_seconds()
@@ -427,7 +435,7 @@ def _keep_running(
             if spec.nodes < asked.spec.nodes
             else ""
         )
-        return draft.done(status.phase("Running", f"{nodes} of {spec.nodes} nodes active{below}"), patch)
+        return draft.done(status.phase(JobPhase.RUNNING, f"{nodes} of {spec.nodes} nodes active{below}"), patch)
     return draft.done(waiting_status(status, waiting_for(pods, spec.nodes)), patch)
 
 
@@ -437,11 +445,11 @@ def _report_placement(draft: Draft, pods: Sequence[Mapping[str, Any]], nodes: in
     once every pod was placed. Returns what holds the gang back (`unplaced`), if a pod waits."""
     status = draft.status
     waiting = unplaced(pods, status.now)
-    said = status.conditions.get(SCHEDULABLE)
+    said = status.conditions.get(ConditionType.SCHEDULABLE)
     if waiting is not None:
         if said is None or said["status"] == "True":
-            draft.events.append(Event("Warning", UNSCHEDULABLE, waiting.describe()))
-        status.set(SCHEDULABLE, False, UNSCHEDULABLE, waiting.describe(), shown_when_false=True)
+            draft.events.append(Event("Warning", EventReason.UNSCHEDULABLE, waiting.describe()))
+        status.set(ConditionType.SCHEDULABLE, False, UNSCHEDULABLE, waiting.describe(), shown_when_false=True)
     elif said is not None and all_placed(pods, nodes):
-        status.set(SCHEDULABLE, True, "Scheduled", "every pod of the gang was placed on a node")
+        status.set(ConditionType.SCHEDULABLE, True, SCHEDULED, "every pod of the gang was placed on a node")
     return waiting

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..api import naming
+from ..api.conditions import PodPhase
 from ..api.job import ScaleTrainJob
 from ..api.timestamps import timestamp
 from ..policy.pods import pod_phase
@@ -97,7 +98,7 @@ class Senders:
         if pod is None or job is None or pod["metadata"].get("uid") != pod_uid:
             raise Refused(403, f"pod {namespace}/{pod_name} is no pod of a ScaleTrainJob's gang")
         gang = self.cache.observed(*job).pods  # those of the current gang that its own Job owns
-        if not any(p["metadata"].get("uid") == pod_uid and pod_phase(p) == "Running" for p in gang):
+        if not any(p["metadata"].get("uid") == pod_uid and pod_phase(p) == PodPhase.RUNNING for p in gang):
             raise Refused(403, f"pod {namespace}/{pod_name} is not a running pod of {job[1]}'s current gang")
         labels = pod["metadata"].get("labels") or {}
         return Sender(job, int(labels[naming.LABEL_GENERATION]))

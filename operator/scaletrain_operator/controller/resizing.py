@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..api.conditions import STOPPING, ConditionType, EventReason, JobPhase, ResizeReason
 from ..api.job import ScaleTrainJob
-from ..api.job_status import Resize, ResizeReason
+from ..api.job_status import Resize
 from ..api.timestamps import parse_timestamp, timestamp
 from ..policy import elastic
 from ..policy.pods import (
@@ -26,7 +27,7 @@ from ..render.child_annotations import (
     size_of,
 )
 from ..validation import elastic_sizes
-from .decision import STOPPING, Decision, Draft, Event, Observed, current_gang, suspension
+from .decision import Decision, Draft, Event, Observed, current_gang, suspension
 
 
 def at_gang_size(job: ScaleTrainJob, observed: Observed) -> ScaleTrainJob:
@@ -53,15 +54,15 @@ def shrink_target(
     grown = status.resizes[-1] if status is not None and status.resizes else None
     if grown is not None and _grew(grown) and grown.to_nodes == size and not _ran_since(asked, grown.time):
         if grown.from_nodes in elastic_sizes.sizes(asked.spec):
-            return grown.from_nodes, "CapacityTaken"
+            return grown.from_nodes, ResizeReason.CAPACITY_TAKEN
     smaller = elastic.smaller(asked.spec, size, sum(placed(pod) for pod in pods))
-    return (smaller, "Unschedulable") if smaller is not None else None
+    return (smaller, ResizeReason.UNSCHEDULABLE) if smaller is not None else None
 
 
 def _ran_since(job: ScaleTrainJob, moment: datetime) -> bool:
     """Whether the job turned Running (a whole gang up) at or after `moment`."""
     conditions = job.status.conditions if job.status is not None else []
-    running = next((c for c in conditions if c.type == "Running" and c.status == "True"), None)
+    running = next((c for c in conditions if c.type == ConditionType.RUNNING and c.status == "True"), None)
     return running is not None and running.last_transition_time >= moment
 
 
@@ -71,7 +72,7 @@ def _failed_growths(asked: ScaleTrainJob) -> int:
     next probe."""
     resizes = asked.status.resizes if asked.status is not None else []
     count, end = 0, len(resizes)
-    while end >= 2 and _grew(resizes[end - 2]) and resizes[end - 1].reason == "CapacityTaken":
+    while end >= 2 and _grew(resizes[end - 2]) and resizes[end - 1].reason == ResizeReason.CAPACITY_TAKEN:
         count, end = count + 1, end - 2
     return count
 
@@ -80,7 +81,9 @@ def _grew(resize: Resize) -> bool:
     """Whether `resize` grew the gang (on a probe's word: an elastic gang grows no other way while its size is
     allowed), back toward the size it lost room at (CapacityReturned) or beyond, up to a spec.nodes raised since
     (Scaled; `_growth_reason`)."""
-    return resize.reason in ("CapacityReturned", "Scaled") and resize.to_nodes > resize.from_nodes
+    return (
+        resize.reason in (ResizeReason.CAPACITY_RETURNED, ResizeReason.SCALED) and resize.to_nodes > resize.from_nodes
+    )
 
 
 def _growth_reason(asked: ScaleTrainJob, size: int, target: int) -> ResizeReason:
@@ -90,7 +93,7 @@ def _growth_reason(asked: ScaleTrainJob, size: int, target: int) -> ResizeReason
     (kubectl scale, an autoscaler) lets it grow: Scaled, also where both happened (a gang that shrank from 4 to 2
     and was scaled to 6 grows to 6 as Scaled, to 4 as CapacityReturned), since the user's change decided the
     size."""
-    return "CapacityReturned" if target <= _size_before_lost_room(asked, size) else "Scaled"
+    return ResizeReason.CAPACITY_RETURNED if target <= _size_before_lost_room(asked, size) else ResizeReason.SCALED
 
 
 def _size_before_lost_room(asked: ScaleTrainJob, size: int) -> int:
@@ -98,7 +101,7 @@ def _size_before_lost_room(asked: ScaleTrainJob, size: int) -> int:
     newest Scaled resize's), else the largest the records name (the first gang's, spec.nodes then: shrinks and
     growths back only stay below it), else `size` (no resize yet: the gang has the size it was made at)."""
     resizes = asked.status.resizes if asked.status is not None else []
-    scaled = [resize.to_nodes for resize in resizes if resize.reason == "Scaled"]
+    scaled = [resize.to_nodes for resize in resizes if resize.reason == ResizeReason.SCALED]
     if scaled:
         return scaled[-1]
     return max((nodes for resize in resizes for nodes in (resize.from_nodes, resize.to_nodes)), default=size)
@@ -139,7 +142,7 @@ def grow_back(
     probe, now = observed.probe, status.now
     if probe is None:
         if (why_not := _no_probe(asked, current, priority_class)) is not None:
-            draft.events.append(Event("Warning", "CapacityProbeFailed", f"no capacity probe: {why_not}"))
+            draft.events.append(Event("Warning", EventReason.CAPACITY_PROBE_FAILED, f"no capacity probe: {why_not}"))
             return None
         if (due := _next_probe_in(asked, draft, current, spec.elastic.scale_up.check_every_seconds)) > 0:
             draft.recheck_in(due)
@@ -170,7 +173,7 @@ def grow_back(
             f"capacity probe {name} made no pod in {capacity_probe.PROBE_TIMEOUT_S} s (the Events of Job {name} say "
             "why, e.g. a quota or a policy that refused its pods): the gang trains on at its size"
         )
-        draft.events.append(Event("Warning", "CapacityProbeFailed", message))
+        draft.events.append(Event("Warning", EventReason.CAPACITY_PROBE_FAILED, message))
     draft.recheck_in(max(_next_probe_in(asked, draft, current, spec.elastic.scale_up.check_every_seconds), 1))
     return None
 
@@ -203,4 +206,4 @@ def resize_at_step_boundary(
         f"the gang resizes from {size} to {target} nodes ({RESIZE_WHY[reason]}: {why}): its pods save a checkpoint "
         "after the step they are in, then the next gang starts"
     )
-    return draft.done(status.phase("Restarting", message, STOPPING), patch)
+    return draft.done(status.phase(JobPhase.RESTARTING, message, STOPPING), patch)

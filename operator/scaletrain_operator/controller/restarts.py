@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..api import naming
+from ..api.conditions import ConditionType, EventReason, GangEnding, JobPhase
 from ..api.job import ScaleTrainJob
 from ..api.job_status import GangRecord, NodeCounts, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
@@ -49,7 +50,9 @@ from .decision import (
 from .status import StatusBuilder, bounded
 
 
-def this_gang(job: ScaleTrainJob, gang_generation: int, pods: Sequence[Mapping[str, Any]], ended: str) -> GangRecord:
+def this_gang(
+    job: ScaleTrainJob, gang_generation: int, pods: Sequence[Mapping[str, Any]], ended: GangEnding
+) -> GangRecord:
     """The record of the current gang, were it to end now: from the progress rank 0 of this generation
     reported (the status may still hold the previous gang's) and rank 0's termination message."""
     progress = job.status.progress if job.status else None
@@ -72,8 +75,8 @@ def record_gang_end(draft: Draft, job: ScaleTrainJob, ended: GangRecord) -> None
 
 
 def fail(draft: Draft, message: str, reason: str | None) -> Decision:
-    draft.events.append(Event("Warning", "Failed", message))
-    return draft.done(draft.status.phase("Failed", message, reason))
+    draft.events.append(Event("Warning", EventReason.FAILED, message))
+    return draft.done(draft.status.phase(JobPhase.FAILED, message, reason))
 
 
 def gang_ended(
@@ -82,7 +85,7 @@ def gang_ended(
     current: Mapping[str, Any] | None,
     desired: dict[str, Any],
     ledger: Ledger,
-    failure: str,
+    failure: EventReason,
     why: str,
     ending: GangRecord,
 ) -> Decision:
@@ -117,7 +120,7 @@ def restart_after_failure(
     avoided from the next gang on. The Restarting condition's reason is the rule's or the meaning's name."""
     after = ledger.after(verdict, job)
     draft.status.fields.update(after.status_fields())
-    ended = ending.model_copy(update={"ended": "Disrupted" if verdict.disruption else "Failed"})
+    ended = ending.model_copy(update={"ended": GangEnding.DISRUPTED if verdict.disruption else GangEnding.FAILED})
     record_gang_end(draft, job, ended)
     message = verdict.message
     if after.excluded_nodes != ledger.excluded_nodes:
@@ -163,7 +166,7 @@ def recover_gang_end(
     message, reason = bounded(str(note.get("message", ""))), note.get("reason")
     record_gang_end(draft, job, ended)
     gone = naming.child_job_name(job.name, ended.generation)
-    draft.events.append(Event("Warning", "Restarting", message, occasion(gone, draft.status.spec_generation)))
+    draft.events.append(Event("Warning", EventReason.RESTARTING, message, occasion(gone, draft.status.spec_generation)))
     status = (job.status or ScaleTrainJobStatus()).model_copy(update={"gangs": kept([*history, ended])})
     return job.model_copy(update={"status": status}), (message, reason if isinstance(reason, str) else None)
 
@@ -197,17 +200,17 @@ def restart(
     draft.create.append(desired)
     status.fields["currentJob"] = desired["metadata"]["name"]
     status.fields["nodes"] = NodeCounts(current=size_of(desired)).model_dump(mode="json", by_alias=True)
-    draft.events.append(Event("Warning" if warning else "Normal", "Restarting", message))
-    return draft.done(status.phase("Restarting", message, reason))
+    draft.events.append(Event("Warning" if warning else "Normal", EventReason.RESTARTING, message))
+    return draft.done(status.phase(JobPhase.RESTARTING, message, reason))
 
 
 def waiting_status(status: StatusBuilder, waiting: str) -> dict[str, Any]:
     """The gang is not wholly up yet: still Restarting (keeping why) after a restart, else Pending, saying
     which pods it waits for and why (`waiting`)."""
-    if status.before.phase == "Restarting":
-        why = status.conditions.get("Restarting") or {}
-        return status.phase("Restarting", status.before.message or "", why.get("reason"))
-    return status.phase("Pending", waiting)
+    if status.before.phase == JobPhase.RESTARTING:
+        why = status.conditions.get(ConditionType.RESTARTING) or {}
+        return status.phase(JobPhase.RESTARTING, status.before.message or "", why.get("reason"))
+    return status.phase(JobPhase.PENDING, waiting)
 
 
 def for_gang(job: ScaleTrainJob, child_job: dict[str, Any], ledger: Ledger) -> dict[str, Any]:

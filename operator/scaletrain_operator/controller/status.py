@@ -6,19 +6,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ..api.conditions import MAX_MESSAGE, ConditionType, JobPhase
 from ..api.job import ScaleTrainJob
-from ..api.job_status import MAX_SIZES_SHOWN, Condition, Goodput, Phase, ScaleTrainJobStatus
+from ..api.job_status import MAX_SIZES_SHOWN, Condition, Goodput, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
 
-FINISHED: frozenset[Phase] = frozenset({"Succeeded", "Failed"})
-EXCLUSIVE_PHASES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended")  # true exactly while in that phase
+FINISHED = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+# Each has a condition of its name, True exactly while the job is in that phase.
+EXCLUSIVE_PHASES = (JobPhase.RUNNING, JobPhase.RESTARTING, JobPhase.SUSPENDED)
 # Which sum of status.goodput the time in a phase goes to (Suspended: neither; the user chose it).
-GOODPUT_SUM_OF: dict[Phase | None, str] = {
-    "Running": "runningSeconds",
-    "Pending": "waitingSeconds",
-    "Restarting": "waitingSeconds",
+GOODPUT_SUM_OF: dict[str | None, str] = {
+    JobPhase.RUNNING: "runningSeconds",
+    JobPhase.PENDING: "waitingSeconds",
+    JobPhase.RESTARTING: "waitingSeconds",
 }
-MAX_MESSAGE = 32768  # metav1.Condition's message; the status message keeps to it too
 
 
 def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
@@ -32,7 +33,9 @@ def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
     return f"{message[:head]} ... ({len(message) - room} characters left out) ... {message[len(message) - tail :]}"
 
 
-def condition(kind: str, status: bool, reason: str, message: str, now: datetime, spec_generation: int | None) -> dict:
+def condition(
+    kind: ConditionType, status: bool, reason: str, message: str, now: datetime, spec_generation: int | None
+) -> dict:
     return Condition(
         type=kind,
         status="True" if status else "False",
@@ -67,7 +70,9 @@ class StatusBuilder:
     def finished(self) -> bool:
         return self.before.phase in FINISHED
 
-    def set(self, kind: str, status: bool, reason: str, message: str = "", *, shown_when_false: bool = False) -> None:
+    def set(
+        self, kind: ConditionType, status: bool, reason: str, message: str = "", *, shown_when_false: bool = False
+    ) -> None:
         """A condition that is not there reads as False, so a False one is added only `shown_when_false`: for
         a condition whose False is the news (Schedulable)."""
         old = self.conditions.get(kind)
@@ -76,21 +81,22 @@ class StatusBuilder:
         elif old or status or shown_when_false:
             self.conditions[kind] = condition(kind, status, reason, message, self.now, self.spec_generation)
 
-    def phase(self, phase: Phase, message: str = "", reason: str | None = None) -> dict[str, Any]:
+    def phase(self, phase: JobPhase, message: str = "", reason: str | None = None) -> dict[str, Any]:
         """The whole status patch for `phase`; `reason` is its condition's (default: the phase's name)."""
         for kind in EXCLUSIVE_PHASES:
             if phase == kind:
-                self.set(kind, True, reason or phase, message)
+                self.set(ConditionType(kind), True, reason or phase, message)
             elif kind in self.conditions:
-                self.set(kind, False, phase)
+                self.set(ConditionType(kind), False, phase)
         if phase in FINISHED:
             self.fields["completionTime"] = timestamp(self.now)
-            self.set(phase, True, reason or phase, message)
+            self.set(ConditionType(phase), True, reason or phase, message)
         before_recomputed = self.before.goodput.recomputed_steps if self.before.goodput else 0
         if phase != self.before.phase or self.recomputed_steps != before_recomputed:
             self.fields["goodput"] = self._goodput_now()
         promised = self.before.progress is not None and self.before.progress.stale_after is not None
-        if phase != "Running" and promised:  # the gang that promised is gone or stopped: the next one promises anew
+        # The gang that promised is gone or stopped: the next one promises anew.
+        if phase != JobPhase.RUNNING and promised:
             self.fields["progress"] = self.fields.get("progress", {}) | {"staleAfter": None}
         return {
             **self.fields,
@@ -109,7 +115,8 @@ class StatusBuilder:
         if (bucket := GOODPUT_SUM_OF.get(self.before.phase)) is not None:
             sums[bucket] = round(sums[bucket] + spent, 3)
         at_size = {entry.nodes: entry.running_seconds for entry in before.running_seconds_at_size}
-        if self.before.phase == "Running" and (size := self.before.nodes.current):  # 0: an older operator's status
+        # An older operator's status has no size (0).
+        if self.before.phase == JobPhase.RUNNING and (size := self.before.nodes.current):
             at_size[size] = round(at_size.get(size, 0.0) + spent, 3)
         shown = [{"nodes": nodes, "runningSeconds": seconds} for nodes, seconds in at_size.items()][-MAX_SIZES_SHOWN:]
         return sums | {

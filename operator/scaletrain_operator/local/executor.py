@@ -44,8 +44,18 @@ from typing import IO, Any
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
+from ..api.conditions import (
+    CONTAINER_COMPLETED,
+    CONTAINER_ERROR,
+    CONTAINERS_READY,
+    INITIALIZED,
+    POD_INITIALIZING,
+    POD_READY_TO_START_CONTAINERS,
+    READY,
+    START_ERROR,
+    PodPhase,
+)
 from ..api.timestamps import timestamp
-from ..policy.gang_policy import PodPhase
 from .pod_filesystem import ContainerFiles, PodFilesystem, open_filesystem
 from .pod_network import PodIdentity, PodNetwork, PodSandbox, open_network
 from .pod_spec import (
@@ -74,7 +84,7 @@ from .processes import (
     signal_processes,
 )
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
+TERMINAL_PHASES = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 FALLBACK_LOG_LINES = 80  # terminationMessagePolicy FallbackToLogsOnError: the log's last 80 lines
 START_ERROR_EXIT_CODE = 128  # a command that cannot be executed, as containerd reports it
@@ -141,7 +151,7 @@ class ContainerRun:
         executable = find_executable(self.argv[0], self.env["PATH"], self.files.lookup_dir)
         if executable is None:
             self._terminate(
-                START_ERROR_EXIT_CODE, "StartError", f'exec: "{self.argv[0]}": executable file not found in $PATH'
+                START_ERROR_EXIT_CODE, START_ERROR, f'exec: "{self.argv[0]}": executable file not found in $PATH'
             )
             return
         self._log = self.log_path.open("ab")
@@ -152,7 +162,7 @@ class ContainerRun:
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         except OSError as error:
-            self._terminate(START_ERROR_EXIT_CODE, "StartError", f"exec: {error}")
+            self._terminate(START_ERROR_EXIT_CODE, START_ERROR, f"exec: {error}")
 
     def poll(self, processes: list[ProcessInfo] | None = None) -> None:
         """Note the main process's exit; the container's other processes then die with it, as a
@@ -163,7 +173,7 @@ class ContainerRun:
         leftovers = [process.pid for process in table if process.env_value == self.marker]
         signal_processes(leftovers, signal.SIGKILL)
         code = exit_code(self.process.returncode)
-        self._terminate(code, "Completed" if code == 0 else "Error", self._termination_message(code))
+        self._terminate(code, CONTAINER_COMPLETED if code == 0 else CONTAINER_ERROR, self._termination_message(code))
 
     def reap(self, timeout_seconds: float) -> None:
         """Wait for a killed main process (a zombie once its pod's processes are gone) and note its exit."""
@@ -187,7 +197,7 @@ class ContainerRun:
             return {"terminated": {key: value for key, value in terminated.items() if value not in ("", None)}}
         if self.running:
             return {"running": {"startedAt": pod_time(self.started_at)}}
-        return {"waiting": {"reason": "PodInitializing"}}
+        return {"waiting": {"reason": POD_INITIALIZING}}
 
     def status(self) -> dict[str, Any]:
         return {
@@ -240,7 +250,7 @@ class RunningPod:
     ):
         self.pod, self.network, self.sandbox, self.marker = pod, network, sandbox, marker
         self.init_containers, self.containers = init_containers, containers
-        self.phase: PodPhase = "Pending"
+        self.phase = PodPhase.PENDING
         self.started_at = now()
         self._transitions: dict[str, tuple[bool, datetime]] = {}  # condition type → (status, since)
         self._network_attached = True
@@ -295,15 +305,15 @@ class RunningPod:
                     container.start(self.network, self.sandbox)
                 return self.phase
             if container.exit_code != 0:
-                self._finish("Failed")
+                self._finish(PodPhase.FAILED)
                 return self.phase
         for container in self.containers:
             if container.process is None and not container.terminated:
                 container.start(self.network, self.sandbox)
         if all(container.terminated for container in self.containers):
-            self._finish("Succeeded" if all(c.exit_code == 0 for c in self.containers) else "Failed")
+            self._finish(PodPhase.SUCCEEDED if all(c.exit_code == 0 for c in self.containers) else PodPhase.FAILED)
         else:
-            self.phase = "Running"
+            self.phase = PodPhase.RUNNING
         return self.phase
 
     def stop(self, grace_seconds: float | None = None) -> None:
@@ -313,7 +323,7 @@ class RunningPod:
     def status(self) -> dict[str, Any]:
         """The pod's status as of the last poll, as the kubelet reports it."""
         initialized = all(c.terminated and c.exit_code == 0 for c in self.init_containers)
-        ready = self.phase == "Running" and all(c.running for c in self.containers)
+        ready = self.phase == PodPhase.RUNNING and all(c.running for c in self.containers)
         return {
             "phase": self.phase,
             "podIP": self.pod_ip,
@@ -322,10 +332,10 @@ class RunningPod:
             "hostIPs": [{"ip": self.network.host_ip}],
             "startTime": pod_time(self.started_at),
             "conditions": [
-                self._condition("PodReadyToStartContainers", True),
-                self._condition("Initialized", initialized),
-                self._condition("ContainersReady", ready),
-                self._condition("Ready", ready),
+                self._condition(POD_READY_TO_START_CONTAINERS, True),
+                self._condition(INITIALIZED, initialized),
+                self._condition(CONTAINERS_READY, ready),
+                self._condition(READY, ready),
             ],
             "initContainerStatuses": [c.status() for c in self.init_containers],
             "containerStatuses": [c.status() for c in self.containers],
@@ -360,7 +370,7 @@ class RunningPod:
             container.reap(KILL_WAIT_SECONDS)
         if self.phase not in TERMINAL_PHASES:
             succeeded = all(c.terminated and c.exit_code == 0 for c in self.containers)
-            self._finish("Succeeded" if succeeded else "Failed")
+            self._finish(PodPhase.SUCCEEDED if succeeded else PodPhase.FAILED)
         self._detach_network()
 
     def _condition(self, kind: str, status: bool) -> dict[str, Any]:

@@ -31,11 +31,11 @@ from typing import Any
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from ..api import naming
+from ..api.conditions import DEADLINE_EXCEEDED, START_ERROR, GangEnding
 from ..api.job import ScaleTrainJob
 from ..api.job_status import GangRecord
 from ..policy import elastic
 from ..policy.gang_policy import (
-    DEADLINE_EXCEEDED,
     Action,
     GangLimits,
     PodOutcome,
@@ -191,7 +191,7 @@ class Gang:
             self.pods.append(self.executor.start(spec, PodExtras(device_env=devices, volumes=volumes)))
         for pod in self.pods:  # a command that cannot start never will: no point in restarting the gang
             for container in pod.containers:
-                if container.reason == "StartError":
+                if container.reason == START_ERROR:
                     raise OSError(f"pod {pod.name}, container {container.name}: {container.message}")
 
     def outcomes(self) -> list[PodOutcome]:
@@ -199,7 +199,7 @@ class Gang:
             pod.poll()
         return [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
 
-    def record(self, ended: str) -> GangRecord:
+    def record(self, ended: GangEnding) -> GangRecord:
         """This gang's record, were it to end as last judged (the operator's status.gangs)."""
         return ended_gang(self.generation, self.last_progress, self.judged, ended)
 
@@ -213,7 +213,7 @@ class Gang:
             limits,
             ledger.restarts,
             disruptions=ledger.disruptions,
-            crash_loop=crash_loop_length([*ended, self.record("Failed")]),
+            crash_loop=crash_loop_length([*ended, self.record(GangEnding.FAILED)]),
             job_failure=DEADLINE_EXCEEDED if deadline_passed else None,
         )
 
@@ -345,7 +345,9 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
             first_metrics.stat().st_size if first_metrics and first_metrics.exists() else 0
         )  # earlier runs' records
         while (verdict := _run_gang(gang, view, limits, ledger, ended)).action is Action.RESTART:
-            ended = tuple(kept([*ended, gang.record("Disrupted" if verdict.disruption else "Failed")]))
+            ended = tuple(
+                kept([*ended, gang.record(GangEnding.DISRUPTED if verdict.disruption else GangEnding.FAILED)])
+            )
             ledger = ledger.after(verdict, job)
             wait, quick = restart_backoff(spec.restart_backoff, quick, time.monotonic() - gang.started)
             view.say(verdict.message + (f"; the next gang starts in {wait} s (spec.restartBackoff)" if wait else ""))

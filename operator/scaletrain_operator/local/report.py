@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..api.conditions import JobPhase
 from ..api.job import ScaleTrainJob
 from ..policy.gang_policy import Action, Verdict
 from .executor import RunningPod
@@ -30,7 +31,7 @@ class RunResult:
 
 def summary(result: RunResult) -> str:
     job, verdict, records = result.job, result.verdict, result.records
-    said = "Succeeded" if verdict.action is Action.SUCCEED else f"Failed: {verdict.message}"
+    said = JobPhase.SUCCEEDED if verdict.action is Action.SUCCEED else f"{JobPhase.FAILED}: {verdict.message}"
     disrupted = f", {result.disruptions} disruption(s)" if result.disruptions else ""
     lines = [f"{job.name}: {said} in {result.seconds:.1f} s, {result.restarts} restart(s){disrupted}"]
     logged = [r for r in records if "loss" in r]  # the steps' records, not the evaluations'

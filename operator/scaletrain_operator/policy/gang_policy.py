@@ -53,20 +53,28 @@ from scaletrain_trainer.contract.exit_codes import (
 )
 
 from ..api import naming
+from ..api.conditions import (
+    CONTAINER_COMPLETED,
+    CONTAINER_ERROR,
+    DEADLINE_EXCEEDED,
+    DISRUPTED_JOB,
+    DISRUPTION,
+    DISRUPTION_LIMIT_REACHED,
+    DISRUPTION_TARGET,
+    NO_PROGRESS,
+    NON_FINITE_LOSS,
+    PREEMPTION_BY_SCHEDULER,
+    RESTART_LIMIT_REACHED,
+    EventReason,
+    GangEnding,
+    PodPhase,
+)
 from ..api.job_status import MAX_GANG_RECORDS, GangRecord
 from ..api.spec import FailurePolicyRule, RestartBackoff, ScaleTrainJobSpec
 from ..api.timestamps import parse_timestamp
 from ..validation.progress_answer import final_progress
 
-DEADLINE_EXCEEDED = "DeadlineExceeded"  # the Job controller's reason when activeDeadlineSeconds passed
-RESTART_LIMIT_REACHED = "RestartLimitReached"
-DISRUPTION_LIMIT_REACHED = "DisruptionLimitReached"
-DISRUPTION = "Disruption"
-NO_PROGRESS = "NoProgress"
-NON_FINITE_LOSS = "NonFiniteLoss"  # exit 79 (the trainer's NonFinite), or a rank 0 that finished diverged
-DISRUPTION_TARGET = naming.DISRUPTION_TARGET
-NOT_THE_NODES_FAULT = frozenset({"PreemptionByScheduler"})  # DisruptionTarget reasons that say nothing of the node
-PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+NOT_THE_NODES_FAULT = frozenset({PREEMPTION_BY_SCHEDULER})  # DisruptionTarget reasons that say nothing of the node
 RuleAction = Literal["FailJob", "RestartGang", "RestartGangIgnoreLimit"]
 # Why a job fails: DeadlineExceeded, RestartLimitReached, DisruptionLimitReached, NoProgress, NonFiniteLoss,
 # a final trainer result (exit_codes.FINAL), or the name of the failurePolicy rule that failed it.
@@ -136,7 +144,7 @@ class PodOutcome:
 
     @property
     def failed(self) -> bool:
-        return self.phase == "Failed" and (not self.stopping or self.disrupted)
+        return self.phase == PodPhase.FAILED and (not self.stopping or self.disrupted)
 
     @property
     def waited_on_peers(self) -> bool:
@@ -156,7 +164,7 @@ class PodOutcome:
     @property
     def finished_diverged(self) -> bool:
         """Succeeded, but its final summary says the loss is not finite."""
-        return self.phase == "Succeeded" and final_progress(self.message).get("lossFinite") is False
+        return self.phase == PodPhase.SUCCEEDED and final_progress(self.message).get("lossFinite") is False
 
     @property
     def non_finite(self) -> bool:
@@ -168,11 +176,11 @@ class PodOutcome:
         if self.disrupted:
             where = f" on node {self.node_name}" if self.node_name else ""
             return f"pod {self.name} was disrupted{where} ({self.disruption_reason or DISRUPTION_TARGET}{code})"
-        if self.phase == "Running":
+        if self.phase == PodPhase.RUNNING:
             return f"pod {self.name} stopped advancing (its peers timed out waiting on it)"
-        if self.phase == "Succeeded":
-            return f"pod {self.name} finished ({self.reason or 'Completed'}{code})"
-        return f"pod {self.name} failed ({self.reason or 'Failed'}{code})"
+        if self.phase == PodPhase.SUCCEEDED:
+            return f"pod {self.name} finished ({self.reason or CONTAINER_COMPLETED}{code})"
+        return f"pod {self.name} failed ({self.reason or PodPhase.FAILED}{code})"
 
 
 def failure_text(termination_message: str) -> str:
@@ -227,7 +235,7 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
     outcome = PodOutcome(
         name=metadata["name"],
         index=naming.MAX_NODES if (number := naming.whole_number(index)) is None else number,
-        phase=status.get("phase", "Pending"),
+        phase=status.get("phase", PodPhase.PENDING),
         reason=status.get("reason", ""),
         message=status.get("message", ""),
         stopping=metadata.get("deletionTimestamp") is not None,
@@ -241,7 +249,7 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
     return replace(
         outcome,
         exit_code=terminated.get("exitCode"),
-        reason=terminated.get("reason", "Error"),
+        reason=terminated.get("reason", CONTAINER_ERROR),
         message=terminated.get("message", ""),
         finished_at=parse_timestamp(finished) if finished else None,
     )
@@ -279,13 +287,13 @@ def root_cause(pods: Sequence[PodOutcome]) -> PodOutcome | None:
     failed = [pod for pod in pods if pod.failed]
     if not failed:
         return None
-    disrupted = [pod for pod in pods if pod.disrupted and pod.phase != "Succeeded"]
+    disrupted = [pod for pod in pods if pod.disrupted and pod.phase != PodPhase.SUCCEEDED]
     culprits = (
         [pod for pod in failed if not pod.waited_on_peers and not (disrupted and pod.preempted and not pod.disrupted)]
         or disrupted
-        or [pod for pod in pods if pod.phase == "Running" and not pod.stopping]
+        or [pod for pod in pods if pod.phase == PodPhase.RUNNING and not pod.stopping]
         # The Job controller may be stopping the pod they waited on already: the failed Job ends its pods.
-        or [pod for pod in pods if pod.phase == "Running"]
+        or [pod for pod in pods if pod.phase == PodPhase.RUNNING]
         or failed
     )
     return min(culprits, key=lambda pod: (pod.finished_at is None, pod.finished_at or datetime.min, pod.index))
@@ -312,7 +320,7 @@ def meaning(cause: PodOutcome | None, job_failure: str | None, rules: Sequence[F
                 return Meaning(rule.action, rule.name, rule.exclude_node, rule=True)
     # The disrupted pod is gone already; Kueue took the gang's quota back (it suspended the Job); or another
     # Workload took the gang (not the job's doing).
-    if cause is None and job_failure in (naming.DISRUPTED_JOB, naming.QUEUE_PREEMPTED, naming.FOREIGN_WORKLOAD):
+    if cause is None and job_failure in (DISRUPTED_JOB, EventReason.PREEMPTED, EventReason.FOREIGN_WORKLOAD):
         return Meaning(BUILT_IN_MEANINGS[DISRUPTION], DISRUPTION)
     if cause is None:
         return Meaning("RestartGang", job_failure, job_failure == HANG_RESULT)
@@ -324,7 +332,7 @@ def meaning(cause: PodOutcome | None, job_failure: str | None, rules: Sequence[F
     if cause.disrupted or result == PREEMPTED_RESULT:
         nodes_fault = cause.disrupted and cause.disruption_reason not in NOT_THE_NODES_FAULT
         return Meaning(BUILT_IN_MEANINGS[DISRUPTION], DISRUPTION, nodes_fault)
-    if result == HANG_RESULT or cause.phase == "Running":  # a rank that stopped advancing is still running
+    if result == HANG_RESULT or cause.phase == PodPhase.RUNNING:  # a rank that stopped advancing is still running
         return Meaning(BUILT_IN_MEANINGS[HANG_RESULT], HANG_RESULT, nodes_fault=True)
     return Meaning("RestartGang")
 
@@ -339,8 +347,8 @@ def rule_matches(rule: FailurePolicyRule, pod: PodOutcome) -> bool:
 
 # A gang that ended with no pod to blame, in words, where "the gang's Job failed (REASON)" would mislead.
 GANG_ENDINGS = {
-    naming.QUEUE_PREEMPTED: "Kueue preempted the gang (it suspended the gang's Job to free its quota)",
-    naming.FOREIGN_WORKLOAD: "the gang was placed through another Workload than the job's",
+    EventReason.PREEMPTED: "Kueue preempted the gang (it suspended the gang's Job to free its quota)",
+    EventReason.FOREIGN_WORKLOAD: "the gang was placed through another Workload than the job's",
 }
 
 
@@ -363,7 +371,7 @@ def judge(
     deadline timer speaks for it there), or the operator's (a Job deleted by hand, a silent gang).
     While `suspended`, failed pods were stopped by the suspension, not crashed, but for those whose trainer
     named a failure (`named_failure`: a checkpoint it could not write on its way out, say)."""
-    succeeded = {pod.index for pod in pods if pod.phase == "Succeeded"}
+    succeeded = {pod.index for pod in pods if pod.phase == PodPhase.SUCCEEDED}
     if job_complete or len(succeeded) >= limits.nodes:
         cause = next((pod for pod in pods if pod.index == 0 and pod.finished_diverged), None)
         if cause is None:
@@ -428,7 +436,7 @@ def told(message: str, cause: PodOutcome | None) -> str:
 
 
 def ended_gang(
-    gang_generation: int, reported: Mapping[str, Any] | None, pods: Sequence[PodOutcome], ended: str
+    gang_generation: int, reported: Mapping[str, Any] | None, pods: Sequence[PodOutcome], ended: GangEnding
 ) -> GangRecord:
     """The record of a gang that ended: from rank 0's last progress report of it (`reported`, /progress's
     fields; None if it never reported) and the step rank 0's termination message gives, if any."""
@@ -450,7 +458,7 @@ def crash_loop_length(gangs: Sequence[GangRecord]) -> int:
     started from. A disruption or a spec change ends the run of them: neither is the job's crash."""
     count = 0
     for gang in reversed(gangs):
-        if gang.ended != "Failed" or gang.progressed:
+        if gang.ended != GangEnding.FAILED or gang.progressed:
             break
         count += 1
     return count

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ..api.conditions import JobPhase
 from ..api.job import ScaleTrainJob
 from ..api.timestamps import timestamp
 
@@ -26,7 +27,7 @@ def broken_promise(job: ScaleTrainJob, gang_generation: int, read_seconds: float
     watchdog and collective timeouts cover that."""
     status = job.status
     progress = status.progress if status is not None else None
-    if status is None or status.phase != "Running" or progress is None or progress.generation != gang_generation:
+    if status is None or status.phase != JobPhase.RUNNING or progress is None or progress.generation != gang_generation:
         return None
     if progress.stale_after is None or progress.read_at is None:
         return None

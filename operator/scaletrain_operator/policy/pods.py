@@ -10,23 +10,24 @@ from datetime import datetime
 from typing import Any
 
 from ..api import naming
+from ..api.conditions import POD_SCHEDULED, SCHEDULER_ERROR, UNSCHEDULABLE, ConditionType, PodPhase
 from ..api.job import ScaleTrainJob
 from ..api.job_status import NodeCounts
 from ..api.timestamps import parse_timestamp
 from ..render.child_annotations import size_of
 
-POD_CREATION_FAILED = "PodCreationFailed"  # housekeeping's condition: the API server refused pods of the gang
-UNSCHEDULABLE = "Unschedulable"  # the scheduler's reason for a pod it cannot place, and the job's when that lasts
+# housekeeping.py's name for the condition, until it reads ConditionType
+POD_CREATION_FAILED = ConditionType.POD_CREATION_FAILED
 
 
 def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
     phases = [pod_phase(p) for p in pods]
     return NodeCounts(
         current=size,
-        active=phases.count("Running"),  # a pod the scheduler cannot place is not an active node
-        pending=phases.count("Pending"),
-        succeeded=phases.count("Succeeded"),
-        failed=phases.count("Failed"),
+        active=phases.count(PodPhase.RUNNING),  # a pod the scheduler cannot place is not an active node
+        pending=phases.count(PodPhase.PENDING),
+        succeeded=phases.count(PodPhase.SUCCEEDED),
+        failed=phases.count(PodPhase.FAILED),
     )
 
 
@@ -52,7 +53,7 @@ def refused_pods(job: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[
     (or since this gang's Job was made: the condition may still be an earlier gang's)."""
     missing = size_of(current) - len(pods)
     conditions = job.status.conditions if job.status is not None else []
-    failed = next((c for c in conditions if c.type == POD_CREATION_FAILED and c.status == "True"), None)
+    failed = next((c for c in conditions if c.type == ConditionType.POD_CREATION_FAILED and c.status == "True"), None)
     if missing <= 0 or failed is None:
         return None
     created = current["metadata"].get("creationTimestamp")
@@ -63,19 +64,19 @@ def refused_pods(job: ScaleTrainJob, current: Mapping[str, Any], pods: Sequence[
 
 def pod_scheduled(pod: Mapping[str, Any]) -> dict[str, Any]:
     conditions = (pod.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    return next((c for c in conditions if c.get("type") == POD_SCHEDULED), {})
 
 
 def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
     """Not past Pending, not being deleted, and not yet placed on a node."""
-    pending = pod_phase(pod) == "Pending"
+    pending = pod_phase(pod) == PodPhase.PENDING
     return pending and not being_deleted(pod) and pod_scheduled(pod).get("status") != "True"
 
 
 # The scheduler's reasons for a pod it tried and could not place. With gang placement, kube-scheduler 1.37
 # reports a gang for which no node is feasible at all as SchedulerError (its DynamicResources plugin's
 # PodGroupPostFilter fails), not Unschedulable: it is no less unplaced.
-NOT_PLACED = (UNSCHEDULABLE, "SchedulerError")
+NOT_PLACED = (UNSCHEDULABLE, SCHEDULER_ERROR)
 GANG_WORDS = "pod group is unschedulable"  # the scheduler's message for a pod held back by the rest of its gang
 
 
@@ -112,14 +113,14 @@ def job_condition(child_job: Mapping[str, Any], kind: str) -> dict[str, Any] | N
 
 def holds_a_node(pod: Mapping[str, Any]) -> bool:
     """Running, or waiting to (for a node, or on one): a pod whose deletion stops something."""
-    return pod_phase(pod) in ("Pending", "Running") and not being_deleted(pod)
+    return pod_phase(pod) in (PodPhase.PENDING, PodPhase.RUNNING) and not being_deleted(pod)
 
 
 def still_saving(pod: Mapping[str, Any], now: datetime) -> bool:
     """Running, or not started yet: a pod being deleted may still be saving its checkpoint, until its
     deletionTimestamp, when its grace period ends and the kubelet kills it. One still shown after that is
     on a node that does not answer, and is not waited for."""
-    if pod_phase(pod) not in ("Pending", "Running"):
+    if pod_phase(pod) not in (PodPhase.PENDING, PodPhase.RUNNING):
         return False
     deleted = pod["metadata"].get("deletionTimestamp")
     return deleted is None or parse_timestamp(deleted) > now
@@ -133,7 +134,11 @@ def whole_gang_up(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
     """Whether every pod of the gang is running (or already done) and at least one runs: a gang part of
     which still waits for a node trains nothing, since every rank joins each collective."""
     phases = [pod_phase(pod) for pod in pods if not being_deleted(pod)]
-    return len(phases) >= nodes and "Running" in phases and all(p in ("Running", "Succeeded") for p in phases)
+    return (
+        len(phases) >= nodes
+        and PodPhase.RUNNING in phases
+        and all(p in (PodPhase.RUNNING, PodPhase.SUCCEEDED) for p in phases)
+    )
 
 
 def being_deleted(obj: Mapping[str, Any]) -> bool:
@@ -147,9 +152,9 @@ MAX_WAITING_SHOWN = 4  # pods a waiting message names, before "and N more"
 def waiting_for(pods: Sequence[Mapping[str, Any]], nodes: int) -> str:
     """Which pods of the gang are not running yet, and why, each in the words of whoever holds it up: the
     scheduler's message, the kubelet's waiting reason, or the Job controller not having made it yet."""
-    running = sum(pod_phase(pod) == "Running" and not being_deleted(pod) for pod in pods)
+    running = sum(pod_phase(pod) == PodPhase.RUNNING and not being_deleted(pod) for pod in pods)
     waiting = sorted(
-        (pod for pod in pods if pod_phase(pod) == "Pending" or being_deleted(pod)),
+        (pod for pod in pods if pod_phase(pod) == PodPhase.PENDING or being_deleted(pod)),
         key=lambda pod: pod["metadata"]["name"],
     )
     parts = [f"pod {pod['metadata']['name']} ({_why_pending(pod)})" for pod in waiting]
@@ -188,5 +193,5 @@ def pod_index(pod: Mapping[str, Any]) -> int | None:
 
 
 def pod_phase(pod: Mapping[str, Any]) -> str:
-    """The pod's phase; Pending until the kubelet or the scheduler says more."""
-    return (pod.get("status") or {}).get("phase", "Pending")
+    """The pod's phase (a PodPhase's word); Pending until the kubelet or the scheduler says more."""
+    return (pod.get("status") or {}).get("phase", PodPhase.PENDING)

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..api import naming
+from ..api.conditions import JobPhase
 from ..api.job import ScaleTrainJob
 from ..render.child_annotations import (
     child_job_suspended,
@@ -29,7 +30,7 @@ def admission_managed(queue: str | None, child_job: Mapping[str, Any]) -> bool:
 def resumed(job: ScaleTrainJob, child_job: Mapping[str, Any], phase_before: str | None) -> bool:
     """spec.suspend turned false while the gang's Job is suspended by the operator (or, for a Job an operator
     without SUSPENDED_BY_OPERATOR_ANNOTATION suspended, while the job was Suspended)."""
-    ours = suspended_by_operator(child_job) or (phase_before == "Suspended" and child_job_suspended(child_job))
+    ours = suspended_by_operator(child_job) or (phase_before == JobPhase.SUSPENDED and child_job_suspended(child_job))
     return not job.spec.suspend and ours
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import naming
-from ..api.job_status import ResizeReason
+from ..api.conditions import ResizeReason
 from ..api.timestamps import parse_timestamp
 from ..render.children import generation_free
 from ..render.workload import GROUP_TEMPLATE_ANNOTATION
@@ -76,8 +76,8 @@ def planned_resize(child_job: Mapping[str, Any] | None) -> tuple[int | None, Res
     annotations = (child_job or {}).get("metadata", {}).get("annotations") or {}
     reason = annotations.get(RESIZE_REASON_ANNOTATION)
     if reason not in RESIZE_WHY:
-        return None, "Scaled"
-    return naming.whole_number(annotations.get(RESIZE_TO_ANNOTATION)), reason
+        return None, ResizeReason.SCALED
+    return naming.whole_number(annotations.get(RESIZE_TO_ANNOTATION)), ResizeReason(reason)
 
 
 def child_job_suspended(child_job: Mapping[str, Any]) -> bool:
@@ -115,9 +115,11 @@ def held_until(child_job: Mapping[str, Any]) -> datetime | None:
     return _start_after(child_job) if suspended_by_operator(child_job) else None
 
 
-RESIZE_WHY: dict[str, str] = {  # an elastic resize's reasons, in words (Scaled: as a growth on a probe's word)
-    "Scaled": "spec.nodes was raised above the gang's size, and a capacity probe found room",
-    "Unschedulable": "the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds",
-    "CapacityReturned": "a capacity probe found room for a larger gang",
-    "CapacityTaken": "the larger gang a capacity probe found room for could not be placed: the room was taken",
+RESIZE_WHY: dict[ResizeReason, str] = {  # an elastic resize's reasons, in words (Scaled: as a growth on a probe's word)
+    ResizeReason.SCALED: "spec.nodes was raised above the gang's size, and a capacity probe found room",
+    ResizeReason.UNSCHEDULABLE: "the scheduler could not place the whole gang within elastic.scaleDownAfterSeconds",
+    ResizeReason.CAPACITY_RETURNED: "a capacity probe found room for a larger gang",
+    ResizeReason.CAPACITY_TAKEN: (
+        "the larger gang a capacity probe found room for could not be placed: the room was taken"
+    ),
 }

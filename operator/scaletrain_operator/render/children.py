@@ -15,6 +15,7 @@ from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.exit_codes import EXIT_PREEMPTED
 
 from ..api import naming
+from ..api.conditions import DISRUPTION_TARGET
 from ..api.job import ScaleTrainJob
 from ..api.spec import ScaleTrainJobSpec
 from ..validation.merge import merge_under
@@ -131,12 +132,12 @@ def render_job(
 
 
 # A disrupted pod (evicted, preempted, its node lost; or the trainer's exit 80 after a SIGTERM) fails the
-# Job with the reason naming.DISRUPTED_JOB. With a podFailurePolicy the Job controller also counts a
+# Job with the reason conditions.DISRUPTED_JOB. With a podFailurePolicy the Job controller also counts a
 # pod only once it has ended (Failed), not while it is terminating: an evicted rank has its grace period
 # to save a checkpoint, and the gang policy sees its exit, before the Job fails.
 DISRUPTION_FAILS_THE_JOB = {
     "rules": [
-        {"action": "FailJob", "onPodConditions": [{"type": naming.DISRUPTION_TARGET, "status": "True"}]},
+        {"action": "FailJob", "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}]},
         {
             "action": "FailJob",
             "onExitCodes": {"containerName": naming.TRAINER_CONTAINER, "operator": "In", "values": [EXIT_PREEMPTED]},

@@ -21,7 +21,6 @@ DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # volume names
 DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # claim names
 ENV_VAR_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"  # a container's env
 DATA_KEY = r"^[-._a-zA-Z0-9]+$"  # a key of a ConfigMap's or a Secret's data
-REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"  # a condition's reason (metav1.Condition)
 
 DNS_SUBDOMAIN_MAX = 253
 LABEL_MAX = 63

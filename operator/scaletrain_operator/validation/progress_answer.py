@@ -86,7 +86,7 @@ def shown(number: float) -> float:
 
 def final_progress(termination_message: str) -> dict[str, Any]:
     """status.progress from rank 0's termination message after it succeeded: the trainer's summary
-    (`{"result": "Succeeded", "step", "maxSteps", "loss", ...}`), kept and checked as a /progress answer
+    (its `result`, `step`, `maxSteps`, `loss`, ...), kept and checked as a /progress answer
     is. {} when the message holds no progress (a custom command's, or none)."""
     try:
         return parse_progress(termination_message.encode())
