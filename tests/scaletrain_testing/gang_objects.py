@@ -1,7 +1,8 @@
 """Builders for what the operator reads of a job and its gangs: the job as its decide layer takes it, each
 gang's Job as the API server holds it (or as the cache keeps it for housekeeping), its pods as the scheduler,
-the kubelet and the trainer left them, a capacity probe with its pods, and the Observed that holds them; and a
-Workload of someone else's that names the job, with an API server that holds such Workloads."""
+the kubelet and the trainer left them, a capacity probe with its pods, and the Observed that holds them; what
+housekeeping lists of a namespace (ListedMessages) and where it reads rank 0's progress; and a Workload of
+someone else's that names the job, with an API server that holds such Workloads."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from scaletrain_operator.api.job import ScaleTrainJob, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, GROUP, KIND, LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Observed
+from scaletrain_operator.controller.housekeeping_decisions import Rank0
 from scaletrain_operator.render.capacity_probe import render_probe
 from scaletrain_operator.render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
@@ -161,6 +163,24 @@ def gang_pod(
 def probe_pod(number: int, *, scheduled: bool | None, since: datetime | None = None) -> dict[str, Any]:
     metadata = {"name": f"demo-probe-{number}", "labels": {"scaletrain.io/capacity-probe": "true"}}
     return {"metadata": metadata, "status": {"phase": "Pending", "conditions": _placement(scheduled, since)}}
+
+
+class ListedMessages:
+    """What housekeeping lists of a namespace when a decision asks (FailedCreate messages by Job name, Kueue's
+    reasons to wait by Job uid): `messages`, whatever the namespace; `asked` holds the namespaces asked for."""
+
+    def __init__(self, messages: dict[str, str]):
+        self.messages = messages
+        self.asked: list[str] = []
+
+    def __call__(self, namespace: str) -> dict[str, str]:
+        self.asked.append(namespace)
+        return self.messages
+
+
+def rank_0(url: str, gang_generation: int = 0, **spec: Any) -> Rank0:
+    """Rank 0 of gang `gang_generation` of scaletrain_job(**spec), serving its progress at `url`."""
+    return Rank0(scaletrain_job(**spec), gang_generation, url)
 
 
 def _child_metadata(

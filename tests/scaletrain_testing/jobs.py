@@ -1,6 +1,6 @@
 """Builders for test objects: a minimal valid ScaleTrainJob (as written, and as the API server stores it),
-the status of one that runs, patches over them (and merge patches, as the API server applies them), and the
-repo's files."""
+the status of one that runs and a condition it holds, patches over them (and merge patches, as the API
+server applies them), and the repo's files."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ def running_status(**status: Any) -> dict[str, Any]:
     """The status of a job whose first gang, demo-g0, runs, with no restart yet; keyword arguments add
     fields or replace them."""
     return {"phase": "Running", "currentJob": "demo-g0", "restarts": 0} | status
+
+
+def stored_condition(kind: str, held: bool, message: str, since: str = "2026-12-02T11:00:00Z") -> dict[str, Any]:
+    """A metav1 condition of type `kind` as a stored status holds it: True if `held`, saying `message`, turned
+    at `since` (its reason is the test's, "Said")."""
+    status = "True" if held else "False"
+    return {"type": kind, "status": status, "reason": "Said", "message": message, "lastTransitionTime": since}
 
 
 def patched(doc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Housekeeping, every progressIntervalSeconds: rank 0's progress of Running jobs into their status (all
 read at once, each with its own deadline; or ProgressUnreachable when it cannot be read; or, for a script
 that pushes its reports, the newest of them: report_server.py), the TTL of
-finished ones, and why a gang's pods are missing (PodCreationFailed). A plain thread rather than
-a kopf timer, which would put a finalizer on every job. A standby replica stays passive here too (peering.py).
+finished ones, why a gang's pods are missing (PodCreationFailed) and why Kueue holds it back (Queued). What
+each writes is decided purely (housekeeping_decisions.py); here are the thread, the reads and the writes. A
+plain thread rather than a kopf timer, which would put a finalizer on every job. A standby replica stays
+passive here too (peering.py).
 
 A status written here changes what the job's reconcile decides from (a new progress promise to hold the
 gang to), but its watch event is no news to the cache, which kept the answer to the patch, and the work
@@ -19,27 +21,35 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
-from typing import Any, NamedTuple
+from datetime import datetime, timezone
+from typing import Any
 
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import ProblemsError
 
 from ..api import naming
-from ..api.job import ScaleTrainJob, parse_job
+from ..api.conditions import ConditionType, EventReason, JobPhase, PodPhase
+from ..api.job import parse_job
 from ..api.timestamps import parse_timestamp
-from ..policy.pods import POD_CREATION_FAILED, pod_index, pod_phase
+from ..policy.pods import pod_index, pod_phase
 from ..progress import read_all_progress
-from ..render.child_annotations import suspended_by_operator
 from ..report_server import Reports
-from ..validation.progress_answer import Unreadable, status_patch
+from ..validation.progress_answer import Unreadable
 from . import metrics, peering
 from .cache import Key
 from .cluster import Cluster, Conflict, ObjectRef, StatusRefused
-from .decision import Event, Observed, current_gang
+from .decision import Decision, Event, Observed, current_gang
+from .housekeeping_decisions import (
+    Rank0,
+    decide_pod_creation,
+    decide_progress,
+    decide_promise_only,
+    decide_queue_wait,
+    decide_unreachable,
+)
 from .reporters import pushed_progress
 from .settings import OperatorConfig
-from .status import bounded, condition, phase_of, with_condition
+from .status import phase_of
 from .ttl import decide_ttl
 
 log = logging.getLogger(__name__)
@@ -47,13 +57,6 @@ Answer = dict[str, Any] | Unreadable  # rank 0's progress, or why it could not b
 
 STATUS_WRITERS = 8  # status patches at once, after the pass's reads
 HOUSEKEEPING_CONNECTIONS = STATUS_WRITERS + 1  # API calls at once: the status writers, or the pass itself
-UNREACHABLE_AFTER_READS = 2  # failed reads in a row before ProgressUnreachable: one may meet a restarting server
-PROGRESS_UNREACHABLE = "ProgressUnreachable"
-QUEUED = "Queued"  # Kueue holds the gang's Job back, and why
-POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; after that, a missing one has a reason
-# What of an answer hang detection reads (policy/hang.py), with the step its message names: written alone when the
-# API server refuses the whole answer, so that a job whose progress cannot be written is still found hung.
-PROMISE = ("step", "reportedAt", "staleAfter")
 
 
 class Housekeeping:
@@ -95,13 +98,13 @@ class Housekeeping:
         at most one read's deadline and delays no other job, nor any TTL."""
         jobs = self.cluster.cache.scaletrainjobs.all()
         metrics.report_jobs(jobs)
-        running = [raw for raw in jobs if phase_of(raw) == "Running"]
+        running = [raw for raw in jobs if phase_of(raw) == JobPhase.RUNNING]
         failures = functools.cache(self.cluster.pod_creation_failures)  # one list per namespace and pass, if any
         waits = functools.cache(lambda namespace: self.cluster.queue_waits(namespace))  # the same, for queued jobs
         for raw in jobs:
-            if phase_of(raw) != "Running":
+            if phase_of(raw) != JobPhase.RUNNING:
                 isolated("ttl", raw, self.expire)
-            if phase_of(raw) in ("Pending", "Running"):
+            if phase_of(raw) in (JobPhase.PENDING, JobPhase.RUNNING):
                 isolated("pods", raw, functools.partial(self.report_pod_creation, failures=failures))
                 isolated("queue", raw, functools.partial(self.report_queue_wait, waits=waits))
         running_keys = {(raw["metadata"]["namespace"], raw["metadata"]["name"]) for raw in running}
@@ -157,52 +160,19 @@ class Housekeeping:
             log.info("TTL not applied: %s", stale)
 
     def report_pod_creation(self, raw: dict[str, Any], failures: Callable[[str], dict[str, str]]) -> None:
-        """While the gang's Job lacks pods, why: the Job controller's newest FailedCreate Event (Pod
-        Security admission, a quota) becomes the condition PodCreationFailed and a Warning Event, which
-        nothing else would show on the job; once the pods are there the condition turns False. The Events
-        come from `failures(namespace)`: the messages by Job name (Cluster.pod_creation_failures)."""
-        metadata, status = raw["metadata"], raw.get("status") or {}
+        """While the gang's Job lacks pods, why (decide_pod_creation), from `failures(namespace)`: the Job
+        controller's FailedCreate messages by Job name (Cluster.pod_creation_failures)."""
         gang_generation, observed = self.current_gang_of(raw)
-        child = observed.jobs.get(gang_generation)
-        if child is None or (child.get("spec") or {}).get("suspend"):
-            return
-        namespace, current_job, pods = metadata["namespace"], child["metadata"]["name"], observed.pods
-        held = next((c for c in status.get("conditions") or [] if c["type"] == POD_CREATION_FAILED), None)
-        if len(pods) >= (child.get("spec") or {}).get("completions", 1):  # the gang's size (elastic: not nodes)
-            message = None
-        elif datetime.now(timezone.utc) - parse_timestamp(child["metadata"]["creationTimestamp"]) < POD_CREATION_GRACE:
-            return  # the Job controller is still at it
-        else:
-            message = failures(namespace).get(current_job)
-        said = held["message"] if held is not None and held["status"] == "True" else None  # what the job shows
-        if said == (bounded(message) if message is not None else None):
-            return
-        if message is None:
-            self.set_condition(raw, POD_CREATION_FAILED, False, "PodsCreated", "the gang's pods were created")
-        elif self.set_condition(raw, POD_CREATION_FAILED, True, "FailedCreate", message, rewrite=True):
-            event = Event("Warning", "PodCreationFailed", f"the Job {current_job}: {message}")
-            self.cluster.post_event(ObjectRef.of(raw), event)
+        gang, now = observed.jobs.get(gang_generation), datetime.now(timezone.utc)
+        decision = decide_pod_creation(raw, gang, len(observed.pods), failures, now)
+        self.write(raw, decision, f"{ConditionType.POD_CREATION_FAILED} not reported")
 
     def report_queue_wait(self, raw: dict[str, Any], waits: Callable[[str], dict[str, str]]) -> None:
-        """While Kueue holds a gang's Job back (queued, or suspended at its creation where Kueue manages every
-        Job: any suspension but the operator's own), why, in Kueue's words (its Workload's QuotaReserved
-        message: a quota, or a topology no domain of which holds the gang), as the condition Queued, which
-        the job's status message repeats (reconcile.waiting_for_admission). Queued turns False once Kueue
-        admitted the Job."""
-        status, spec = raw.get("status") or {}, raw.get("spec") or {}
+        """While Kueue holds a gang's Job back, why (decide_queue_wait), from `waits(namespace)`: Kueue's words
+        by Job uid (Cluster.queue_waits)."""
         gang_generation, observed = self.current_gang_of(raw)
-        child = observed.jobs.get(gang_generation)
-        if child is None or spec.get("suspend") or suspended_by_operator(child):
-            return
-        current_job = child["metadata"]["name"]
-        held = next((c for c in status.get("conditions") or [] if c["type"] == QUEUED), None)
-        if not (child.get("spec") or {}).get("suspend"):
-            if held is not None and held["status"] == "True":
-                self.set_condition(raw, QUEUED, False, "Admitted", f"Kueue admitted Job {current_job}")
-            return
-        reason = waits(raw["metadata"]["namespace"]).get(child["metadata"]["uid"])
-        if reason is not None and (held is None or held["message"] != bounded(reason)):
-            self.set_condition(raw, QUEUED, True, "WaitingForAdmission", reason, rewrite=True)
+        decision = decide_queue_wait(raw, observed.jobs.get(gang_generation), waits, datetime.now(timezone.utc))
+        self.write(raw, decision, f"{ConditionType.QUEUED} not reported")
 
     def rank_0s(self, running: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Rank0]]:
         """Where each Running job's rank 0 serves its progress, found job by job (isolated), so that no job
@@ -228,7 +198,9 @@ class Housekeeping:
         except ProblemsError:  # an edited spec that reconciling is about to mark invalid
             return None
         gang_generation, observed = self.current_gang_of(raw)
-        rank_0 = next((pod for pod in observed.pods if pod_index(pod) == 0 and pod_phase(pod) == "Running"), None)
+        rank_0 = next(
+            (pod for pod in observed.pods if pod_index(pod) == 0 and pod_phase(pod) == PodPhase.RUNNING), None
+        )
         pod_ip = ((rank_0 or {}).get("status") or {}).get("podIP")
         if gang_generation not in observed.jobs or not pod_ip:
             return None
@@ -249,89 +221,45 @@ class Housekeeping:
         return current_gang(metadata["name"], current_job, observed), observed
 
     def record_progress(self, raw: dict[str, Any], rank_0: Rank0, answer: Answer) -> None:
-        """Rank 0's answer into status.progress, replacing what an earlier answer said (progress.py
-        status_patch), with when it was read; or, when it could not be read twice in a row after this gang
-        had answered, the condition ProgressUnreachable with why. An unreadable endpoint is not a silent
-        trainer: it is never taken for a hang. A loss that turned non-finite and damaged checkpoints the
-        trainer set aside while resuming each get a Warning Event once."""
+        """Rank 0's answer into the status (decide_progress); or, when it could not be read, the failed read
+        counted (decide_unreachable). Only onto the version decided from: a read landing after the job
+        succeeded must not undo that."""
         where = ObjectRef.of(raw)
-        key = (where.namespace, where.name)
-        before = (raw.get("status") or {}).get("progress") or {}
+        key, now = (where.namespace, where.name), datetime.now(timezone.utc)
         if isinstance(answer, Unreadable):
-            failures = self._unread[key] = self._unread.get(key, 0) + 1
-            if before.get("generation") == rank_0.gang_generation and failures >= UNREACHABLE_AFTER_READS:
-                message = (
-                    f"rank 0's progress endpoint {rank_0.url} cannot be read ({answer}); a hang is found only from "
-                    "rank 0's own answers, so the gang is not restarted for this"
-                )
-                self.set_condition(raw, PROGRESS_UNREACHABLE, True, "ReadFailed", message)
+            failed_reads = self._unread[key] = self._unread.get(key, 0) + 1
+            decision = decide_unreachable(raw, rank_0, failed_reads, answer, now)
+            self.write(raw, decision, f"{ConditionType.PROGRESS_UNREACHABLE} not reported")
             return
         self._unread.pop(key, None)
-        read_at = datetime.now(timezone.utc)
-        conditions = (raw.get("status") or {}).get("conditions") or []
-        unreachable = next((c for c in conditions if c["type"] == PROGRESS_UNREACHABLE), None)
-        patch: dict[str, Any] = {"progress": status_patch(answer, rank_0.gang_generation, before, read_at)}
-        if unreachable is not None and unreachable["status"] == "True":
-            readable = condition(
-                PROGRESS_UNREACHABLE, False, "Read", "rank 0's progress endpoint answers again",
-                read_at, raw["metadata"].get("generation"),
-            )  # fmt: skip
-            patch["conditions"] = with_condition(conditions, readable)
-        try:  # only onto the version decided from: a read landing after the job succeeded must not undo that
-            self.cluster.patch_status(where, patch)
-        except Conflict as stale:  # the next pass reads again, from the newer copy
-            log.info("progress not copied: %s", stale)
-            return
+        try:
+            written = self.write(raw, decide_progress(raw, rank_0, answer, now), "progress not copied")
         except StatusRefused:  # logged, counted and said (Cluster.patch_status); hang detection still needs the promise
-            promise = {name: answer[name] for name in PROMISE if name in answer}
+            promise_unwritten = "progress promise not copied"
             try:
-                self.cluster.patch_status(
-                    where, {"progress": status_patch(promise, rank_0.gang_generation, before, read_at)}
-                )
-            except (Conflict, StatusRefused) as unwritten:
-                log.info("progress promise not copied: %s", unwritten)
+                written = self.write(raw, decide_promise_only(raw, rank_0, answer, now), promise_unwritten)
+            except StatusRefused as refused:
+                log.info("%s: %s", promise_unwritten, refused)
                 return
-        self.reconcile_soon(key)
-        self.announce(where, rank_0.job, before, answer)
-        self.say_metrics_left_out(where)
+        if written:
+            self.say_metrics_left_out(where)
 
-    def set_condition(
-        self, raw: dict[str, Any], kind: str, status: bool, reason: str, message: str, rewrite: bool = False
-    ) -> bool:
-        """The condition `kind` turned to `status`, written (and the job queued) only when it turns: a
-        message that differs from pass to pass (the read failed otherwise) is no news worth a write. With
-        `rewrite`, the caller found news in the message: it is written, with the time the condition last
-        turned kept. Whether it was written (a Conflict leaves it to the next pass, from the newer copy)."""
-        conditions = (raw.get("status") or {}).get("conditions") or []
-        held = next((c for c in conditions if c["type"] == kind), None)
-        unturned = held is not None and held["status"] == ("True" if status else "False")
-        if unturned and not rewrite:
+    def write(self, raw: dict[str, Any], decision: Decision, unwritten: str) -> bool:
+        """`decision`'s status patch, onto the version of `raw` it was decided from; once written, the job
+        queued (reconcile_soon) and the decision's Events posted. Nothing when it patches nothing. Whether it
+        was written: a Conflict, logged as `unwritten`, leaves it to the next pass, from the newer copy."""
+        if decision.status is None:
             return False
-        update = condition(kind, status, reason, message, datetime.now(timezone.utc), raw["metadata"].get("generation"))
-        if unturned and held.get("lastTransitionTime"):
-            update["lastTransitionTime"] = held["lastTransitionTime"]
         where = ObjectRef.of(raw)
         try:
-            self.cluster.patch_status(where, {"conditions": with_condition(conditions, update)})
+            self.cluster.patch_status(where, decision.status)
         except Conflict as stale:
-            log.info("%s not reported: %s", kind, stale)
+            log.info("%s: %s", unwritten, stale)
             return False
         self.reconcile_soon((where.namespace, where.name))
+        for event in decision.events:
+            self.cluster.post_event(where, event)
         return True
-
-    def announce(self, where: ObjectRef, job: ScaleTrainJob, before: dict[str, Any], answer: dict[str, Any]) -> None:
-        """A Warning Event for what the answer newly says went wrong: a non-finite loss, checkpoints set aside."""
-        if answer.get("lossFinite") is False and before.get("lossFinite") is not False:
-            message = f"rank 0 reports a non-finite loss at step {answer.get('step', '?')}: the run diverged"
-            self.cluster.post_event(where, Event("Warning", "LossNotFinite", message))
-        set_aside = answer.get("checkpointsSetAside") or []
-        if set_aside and set_aside != before.get("checkpointsSetAside"):
-            in_dir = f" in {job.spec.training.checkpoint.dir}" if job.spec.training is not None else ""
-            message = (
-                f"damaged checkpoints moved aside{in_dir}: {', '.join(set_aside)}; "
-                "training resumed from the newest sound one (rank 0's log says what was wrong)"
-            )
-            self.cluster.post_event(where, Event("Warning", "CheckpointSetAside", message))
 
     def say_metrics_left_out(self, where: ObjectRef) -> None:
         """The first time the job's script reports more metrics than the status holds, a Warning Event says which
@@ -347,15 +275,7 @@ class Housekeeping:
             f"first {wire.MAX_METRICS} by name; left out: {', '.join(left_out)}"
         )
         log.warning("%s/%s: %s", where.namespace, where.name, message)
-        self.cluster.post_event(where, Event("Warning", "MetricsLeftOut", message, "reports"))
-
-
-class Rank0(NamedTuple):
-    """Where the newest gang's rank 0 of a Running job serves its progress."""
-
-    job: ScaleTrainJob
-    gang_generation: int
-    url: str
+        self.cluster.post_event(where, Event("Warning", EventReason.METRICS_LEFT_OUT, message, "reports"))
 
 
 def isolated(step: str, raw: dict[str, Any], housekeep: Callable[[dict[str, Any]], None]) -> None:

@@ -22,7 +22,7 @@ def broken_promise(job: ScaleTrainJob, gang_generation: int, read_seconds: float
     lost status write or an operator restart must not hold a new gang to an old gang's promise. And only
     one read after the promise ran out: time alone proves nothing, since progress is copied in only while
     the operator runs, reaches rank 0 and can write the status. A read takes up to `read_seconds`, and the
-    answer may come from any moment in it. An unreadable endpoint is ProgressUnreachable (housekeeping.py),
+    answer may come from any moment in it. An unreadable endpoint is ProgressUnreachable (housekeeping_decisions.py),
     never a hang. Before its first report (start-up, resuming from a checkpoint), none: the trainer's own
     watchdog and collective timeouts cover that."""
     status = job.status

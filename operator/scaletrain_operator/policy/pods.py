@@ -16,9 +16,6 @@ from ..api.job_status import NodeCounts
 from ..api.timestamps import parse_timestamp
 from ..render.child_annotations import size_of
 
-# housekeeping.py's name for the condition, until it reads ConditionType
-POD_CREATION_FAILED = ConditionType.POD_CREATION_FAILED
-
 
 def node_counts(pods: Sequence[Mapping[str, Any]], size: int) -> NodeCounts:
     phases = [pod_phase(p) for p in pods]
