@@ -179,16 +179,16 @@ def take_in(memo: kopf.Memo, store: Store, event: dict[str, Any]) -> None:
     API."""
     obj, kind, cache = event["object"], event["type"], memo.cluster.cache
     news = store.delete(obj) if kind == "DELETED" else store.put(obj)
-    job = store.owner_of(obj)
-    if job is None:
+    key = store.owner_of(obj)
+    if key is None:
         return
     if kind == "DELETED" and store is cache.scaletrainjobs:
-        cache.forget(job)
-        memo.queue.forget(job)
+        cache.forget(key)
+        memo.queue.forget(key)
         return
     if kind is None and news:  # kopf listed (again) and found a change: it may have missed events
-        cache.distrust(job)
-    memo.queue.add(job, news, delay=0.0 if store is cache.scaletrainjobs else CHILD_FOLD_SECONDS)
+        cache.distrust(key)
+    memo.queue.add(key, news, delay=0.0 if store is cache.scaletrainjobs else CHILD_FOLD_SECONDS)
 
 
 class Reconciled(NamedTuple):
@@ -196,86 +196,86 @@ class Reconciled(NamedTuple):
     recheck_after: float | None = None  # seconds until a timeout the decision waits on passes
 
 
-def reconcile(memo: kopf.Memo, job: Key) -> Outcome:
+def reconcile(memo: kopf.Memo, key: Key) -> Outcome:
     """Bring one ScaleTrainJob's children and status in line with its spec (the work queue runs one at a
     time per job). A decision that waits on a timeout (scheduleTimeoutSeconds) has the job queued again
     for when it passes, as controller-runtime's RequeueAfter: no watch event may come by then. Each
     reconcile asks again, so an operator restart or a lost timer costs nothing."""
     started = time.perf_counter()
     try:
-        reconciled = _reconcile(memo.cluster, *job, settings=memo.config, reports=memo.reports)
+        reconciled = _reconcile(memo.cluster, *key, settings=memo.config, reports=memo.reports)
     except Conflict as stale:  # decided from an old copy; the newer one's event reconciles it again
         log.info("not applied: %s", stale)
         return Outcome.WAITING
     finally:
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     if reconciled.recheck_after is not None:
-        memo.queue.add(job, delay=reconciled.recheck_after)
+        memo.queue.add(key, delay=reconciled.recheck_after)
     return reconciled.outcome
 
 
-def report_failures(cluster: Cluster, job: Key, failures: int, error: Exception) -> None:
+def report_failures(cluster: Cluster, key: Key, failures: int, error: Exception) -> None:
     """After RETRY_EVENT_AFTER failed reconciles in a row (each retried after a backoff), a Warning Event
     says why, once; it may not get through either, when the API server is what fails."""
     if failures == RETRY_EVENT_AFTER:
         message = f"reconciling failed {failures} times in a row and is retried with backoff: {describe(error)}"
-        uid = (cluster.cache.scaletrainjobs.get(*job) or {}).get("metadata", {}).get("uid")
-        cluster.post_event(ObjectRef(*job, uid), Event("Warning", EventReason.API_RETRYING, message))
+        uid = (cluster.cache.scaletrainjobs.get(*key) or {}).get("metadata", {}).get("uid")
+        cluster.post_event(ObjectRef(*key, uid), Event("Warning", EventReason.API_RETRYING, message))
 
 
 def _reconcile(
     cluster: Cluster, namespace: str, name: str, settings: OperatorConfig = DEFAULTS, reports: Reports | None = None
 ) -> Reconciled:
-    cache, job, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
-    report = reports.newest(job) if reports is not None else None
-    raw = cache.scaletrainjobs.get(namespace, name)
-    if (absent := left_alone(cache, job, raw)) is not None:
+    cache, key, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
+    report = reports.newest(key) if reports is not None else None
+    stj = cache.scaletrainjobs.get(namespace, name)
+    if (absent := left_alone(cache, key, stj)) is not None:
         return Reconciled(absent)
     # A finished job's decision depends on its children only to delete the Job of a gang that could not be
     # scheduled, which is made again from fresh reads (needs_fresh_look), so an untrusted cache serves it too.
-    if cache.trusted(job) or phase_of(raw) in FINISHED:
-        decision = decide_from(raw, functools.partial(cache.observed, namespace, name), now, settings, report)
-        if not needs_fresh_look(raw, decision):
-            return carry_out(cluster, raw, decision)
+    if cache.trusted(key) or phase_of(stj) in FINISHED:
+        decision = decide_from(stj, functools.partial(cache.observed, namespace, name), now, settings, report)
+        if not needs_fresh_look(stj, decision):
+            return carry_out(cluster, stj, decision)
     # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads) as of no
     # earlier than the job's version.
-    raw = cluster.read_scaletrainjob(namespace, name)
-    if (absent := left_alone(cache, job, raw)) is not None:
+    stj = cluster.read_scaletrainjob(namespace, name)
+    if (absent := left_alone(cache, key, stj)) is not None:
         return Reconciled(absent)
-    version = raw["metadata"]["resourceVersion"]
+    version = stj["metadata"]["resourceVersion"]
     observe = functools.partial(cluster.read_children, namespace, name, not_older_than=version)
-    decision = decide_from(raw, observe, now, settings, report)
-    cache.trust(job)
-    return carry_out(cluster, raw, decision)
+    decision = decide_from(stj, observe, now, settings, report)
+    cache.trust(key)
+    return carry_out(cluster, stj, decision)
 
 
-def left_alone(cache: Cache, job: Key, raw: dict[str, Any] | None) -> Outcome | None:
+def left_alone(cache: Cache, key: Key, stj: dict[str, Any] | None) -> Outcome | None:
     """How a reconcile ends for a job that is not there to reconcile (None: it is there). Gone: deleted,
     or a child's event came before the job's own, which reconciles it then. Being deleted: its children
     go with it."""
-    if raw is None:
-        cache.forget(job)
+    if stj is None:
+        cache.forget(key)
         return Outcome.GONE
-    return Outcome.SETTLED if being_deleted(raw) else None
+    return Outcome.SETTLED if being_deleted(stj) else None
 
 
 def decide_from(
-    raw: dict[str, Any],
+    stj: dict[str, Any],
     observe: Callable[[int | None], Observed],
     now: datetime,
     settings: OperatorConfig = DEFAULTS,
     report: Report | None = None,
 ) -> Decision:
-    """The decision for the stored ScaleTrainJob `raw`, its children read by `observe(generation_hint)`
+    """The decision for the stored ScaleTrainJob `stj`, its children read by `observe(generation_hint)`
     (not at all for an invalid spec), and the newest report its script pushed, if any."""
-    stored_status, spec_generation = raw.get("status") or {}, raw["metadata"].get("generation")
-    hint = naming.generation_of(raw["metadata"]["name"], stored_status.get("currentJob"))
+    stored_status, spec_generation = stj.get("status") or {}, stj["metadata"].get("generation")
+    hint = naming.generation_of(stj["metadata"]["name"], stored_status.get("currentJob"))
     try:
-        job = parse_job(raw)
+        job = parse_job(stj)
     except ProblemsError as error:
         failing = decide_invalid(error.problems, stored_status, spec_generation, now)
         if failing.changes_nothing and hint is not None:  # failed already: stop what still runs of its gang
-            queue = naming.queue_of((raw.get("spec") or {}).get("queueName"), raw["metadata"].get("labels"))
+            queue = naming.queue_of((stj.get("spec") or {}).get("queueName"), stj["metadata"].get("labels"))
             return stop_what_runs(observe(hint), queue, spec_generation)
         return failing
     observed = dataclasses.replace(observe(hint), report=report)
@@ -306,29 +306,29 @@ def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
     return irreversible or contradicting
 
 
-def say_waiting(cluster: Cluster, raw: dict[str, Any], message: str) -> None:
+def say_waiting(cluster: Cluster, stj: dict[str, Any], message: str) -> None:
     """The job waits for a child's name: its status says so (Pending, if it had no phase yet)."""
-    status = raw.get("status") or {}
+    status = stj.get("status") or {}
     if status.get("message") != message:
-        cluster.patch_status(ObjectRef.of(raw), {"phase": status.get("phase") or JobPhase.PENDING, "message": message})
+        cluster.patch_status(ObjectRef.of(stj), {"phase": status.get("phase") or JobPhase.PENDING, "message": message})
 
 
-def carry_out(cluster: Cluster, raw: dict[str, Any], decision: Decision) -> Reconciled:
+def carry_out(cluster: Cluster, stj: dict[str, Any], decision: Decision) -> Reconciled:
     """Apply `decision`; a child the API server refuses for good fails the job, with the server's reason."""
     if decision.changes_nothing:
         return Reconciled(Outcome.SETTLED, decision.recheck_after)
     try:
-        cluster.apply(ObjectRef.of(raw), decision)
+        cluster.apply(ObjectRef.of(stj), decision)
     except Leftover as leftover:  # no failure: the name frees up by itself
-        say_waiting(cluster, raw, str(leftover))
+        say_waiting(cluster, stj, str(leftover))
         return Reconciled(Outcome.WAITING, LEFTOVER_RECHECK_SECONDS)
     except ForeignWorkload as claimed:  # no failure either: the job goes on once that Workload is deleted
-        cluster.post_event(ObjectRef.of(raw), claimed.event)
-        say_waiting(cluster, raw, claimed.event.message)
+        cluster.post_event(ObjectRef.of(stj), claimed.event)
+        say_waiting(cluster, stj, claimed.event.message)
         return Reconciled(Outcome.WAITING, FOREIGN_WORKLOAD_RECHECK_SECONDS)
     except ChildRejected as rejected:
-        status, spec_generation = raw.get("status") or {}, raw["metadata"].get("generation")
+        status, spec_generation = stj.get("status") or {}, stj["metadata"].get("generation")
         decision = decide_failed(rejected.reason, rejected.message, status, spec_generation, datetime.now(timezone.utc))
-        cluster.apply(ObjectRef.of(raw), decision)
+        cluster.apply(ObjectRef.of(stj), decision)
     metrics.count(decision)
     return Reconciled(Outcome.ACTED, decision.recheck_after)

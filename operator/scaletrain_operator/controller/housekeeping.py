@@ -98,16 +98,16 @@ class Housekeeping:
         at most one read's deadline and delays no other job, nor any TTL."""
         jobs = self.cluster.cache.scaletrainjobs.all()
         metrics.report_jobs(jobs)
-        running = [raw for raw in jobs if phase_of(raw) == JobPhase.RUNNING]
+        running = [stj for stj in jobs if phase_of(stj) == JobPhase.RUNNING]
         failures = functools.cache(self.cluster.pod_creation_failures)  # one list per namespace and pass, if any
         waits = functools.cache(lambda namespace: self.cluster.queue_waits(namespace))  # the same, for queued jobs
-        for raw in jobs:
-            if phase_of(raw) != JobPhase.RUNNING:
-                isolated("ttl", raw, self.expire)
-            if phase_of(raw) in (JobPhase.PENDING, JobPhase.RUNNING):
-                isolated("pods", raw, functools.partial(self.report_pod_creation, failures=failures))
-                isolated("queue", raw, functools.partial(self.report_queue_wait, waits=waits))
-        running_keys = {(raw["metadata"]["namespace"], raw["metadata"]["name"]) for raw in running}
+        for stj in jobs:
+            if phase_of(stj) != JobPhase.RUNNING:
+                isolated("ttl", stj, self.expire)
+            if phase_of(stj) in (JobPhase.PENDING, JobPhase.RUNNING):
+                isolated("pods", stj, functools.partial(self.report_pod_creation, failures=failures))
+                isolated("queue", stj, functools.partial(self.report_queue_wait, waits=waits))
+        running_keys = {(stj["metadata"]["namespace"], stj["metadata"]["name"]) for stj in running}
         self._unread = {key: failures for key, failures in self._unread.items() if key in running_keys}
         self._said_left_out &= running_keys
         self.reports.keep_only(running_keys)
@@ -115,12 +115,12 @@ class Housekeeping:
         pushed = [self.pushed(rank_0) for _, rank_0 in found]
         to_read = [rank_0.url for (_, rank_0), report in zip(found, pushed, strict=True) if report is None]
         answers = iter(read_all_progress(to_read, self.config.progress_timeout_seconds))
-        read = [(raw, rank_0, report or next(answers)) for (raw, rank_0), report in zip(found, pushed, strict=True)]
+        read = [(stj, rank_0, report or next(answers)) for (stj, rank_0), report in zip(found, pushed, strict=True)]
         if read:
             with ThreadPoolExecutor(min(len(read), STATUS_WRITERS), thread_name_prefix="progress") as writers:
-                for raw, rank_0, answer in read:
+                for stj, rank_0, answer in read:
                     writers.submit(
-                        isolated, "progress", raw, functools.partial(self.record_progress, rank_0=rank_0, answer=answer)
+                        isolated, "progress", stj, functools.partial(self.record_progress, rank_0=rank_0, answer=answer)
                     )
 
     def pushed(self, rank_0: Rank0) -> dict[str, Any] | None:
@@ -147,32 +147,32 @@ class Housekeeping:
         now = datetime.now(timezone.utc)
         return status is not None and peering.is_active(status, config.peering_identity, config.peering_priority, now)
 
-    def expire(self, raw: dict[str, Any]) -> None:
+    def expire(self, stj: dict[str, Any]) -> None:
         """Delete a finished job (also one whose spec failed validation) once its TTL has passed."""
-        metadata, status, spec = raw["metadata"], raw.get("status") or {}, raw.get("spec") or {}
+        metadata, status, spec = stj["metadata"], stj.get("status") or {}, stj.get("spec") or {}
         finished_at = parse_timestamp(status.get("completionTime") or metadata["creationTimestamp"])
         decision = decide_ttl(
             status.get("phase"), finished_at, spec.get("ttlSecondsAfterFinished"), datetime.now(timezone.utc)
         )
         try:
-            self.cluster.apply(ObjectRef.of(raw), decision)
+            self.cluster.apply(ObjectRef.of(stj), decision)
         except Conflict as stale:
             log.info("TTL not applied: %s", stale)
 
-    def report_pod_creation(self, raw: dict[str, Any], failures: Callable[[str], dict[str, str]]) -> None:
+    def report_pod_creation(self, stj: dict[str, Any], failures: Callable[[str], dict[str, str]]) -> None:
         """While the gang's Job lacks pods, why (decide_pod_creation), from `failures(namespace)`: the Job
         controller's FailedCreate messages by Job name (Cluster.pod_creation_failures)."""
-        gang_generation, observed = self.current_gang_of(raw)
+        gang_generation, observed = self.current_gang_of(stj)
         gang, now = observed.jobs.get(gang_generation), datetime.now(timezone.utc)
-        decision = decide_pod_creation(raw, gang, len(observed.pods), failures, now)
-        self.write(raw, decision, f"{ConditionType.POD_CREATION_FAILED} not reported")
+        decision = decide_pod_creation(stj, gang, len(observed.pods), failures, now)
+        self.write(stj, decision, f"{ConditionType.POD_CREATION_FAILED} not reported")
 
-    def report_queue_wait(self, raw: dict[str, Any], waits: Callable[[str], dict[str, str]]) -> None:
+    def report_queue_wait(self, stj: dict[str, Any], waits: Callable[[str], dict[str, str]]) -> None:
         """While Kueue holds a gang's Job back, why (decide_queue_wait), from `waits(namespace)`: Kueue's words
         by Job uid (Cluster.queue_waits)."""
-        gang_generation, observed = self.current_gang_of(raw)
-        decision = decide_queue_wait(raw, observed.jobs.get(gang_generation), waits, datetime.now(timezone.utc))
-        self.write(raw, decision, f"{ConditionType.QUEUED} not reported")
+        gang_generation, observed = self.current_gang_of(stj)
+        decision = decide_queue_wait(stj, observed.jobs.get(gang_generation), waits, datetime.now(timezone.utc))
+        self.write(stj, decision, f"{ConditionType.QUEUED} not reported")
 
     def rank_0s(self, running: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Rank0]]:
         """Where each Running job's rank 0 serves its progress, found job by job (isolated), so that no job
@@ -180,24 +180,24 @@ class Housekeeping:
         however many jobs there are and however slowly their endpoints answer."""
         found: list[tuple[dict[str, Any], Rank0]] = []
 
-        def find(raw: dict[str, Any]) -> None:
-            if (rank_0 := self.rank_0_of(raw)) is not None:
-                found.append((raw, rank_0))
+        def find(stj: dict[str, Any]) -> None:
+            if (rank_0 := self.rank_0_of(stj)) is not None:
+                found.append((stj, rank_0))
 
-        for raw in running:
-            isolated("progress", raw, find)
+        for stj in running:
+            isolated("progress", stj, find)
         return found
 
-    def rank_0_of(self, raw: dict[str, Any]) -> Rank0 | None:
+    def rank_0_of(self, stj: dict[str, Any]) -> Rank0 | None:
         """Where rank 0 of the job's newest gang serves its progress: only a Running pod of index 0 that the
         gang's own Job owns (cache.children_view); anyone can give a pod its labels, and a forged rank 0 must
         never be read. None while there is no such pod. The gang is reconcile.current_gang: the newest Job
         found, not the status's currentJob, which a lost status write leaves behind."""
         try:
-            job = parse_job(raw)
+            job = parse_job(stj)
         except ProblemsError:  # an edited spec that reconciling is about to mark invalid
             return None
-        gang_generation, observed = self.current_gang_of(raw)
+        gang_generation, observed = self.current_gang_of(stj)
         rank_0 = next(
             (pod for pod in observed.pods if pod_index(pod) == 0 and pod_phase(pod) == PodPhase.RUNNING), None
         )
@@ -213,44 +213,44 @@ class Housekeeping:
         )
         return Rank0(job, gang_generation, url)
 
-    def current_gang_of(self, raw: dict[str, Any]) -> tuple[int | None, Observed]:
-        """The stored job `raw`'s current gang generation (reconcile.current_gang), and its children."""
-        metadata, current_job = raw["metadata"], (raw.get("status") or {}).get("currentJob")
+    def current_gang_of(self, stj: dict[str, Any]) -> tuple[int | None, Observed]:
+        """The stored job `stj`'s current gang generation (reconcile.current_gang), and its children."""
+        metadata, current_job = stj["metadata"], (stj.get("status") or {}).get("currentJob")
         hint = naming.generation_of(metadata["name"], current_job)
         observed = self.cluster.cache.observed(metadata["namespace"], metadata["name"], hint)
         return current_gang(metadata["name"], current_job, observed), observed
 
-    def record_progress(self, raw: dict[str, Any], rank_0: Rank0, answer: Answer) -> None:
+    def record_progress(self, stj: dict[str, Any], rank_0: Rank0, answer: Answer) -> None:
         """Rank 0's answer into the status (decide_progress); or, when it could not be read, the failed read
         counted (decide_unreachable). Only onto the version decided from: a read landing after the job
         succeeded must not undo that."""
-        where = ObjectRef.of(raw)
+        where = ObjectRef.of(stj)
         key, now = (where.namespace, where.name), datetime.now(timezone.utc)
         if isinstance(answer, Unreadable):
             failed_reads = self._unread[key] = self._unread.get(key, 0) + 1
-            decision = decide_unreachable(raw, rank_0, failed_reads, answer, now)
-            self.write(raw, decision, f"{ConditionType.PROGRESS_UNREACHABLE} not reported")
+            decision = decide_unreachable(stj, rank_0, failed_reads, answer, now)
+            self.write(stj, decision, f"{ConditionType.PROGRESS_UNREACHABLE} not reported")
             return
         self._unread.pop(key, None)
         try:
-            written = self.write(raw, decide_progress(raw, rank_0, answer, now), "progress not copied")
+            written = self.write(stj, decide_progress(stj, rank_0, answer, now), "progress not copied")
         except StatusRefused:  # logged, counted and said (Cluster.patch_status); hang detection still needs the promise
             promise_unwritten = "progress promise not copied"
             try:
-                written = self.write(raw, decide_promise_only(raw, rank_0, answer, now), promise_unwritten)
+                written = self.write(stj, decide_promise_only(stj, rank_0, answer, now), promise_unwritten)
             except StatusRefused as refused:
                 log.info("%s: %s", promise_unwritten, refused)
                 return
         if written:
             self.say_metrics_left_out(where)
 
-    def write(self, raw: dict[str, Any], decision: Decision, unwritten: str) -> bool:
-        """`decision`'s status patch, onto the version of `raw` it was decided from; once written, the job
+    def write(self, stj: dict[str, Any], decision: Decision, unwritten: str) -> bool:
+        """`decision`'s status patch, onto the version of `stj` it was decided from; once written, the job
         queued (reconcile_soon) and the decision's Events posted. Nothing when it patches nothing. Whether it
         was written: a Conflict, logged as `unwritten`, leaves it to the next pass, from the newer copy."""
         if decision.status is None:
             return False
-        where = ObjectRef.of(raw)
+        where = ObjectRef.of(stj)
         try:
             self.cluster.patch_status(where, decision.status)
         except Conflict as stale:
@@ -278,11 +278,11 @@ class Housekeeping:
         self.cluster.post_event(where, Event("Warning", EventReason.METRICS_LEFT_OUT, message, "reports"))
 
 
-def isolated(step: str, raw: dict[str, Any], housekeep: Callable[[dict[str, Any]], None]) -> None:
+def isolated(step: str, stj: dict[str, Any], housekeep: Callable[[dict[str, Any]], None]) -> None:
     """One job's housekeeping step: whatever goes wrong is logged and counted, and stops no other job."""
     try:
-        housekeep(raw)
+        housekeep(stj)
     except Exception:
         metrics.HOUSEKEEPING_FAILURES.labels(step).inc()
-        metadata = raw.get("metadata") or {}
+        metadata = stj.get("metadata") or {}
         log.exception("housekeeping (%s) of %s/%s failed", step, metadata.get("namespace"), metadata.get("name"))
