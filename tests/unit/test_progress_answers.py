@@ -6,9 +6,10 @@ import socket
 
 import pytest
 
-from scaletrain_operator.api.status_schema import fit_status
+from scaletrain_operator.api.crd import status_schema
 from scaletrain_operator.progress import describe, is_whole
 from scaletrain_operator.validation.progress_answer import status_patch
+from scaletrain_operator.validation.status_schema import fit_status
 
 HEAD = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
 
@@ -38,5 +39,5 @@ def test_a_value_that_rounds_past_the_largest_float_replaces_the_last_answers_li
     """1.7976931348623157e308 rounds to 1.798e308, which is infinite: the status cannot hold it, so the field would
     be left out of the merge patch, and the previous answer's value would stay beside this answer's."""
     patch = status_patch({"tokensPerSecond": 1.7976931348623157e308, "step": 3}, generation=0, stored={})
-    kept, left_out = fit_status({"progress": patch})
+    kept, left_out = fit_status({"progress": patch}, status_schema())
     assert left_out == [] and kept["progress"]["tokensPerSecond"] == 1.7976931348623157e308

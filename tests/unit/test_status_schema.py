@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from scaletrain_operator.api.crd import build_crd
-from scaletrain_operator.api.status_schema import fit_status, schema_problem
+from scaletrain_operator.api.crd import build_crd, status_schema
 from scaletrain_operator.validation.progress_answer import final_progress, parse_progress, status_patch
+from scaletrain_operator.validation.status_schema import fit_status, schema_problem
 
 HUGE = 10**400  # an integer JSON allows, and float64 does not hold
 
@@ -31,7 +31,7 @@ def test_no_answer_a_pod_can_give_makes_a_status_write_the_schema_refuses(answer
     body = json.dumps(answer).encode()
     for progress in (parse_progress(body), final_progress(body.decode())):  # neither raises
         patch = {"progress": status_patch(progress, 0, {})}
-        kept, left_out = fit_status(patch)
+        kept, left_out = fit_status(patch, status_schema())
         assert left_out == [] and kept == patch, left_out
 
 
@@ -49,7 +49,7 @@ def test_fields_the_schema_refuses_are_left_out_and_named_and_the_rest_is_writte
         "conditions": [{"type": "NoSuchType", "status": "True", "reason": "R", "lastTransitionTime": "x"}],
         "gangs": None,  # a merge patch's null removes: always fits
     }
-    kept, left_out = fit_status(patch)
+    kept, left_out = fit_status(patch, status_schema())
     assert kept == {"phase": "Running", "restarts": 1, "message": "x", "progress": {"step": 3}, "gangs": None}
     assert [problem.split(":")[0] for problem in left_out] == [
         "status.progress.loss",
@@ -78,4 +78,4 @@ def test_the_schema_checked_against_is_the_crds():
     status = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     progress = status["properties"]["progress"]
     assert progress["properties"]["checkpointsSetAside"]["items"]["maxLength"] == 64
-    assert fit_status({"progress": {"checkpointsSetAside": ["x" * 65]}})[1] != []
+    assert fit_status({"progress": {"checkpointsSetAside": ["x" * 65]}}, status_schema())[1] != []

@@ -130,7 +130,7 @@ def _model_schema(model: type, name: str) -> dict[str, Any]:
 
 
 def status_schema() -> dict[str, Any]:
-    """The CRD's schema of status (status_schema.py holds every status write to it)."""
+    """The CRD's schema of status (validation/status_schema.py holds every status write to it)."""
     return _without_defaults(_model_schema(ScaleTrainJob, "status"))
 
 

@@ -31,11 +31,12 @@ from kubernetes.client.rest import ApiException
 
 from ..api import naming
 from ..api.conditions import QUOTA_RESERVED, ControllerFailureReason, EventReason
-from ..api.status_schema import fit_status
+from ..api.crd import status_schema
 from ..api.timestamps import timestamp
 from ..policy.placement import foreign_workloads, held_back_by, same_gang
 from ..policy.pods import being_deleted
 from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
+from ..validation.status_schema import fit_status
 from . import metrics
 from .cache import Cache, owned_by, version_of
 from .decision import ChildJobPatch, Decision, Event, Observed
@@ -87,6 +88,12 @@ class ChildRejected(Exception):
 
 class StatusRefused(Exception):
     """The API server refused a status write as invalid (422): what it holds, not when it was sent."""
+
+
+@functools.cache
+def _status_schema() -> dict[str, Any]:
+    """The CRD's status schema, which every status write is held to (made once: it is read only)."""
+    return status_schema()
 
 
 def server_message(error: ApiException) -> str:
@@ -423,7 +430,7 @@ class Cluster:
         """A merge patch of the status, refused (Conflict) if the ScaleTrainJob is no longer at the version
         the patch was decided from. What the CRD's status schema would refuse is left out (and logged), so
         that one value from a tenant's pod cannot have every status write of the job refused."""
-        status, left_out = fit_status(status)
+        status, left_out = fit_status(status, _status_schema())
         if left_out:
             metrics.STATUS_FIELDS_LEFT_OUT.inc(len(left_out))
             log.warning("status of %s/%s: left out %s", stj.namespace, stj.name, "; ".join(left_out))

@@ -4,7 +4,7 @@ Much of what the operator writes into a job's status comes from the tenant's pod
 answers and termination messages. The API server refuses a whole status patch (422) for one value its
 schema does not take (a timestamp Python parses but RFC 3339 does not, a name over its maxLength, an
 integer beyond int64), and a patch refused every time wedges the job: it never records a restart or
-its end. So the patch is first held against the very schema the CRD is generated from (crd.py), and
+its end. So the patch is first held against the very schema the CRD is generated from (api/crd.py), and
 every field that does not fit is left out, and named, instead of failing the rest.
 
 The checks are those of a structural OpenAPI v3 schema as the API server applies them: type, enum,
@@ -15,22 +15,20 @@ patch): it always fits.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from typing import Any
-
-from .crd import status_schema
 
 INT64 = range(-(2**63), 2**63)
 # strfmt's date-time, which the API server checks `format: date-time` with (RFC 3339)
 DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
-def fit_status(patch: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """`patch` less every field that the status schema refuses, and what was left out, with why. A field of
-    an object is left out alone (say progress.loss); a field whose item is refused goes whole (conditions)."""
-    return _fit_object(patch, _status_schema(), "status")
+def fit_status(patch: dict[str, Any], schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`patch` less every field that the status `schema` (api/crd.py's status_schema()) refuses, and what was
+    left out, with why. A field of an object is left out alone (say progress.loss); a field whose item is
+    refused goes whole (conditions)."""
+    return _fit_object(patch, schema, "status")
 
 
 def _fit_object(patch: dict[str, Any], schema: dict[str, Any], path: str) -> tuple[dict[str, Any], list[str]]:
@@ -139,8 +137,3 @@ def _string_problem(value: str, schema: dict[str, Any]) -> str | None:
     if schema.get("format") == "date-time" and not DATE_TIME.match(value):
         return f"not an RFC 3339 time: {value[:40]!r}"
     return None
-
-
-@functools.cache
-def _status_schema() -> dict[str, Any]:
-    return status_schema()
