@@ -5,6 +5,7 @@ with their status reported as the kubelet reports it, and deletion with the pod'
 from __future__ import annotations
 
 import base64
+import os
 import secrets
 import time
 
@@ -164,6 +165,33 @@ def test_a_termination_message_and_every_containers_exit_show_up_in_the_status(k
     )
     assert ended["logger"]["exitCode"] == 1 and ended["logger"]["message"].strip() == "last words"
     assert (ended["fine"]["exitCode"], ended["fine"]["reason"]) == (0, "Completed")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a container path in a volume needs a container's own filesystem")
+def test_a_restart_all_containers_rule_restarts_the_pod_in_place_as_the_api_server_shows(kubelet, kube, namespace):
+    """The API server of v1.37 keeps the rule (its gates are on by default), and takes the status of a pod whose
+    containers restarted in place: the same pod, its restart count, why, and the pod's condition."""
+    ask_once = (
+        "import os, sys; first = '/scratch/first'; "
+        "sys.exit(0) if os.path.exists(first) else (open(first, 'w').close(), sys.exit(42))"
+    )
+    rules = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+    main = container(
+        "main",
+        ["python", "-c", ask_once],
+        restartPolicy="Never",
+        restartPolicyRules=rules,
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+    )
+    created = kube.create("pods", a_pod("twice", [main], volumes=[{"name": "scratch", "emptyDir": {}}]), namespace)
+    assert created["spec"]["containers"][0]["restartPolicyRules"] == rules
+    status = phase_of(kube, namespace, "twice", "Succeeded", "Failed")["status"]
+    assert status["phase"] == "Succeeded", status
+    (main_status,) = status["containerStatuses"]
+    assert main_status["restartCount"] == 1 and main_status["state"]["terminated"]["exitCode"] == 0, main_status
+    assert main_status["lastState"]["terminated"]["reason"] == "RestartingAllContainers", main_status
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["AllContainersRestarting"] == "False"
 
 
 def test_a_spec_the_node_cannot_run_stays_pending_with_the_reason(kubelet, kube, namespace):

@@ -56,7 +56,12 @@ CONFIG_WAIT_S = 10.0  # for a ConfigMap or Secret a volume needs (kube-root-ca.c
 EXIT_GRACE_S = 2.0  # the pods still running when the kubelet stops
 LEASE_NAMESPACE = "kube-node-lease"
 GPU_RESOURCE = "nvidia.com/gpu"
-KUBELET_CONDITIONS = frozenset({"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"})
+KUBELET_CONDITIONS = frozenset(
+    {"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "AllContainersRestarting"}
+)
+# What the node declares it can do beyond the API (node.status.declaredFeatures), which the scheduler matches a pod's
+# needs against: the pod executor restarts a pod's containers in place (RunningPod.restart_all_containers).
+DECLARED_FEATURES = ["RestartAllContainersOnContainerExits"]
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,7 @@ class Kubelet:
             "capacity": node.capacity(),
             "allocatable": node.capacity(),
             "conditions": conditions,
+            "declaredFeatures": DECLARED_FEATURES,
             "addresses": [
                 {"type": "InternalIP", "address": self.executor.network.host_ip},
                 {"type": "Hostname", "address": node.name},

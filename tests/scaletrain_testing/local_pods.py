@@ -21,13 +21,20 @@ def a_pod(
     mounts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A pod of one container running `command`, with `volumes` and the container's volumeMounts `mounts`."""
-    container = {"name": "main", "image": "python", "command": command, "volumeMounts": [dict(m) for m in mounts]}
+    container = a_container("main", command, mounts)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
         "spec": {"restartPolicy": "Never", "containers": [container], "volumes": [dict(v) for v in volumes]},
     }
+
+
+def a_container(
+    name: str, command: list[str], mounts: Sequence[Mapping[str, Any]] = (), **fields: Any
+) -> dict[str, Any]:
+    """A container of the python image running `command`, with volumeMounts `mounts` and any other `fields`."""
+    return {"name": name, "image": "python", "command": command, "volumeMounts": [dict(m) for m in mounts], **fields}
 
 
 def run_to_end(executor: PodExecutor, pod: Mapping[str, Any], timeout_s: float) -> RunningPod:

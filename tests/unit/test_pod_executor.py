@@ -38,6 +38,8 @@ from scaletrain_operator.local.pod_spec import (
     pod_field,
     relocate_config_env,
     resolve_env,
+    restart_rules,
+    restarts_all_containers,
     working_dir,
 )
 from scaletrain_operator.local.processes import exit_code
@@ -536,3 +538,34 @@ def test_the_executable_is_found_as_the_runtime_finds_it(tmp_path):
 
 def test_a_signal_is_an_exit_code_of_128_plus_its_number():
     assert exit_code(-9) == 137 and exit_code(-15) == 143 and exit_code(3) == 3
+
+
+def rule(operator, values, action="RestartAllContainers"):
+    return {"action": action, "exitCodes": {"operator": operator, "values": values}}
+
+
+@pytest.mark.parametrize(
+    "rules, code, restarts",
+    [
+        ([rule("In", [42])], 42, True),
+        ([rule("In", [42])], 1, False),
+        ([rule("NotIn", [0])], 1, True),
+        ([rule("NotIn", [0])], 0, False),
+        ([rule("In", [1]), rule("NotIn", [0])], 2, True),  # the first rule that matches decides
+        ([], 42, False),
+    ],
+)
+def test_the_first_restart_rule_whose_exit_codes_match_decides(rules, code, restarts):
+    assert restarts_all_containers(rules, code) is restarts
+
+
+def test_restart_rules_are_read_beside_a_container_restart_policy_and_a_rule_restarting_one_container_is_refused():
+    where = ("spec", "containers", 0)
+    assert restart_rules({"restartPolicyRules": [rule("In", [42])]}, where) == []  # the kubelet ignores them so
+    assert restart_rules({"restartPolicy": "Never", "restartPolicyRules": [rule("In", [42])]}, where) == [
+        rule("In", [42])
+    ]
+    with pytest.raises(ProblemsError) as refused:
+        restart_rules({"restartPolicy": "Never", "restartPolicyRules": [rule("In", [1], action="Restart")]}, where)
+    (problem,) = refused.value.problems
+    assert problem.path == (*where, "restartPolicyRules", 0, "action") and "RestartAllContainers" in problem.message

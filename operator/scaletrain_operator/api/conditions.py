@@ -168,6 +168,13 @@ CONTAINER_ERROR = "Error"  # terminated with another
 START_ERROR = "StartError"  # its command could not be executed
 POD_INITIALIZING = "PodInitializing"  # waiting, not started yet
 
+# A container's restartPolicyRules action that restarts every container of its pod where it stands (KEP-5532); the
+# pod condition that says so (True while the kubelet removes them, then False), and the reason of each removed
+# container's lastState.
+RESTART_ALL_CONTAINERS = "RestartAllContainers"
+ALL_CONTAINERS_RESTARTING = "AllContainersRestarting"
+RESTARTING_ALL_CONTAINERS = "RestartingAllContainers"
+
 # A batch/v1 Job's condition types, and the Job controller's reasons the operator reads.
 JOB_COMPLETE = "Complete"
 JOB_FAILED = "Failed"

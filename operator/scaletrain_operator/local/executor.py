@@ -19,10 +19,15 @@ Each container's filesystem is its own where this machine allows it (root: a mou
 this machine's root as the image, a writable layer of its own, the volumes at their mountPaths and
 its own /dev, /dev/shm and /tmp), else this machine's (pod_filesystem.py says which and why).
 
+A container's restartPolicyRules may restart every container of its pod where it stands (the action
+RestartAllContainers, KEP-5532): the pod keeps its sandbox, its volumes and its phase, each container loses its
+writable layer, and the init containers run again (`RunningPod.poll`).
+
 What a kubelet does and this does not: images (a container runs this machine's programs), resource
-limits and securityContext (every process runs as this user), restarts (restartPolicy Never only),
-and a PID namespace (the main process is not PID 1, so it does not ignore an unhandled SIGTERM). A
-RunningPod is driven by one thread at a time, as the kubelet's pod worker drives its pod.
+limits and securityContext (every process runs as this user), other restarts (restartPolicy Never, and
+no container restarted alone), and a PID namespace (the main process is not PID 1, so it does not ignore
+an unhandled SIGTERM). A RunningPod is driven by one thread at a time, as the kubelet's pod worker drives
+its pod.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from ..api.conditions import (
+    ALL_CONTAINERS_RESTARTING,
     CONTAINER_COMPLETED,
     CONTAINER_ERROR,
     CONTAINERS_READY,
@@ -52,6 +58,7 @@ from ..api.conditions import (
     POD_INITIALIZING,
     POD_READY_TO_START_CONTAINERS,
     READY,
+    RESTARTING_ALL_CONTAINERS,
     START_ERROR,
     PodPhase,
 )
@@ -72,6 +79,8 @@ from .pod_spec import (
     pod_hostname,
     relocate_config_env,
     resolve_env,
+    restart_rules,
+    restarts_all_containers,
 )
 from .processes import (
     KILL_WAIT_SECONDS,
@@ -88,6 +97,13 @@ TERMINAL_PHASES = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 FALLBACK_LOG_LINES = 80  # terminationMessagePolicy FallbackToLogsOnError: the log's last 80 lines
 START_ERROR_EXIT_CODE = 128  # a command that cannot be executed, as containerd reports it
+# A container removed for a restart of all its pod's containers, as the kubelet reports it in its lastState (every
+# container's, the one whose exit asked for the restart included).
+REMOVED_FOR_RESTART = {
+    "exitCode": 137,
+    "reason": RESTARTING_ALL_CONTAINERS,
+    "message": "The container is removed because RestartAllContainers in place",
+}
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,10 @@ class ContainerRun:
     termination_log: Path
     fallback_to_logs: bool  # terminationMessagePolicy: FallbackToLogsOnError
     marker: str  # MARKER_ENV's value in its processes
+    layer_dirs: list[Path] = field(default_factory=list)  # its own files (of own_dirs), which a restart removes
+    restart_rules: list[Mapping[str, Any]] = field(default_factory=list)  # its restartPolicyRules
+    restart_count: int = 0
+    last_state: dict[str, Any] = field(default_factory=dict)  # as in a ContainerStatus: before the last restart
     process: subprocess.Popen[bytes] | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -140,6 +160,22 @@ class ContainerRun:
     @property
     def running(self) -> bool:
         return self.process is not None and not self.terminated
+
+    @property
+    def restarts_all(self) -> bool:
+        """It exited with a code on which its restartPolicyRules restart every container of its pod."""
+        return self.exit_code is not None and restarts_all_containers(self.restart_rules, self.exit_code)
+
+    def remove(self) -> None:
+        """Removed (its processes gone) for a restart of every container of its pod: its writable layer goes, its
+        state moves to lastState as the kubelet reports it, and it waits to start again. Its volumes, its log
+        (appended to, as `kubectl logs` reads one file here) and its restart count stay."""
+        for directory in self.layer_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+        self.restart_count += 1
+        self.last_state = {"terminated": dict(REMOVED_FOR_RESTART)}
+        self.process = self.started_at = self.finished_at = self.exit_code = None
+        self.reason = self.message = ""
 
     def start(self, network: PodNetwork, sandbox: PodSandbox) -> None:
         """Start the main process; a command that cannot be executed terminates the container with
@@ -206,8 +242,9 @@ class ContainerRun:
             "imageID": "",
             "ready": self.running,
             "started": self.running,
-            "restartCount": 0,
+            "restartCount": self.restart_count,
             "state": self.state(),
+            "lastState": self.last_state,
         }
 
     def tail(self, lines: int = 30) -> str:
@@ -294,11 +331,14 @@ class RunningPod:
     def poll(self, processes: list[ProcessInfo] | None = None) -> PodPhase:
         """Move the pod on, as the kubelet's pod worker does (restartPolicy Never): the init containers
         one after the other, the first to fail failing the pod; then the containers together, until
-        each has ended: Succeeded if each exited 0, else Failed. Returns the phase."""
+        each has ended: Succeeded if each exited 0, else Failed. A container whose exit restarts all the
+        pod's containers restarts them first (restart_all_containers). Returns the phase."""
         if self.phase in TERMINAL_PHASES:
             return self.phase
         for container in [*self.init_containers, *self.containers]:
             container.poll(processes)
+        if any(container.restarts_all for container in [*self.init_containers, *self.containers]):
+            self.restart_all_containers()
         for container in self.init_containers:
             if not container.terminated:
                 if container.process is None:
@@ -316,6 +356,18 @@ class RunningPod:
             self.phase = PodPhase.RUNNING
         return self.phase
 
+    def restart_all_containers(self) -> None:
+        """Restart every container of the pod where it stands, as the kubelet does for a RestartAllContainers rule:
+        each is killed at once (no grace period, no preStop hook) and removed, then the next poll starts them
+        again from the first init container. The pod keeps its sandbox (its IP), volumes and phase; its
+        AllContainersRestarting condition, True while they are removed, turns False when they are."""
+        self._condition(ALL_CONTAINERS_RESTARTING, True)
+        signal_processes(self.processes(scan_processes()), signal.SIGKILL)
+        for container in [*self.init_containers, *self.containers]:
+            container.reap(KILL_WAIT_SECONDS)
+            container.remove()
+        self._condition(ALL_CONTAINERS_RESTARTING, False)
+
     def stop(self, grace_seconds: float | None = None) -> None:
         """Delete the pod: see stop_pods. grace_seconds=0 kills at once, as a lost node would."""
         stop_pods([self], grace_seconds)
@@ -324,6 +376,14 @@ class RunningPod:
         """The pod's status as of the last poll, as the kubelet reports it."""
         initialized = all(c.terminated and c.exit_code == 0 for c in self.init_containers)
         ready = self.phase == PodPhase.RUNNING and all(c.running for c in self.containers)
+        conditions = [
+            self._condition(POD_READY_TO_START_CONTAINERS, True),
+            self._condition(INITIALIZED, initialized),
+            self._condition(CONTAINERS_READY, ready),
+            self._condition(READY, ready),
+        ]
+        if any(c.restart_rules for c in [*self.init_containers, *self.containers]):  # as the kubelet: only then
+            conditions.append(self._condition(ALL_CONTAINERS_RESTARTING, False))
         return {
             "phase": self.phase,
             "podIP": self.pod_ip,
@@ -331,12 +391,7 @@ class RunningPod:
             "hostIP": self.network.host_ip,
             "hostIPs": [{"ip": self.network.host_ip}],
             "startTime": pod_time(self.started_at),
-            "conditions": [
-                self._condition(POD_READY_TO_START_CONTAINERS, True),
-                self._condition(INITIALIZED, initialized),
-                self._condition(CONTAINERS_READY, ready),
-                self._condition(READY, ready),
-            ],
+            "conditions": conditions,
             "initContainerStatuses": [c.status() for c in self.init_containers],
             "containerStatuses": [c.status() for c in self.containers],
         }
@@ -538,6 +593,8 @@ class PodExecutor:
             termination_log=own / "termination-log",
             fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
             marker=f"{marker}/{name}",
+            layer_dirs=[path for path in files.own_dirs if path.is_relative_to(own)],
+            restart_rules=restart_rules(container, where),
         )
 
 

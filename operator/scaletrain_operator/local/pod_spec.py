@@ -21,6 +21,7 @@ from typing import Any
 from scaletrain_trainer.contract import wire
 from scaletrain_trainer.contract.validation import PathPart, Problem, ProblemsError
 
+from ..api.conditions import RESTART_ALL_CONTAINERS
 from ..validation.kube_rules import DNS_1123_LABEL, DNS_1123_SUBDOMAIN
 from .expansion import expand
 
@@ -274,3 +275,31 @@ def image_env(interpreter_dir: Path, hostname: str) -> dict[str, str]:
 
 def grace_seconds(pod: Pod) -> float:
     return float(pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
+
+
+def restart_rules(container: Container, where: tuple) -> list[Mapping[str, Any]]:
+    """The container's restartPolicyRules, which the kubelet reads only beside a container restartPolicy; a rule
+    this executor cannot carry out (one that restarts the container alone) is an error naming it."""
+    if container.get("restartPolicy") is None:
+        return []
+    rules = list(container.get("restartPolicyRules") or [])
+    for index, rule in enumerate(rules):
+        if rule.get("action") != RESTART_ALL_CONTAINERS:
+            message = (
+                f"{rule.get('action')} is not supported: the local pod executor restarts a pod's containers only "
+                f"all together ({RESTART_ALL_CONTAINERS})"
+            )
+            raise ProblemsError([Problem((*where, "restartPolicyRules", index, "action"), message)])
+    return rules
+
+
+def restarts_all_containers(rules: Sequence[Mapping[str, Any]], exit_code: int) -> bool:
+    """Whether a container's exit with `exit_code` restarts every container of its pod: the first of its `rules`
+    whose exitCodes match the code decides (In: one of the values; NotIn: none of them), as the kubelet reads
+    them; none matching, the container's own restartPolicy (Never, here) does."""
+    for rule in rules:
+        codes = rule.get("exitCodes") or {}
+        listed = exit_code in (codes.get("values") or [])
+        if (codes.get("operator") == "In" and listed) or (codes.get("operator") == "NotIn" and not listed):
+            return rule.get("action") == RESTART_ALL_CONTAINERS
+    return False
