@@ -49,11 +49,12 @@ REPORT = json.dumps(
 ).encode()  # fmt: skip
 SERVER = """
 import sys, threading
+from scaletrain_operator.in_place import InPlaceGangs
 from scaletrain_operator.report_server import Reports, Sender, StatusServer
 class WarmCache:
     def sender(self, token, address):
-        return Sender(("bench", "job-" + token[-3:]), 0)
-server = StatusServer(int(sys.argv[1]), sys.argv[2], WarmCache(), Reports(), lambda: True, "127.0.0.1")
+        return Sender(("bench", "job-" + token[-3:]), 0, 0)
+server = StatusServer(int(sys.argv[1]), sys.argv[2], WarmCache(), Reports(), InPlaceGangs(), lambda: True, "127.0.0.1")
 server.start()
 print("ready", flush=True)
 sys.stdin.read()

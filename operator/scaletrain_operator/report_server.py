@@ -2,7 +2,8 @@
 HF's Trainer speaks by itself (KubeflowCallback) and the Kubeflow SDK's update_trainjob_status() speaks from any
 loop. render/status_reports.py tells each pod where it is; validation/trainer_status.py reads a report. The
 operator serves it (controller/reporters.py says whose a report is), and run-local on the pods' side of this
-machine (local/status_reports.py), so that a script behaves the same in both.
+machine (local/status_reports.py), so that a script behaves the same in both. The pods' agents call on it too, for
+in-place gang restarts (wire.IN_PLACE_PATH, answered from in_place.py), each call held until it has an answer.
 
 An HTTPS server on a thread and event loop of its own. Each connection has its own deadline and size cap, so a
 slow or garbled client holds up no other; the check of a sender (`senders.sender(token, address)`, which may call the
@@ -23,7 +24,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from scaletrain_trainer.contract import wire
+
 from .api.naming import STATUS_REPORTS_PATH as PATH
+from .in_place import InPlaceGangs
+from .validation.in_place_call import Call, parse_call
 from .validation.progress_answer import Unreadable
 from .validation.trainer_status import MAX_REPORT_BYTES, parse_trainer_status
 
@@ -83,10 +88,19 @@ class Reports:
 
 @dataclass(frozen=True)
 class Sender:
-    """The gang a report came from."""
+    """The gang a call came from, and the rank (completion index) of the pod that made it."""
 
     job: Key
     gang_generation: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class Held:
+    """An in-place call, read and its sender known: answered when the gang's state gives an answer."""
+
+    sender: Sender
+    call: Call
 
 
 class Refused(Exception):
@@ -111,13 +125,16 @@ class StatusServer:
         tls_dir: str,
         senders: Senders,
         reports: Reports,
+        in_place: InPlaceGangs,
         active: Callable[[], bool],
         host: str | None = None,
         answered: Callable[[int], None] = lambda status: None,
     ):
         """`answered(status)` is told each answer's HTTP status (the operator counts them)."""
         self.port, self.host, self.senders, self.reports, self.active = port, host, senders, reports, active
-        self.answered = answered
+        self.in_place, self.answered = in_place, answered
+        self._changes: dict[Key, asyncio.Event] = {}  # by job: set when its gang changes, for the calls held
+        in_place.listen(self._changed)
         self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.tls.load_cert_chain(Path(tls_dir) / "tls.crt", Path(tls_dir) / "tls.key")
         self._reviewers = ThreadPoolExecutor(REVIEWERS, thread_name_prefix="token-review")
@@ -170,15 +187,16 @@ class StatusServer:
         try:
             peer = writer.get_extra_info("peername")
             address = peer[0] if isinstance(peer, tuple) else str(peer)
-            status, message = await asyncio.wait_for(self._answer(reader, address), REQUEST_SECONDS)
+            answer = await asyncio.wait_for(self._answer(reader, address), REQUEST_SECONDS)
+            status, said = await self._held(answer) if isinstance(answer, Held) else answer
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()
             return
         except Exception:  # a bug of ours: the client learns that much, and the endpoint goes on
             log.exception("a status report could not be answered")
-            status, message = 500, "internal error; see the operator's log"
+            status, said = 500, "internal error; see the operator's log"
         self.answered(status)
-        body = json.dumps({"message": message}).encode()
+        body = json.dumps(said if isinstance(said, dict) else {"message": said}).encode()
         head = f"HTTP/1.1 {status} {STATUS_TEXT[status]}\r\nContent-Type: application/json\r\n"
         writer.write(f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
         try:
@@ -187,7 +205,7 @@ class StatusServer:
             pass
         writer.close()
 
-    async def _answer(self, reader: asyncio.StreamReader, address: str) -> tuple[int, str]:
+    async def _answer(self, reader: asyncio.StreamReader, address: str) -> tuple[int, str] | Held:
         head = await reader.readuntil(b"\r\n\r\n")
         if len(head) > MAX_HEAD_BYTES:
             return 431, "request head too large"
@@ -197,9 +215,10 @@ class StatusServer:
         for line in header_lines:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
-        if path.split("?")[0] == "/healthz":
+        route = path.split("?")[0]
+        if route == "/healthz":
             return 200, "ok"
-        if path.split("?")[0] != PATH:
+        if route not in (PATH, wire.IN_PLACE_PATH):
             return 404, f"reports go to {PATH}"
         if method != "POST":
             return 405, "POST a report"
@@ -215,6 +234,8 @@ class StatusServer:
         try:
             loop = asyncio.get_running_loop()
             sender = await loop.run_in_executor(self._reviewers, self.senders.sender, token, address)
+            if route == wire.IN_PLACE_PATH:
+                return Held(sender, parse_call(body))
             progress, left_out = parse_trainer_status(body)
         except Refused as refused:
             return refused.status, str(refused)
@@ -222,6 +243,34 @@ class StatusServer:
             return 400, str(unreadable)
         self.reports.put(sender.job, Report(sender.gang_generation, progress, datetime.now(timezone.utc), left_out))
         return 200, "accepted"
+
+    async def _held(self, held: Held) -> tuple[int, dict[str, Any]]:
+        """The operator's word on the sender's gang, once there is one; WAIT after wire.HOLD_SECONDS without."""
+        loop, job = asyncio.get_running_loop(), held.sender.job
+        deadline = loop.time() + wire.HOLD_SECONDS
+        while loop.time() < deadline:
+            changed = self._changes.setdefault(job, asyncio.Event())  # before the answer is sought: no change lost
+            now = datetime.now(timezone.utc)
+            answer, retry_at = self.in_place.answer(job, held.sender.rank, held.call, now)
+            if answer is not None:
+                return 200, {"verdict": answer.verdict, "generation": answer.generation}
+            wait = deadline - loop.time()
+            if retry_at is not None:
+                wait = min(wait, (retry_at - now).total_seconds())
+            try:
+                await asyncio.wait_for(changed.wait(), max(0.0, wait))
+            except asyncio.TimeoutError:
+                pass
+        return 200, {"verdict": wire.WAIT, "generation": held.call.generation}
+
+    def _changed(self, job: Key) -> None:
+        """in_place told of a change to `job`'s gang, on any thread: its held calls look again, on the loop."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake, job)
+
+    def _wake(self, job: Key) -> None:
+        if (changed := self._changes.pop(job, None)) is not None:
+            changed.set()
 
 
 def _quiet_about_clients(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

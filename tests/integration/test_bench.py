@@ -97,6 +97,11 @@ def test_status_report_benchmark_runs(tmp_path):
     assert all(run["reportsPerSecond"] > 0 and run["cpuMsPerReport"] >= 0 for run in report["medians"].values())
 
 
+def test_restart_signal_benchmark_runs(tmp_path):
+    report = _bench("restart_signal.py", tmp_path, "--pods", "4", "--rounds", "1")
+    assert report["runs"][0]["told"] == 4 and report["medianLastToldSeconds"] > 0
+
+
 def test_object_storage_benchmark_runs(tmp_path):
     report = _bench("object_storage.py", tmp_path, "--megabytes", "64", "--rounds", "1")
     assert set(report["medians"]) == {"disk", "s3"}

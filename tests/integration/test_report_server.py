@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 
 from scaletrain_operator.api.naming import STATUS_REPORTS_PATH
+from scaletrain_operator.in_place import InPlaceGangs
 from scaletrain_operator.local.pod_network import free_port
 from scaletrain_operator.local.status_reports import serving_pki
 from scaletrain_operator.report_server import REQUEST_SECONDS, Refused, Reports, Sender, StatusServer
@@ -28,13 +29,15 @@ class OneToken:
         assert address == "127.0.0.1"  # the connection's peer: what review limits are kept by
         if token != "good":
             raise Refused(401, "not a token of ours")
-        return Sender(JOB, 0)
+        return Sender(JOB, 0, 0)
 
 
 @pytest.fixture
 def endpoint(tmp_path):
     tls, reports, port, answers = serving_pki(tmp_path / "tls", "127.0.0.1"), Reports(), free_port(), []
-    server = StatusServer(port, str(tls), OneToken(), reports, lambda: True, "127.0.0.1", answered=answers.append)
+    server = StatusServer(
+        port, str(tls), OneToken(), reports, InPlaceGangs(), lambda: True, "127.0.0.1", answered=answers.append
+    )
     server.start()
     context = ssl.create_default_context(cafile=str(tls / "ca.crt"))
     yield f"https://127.0.0.1:{port}{STATUS_REPORTS_PATH}", context, reports, port, answers
@@ -78,6 +81,8 @@ def test_a_silent_client_delays_no_other_report_and_an_oversized_one_is_refused_
 
 def test_a_port_already_taken_is_said_at_start(endpoint, tmp_path):
     port = endpoint[3]
-    server = StatusServer(port, str(serving_pki(tmp_path / "other", "127.0.0.1")), OneToken(), Reports(), lambda: True)
+    server = StatusServer(
+        port, str(serving_pki(tmp_path / "other", "127.0.0.1")), OneToken(), Reports(), InPlaceGangs(), lambda: True
+    )
     with pytest.raises(OSError, match=f"cannot listen on port {port}: .*[Aa]ddress already in use"):
         server.start()

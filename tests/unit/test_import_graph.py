@@ -1,6 +1,6 @@
 """The seams, read from the source (no import runs). The operator's rooms import in one direction,
-cli -> {controller, local, convert} -> {policy, render, progress, report_server} -> {validation, api} -> the trainer's
-contract, the operator takes nothing of the trainer but its contract, and the contract imports nothing of
+cli -> {controller, local, convert} -> {policy, render, progress, report_server, in_place} -> {validation, api} ->
+the trainer's contract, the operator takes nothing of the trainer but its contract, and the contract imports nothing of
 torch or of the rest of the trainer. The trainer's rooms import in one direction too: the entry modules ->
 training -> {models, storage, reporting} -> contract. No module imports itself through a cycle. Importing the
 operator as a process is checked in tests/integration/test_contract_imports.py."""
@@ -21,18 +21,20 @@ from scaletrain_testing.imports import (
 )
 
 # Each tier imports the tiers below it. Within a tier: a decision may read how its objects are rendered
-# (policy -> render); the types call the checks of their cross-field rules (api -> those modules of validation),
-# and the checks read the API's names and times, never its types (validation -> naming, timestamps).
+# (policy -> render), and the status-report endpoint answers the pods' agents from the in-place gangs
+# (report_server -> in_place); the types call the checks of their cross-field rules (api -> those modules of
+# validation), and the checks read the API's names and times, never its types (validation -> naming, timestamps).
 TIERS = (
     {"cli"},
     {"controller", "local", "convert"},
-    {"policy", "render", "progress", "report_server"},
+    {"policy", "render", "progress", "report_server", "in_place"},
     {"validation", "api"},
 )
 ALLOWED_ROOMS = {
     "package": set(),
     **{name: set().union(*TIERS[depth + 1 :]) for depth, tier in enumerate(TIERS) for name in tier},
     "policy": {"render", *TIERS[3]},
+    "report_server": {"in_place", *TIERS[3]},
     "api": operator_modules(
         "validation", "bounds", "elastic_sizes", "kube_rules", "kube_schema", "pass_through", "spec_rules"
     ),

@@ -11,11 +11,12 @@ import pytest
 
 from scaletrain_trainer import launch
 from scaletrain_trainer.contract.validation import ProblemsError
+from scaletrain_trainer.stop_signals import FORWARDED_SIGNALS, StopSignals
 
 
 @pytest.fixture(autouse=True)
 def restored_handlers():
-    before = {number: signal.getsignal(number) for number in launch.FORWARDED_SIGNALS}
+    before = {number: signal.getsignal(number) for number in FORWARDED_SIGNALS}
     yield
     for number, handler in before.items():
         signal.signal(number, handler)
@@ -35,7 +36,7 @@ def deliver(number: int) -> None:
 
 
 def test_a_signal_before_torchrun_runs_is_kept_and_sent_when_it_does():
-    stop_signals = launch.StopSignals()
+    stop_signals = StopSignals()
     deliver(signal.SIGTERM)
     torchrun = Torchrun()
     stop_signals.forward_to(torchrun)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,8 +40,8 @@ from .contract.exit_codes import (
 from .contract.storage_urls import is_object_url
 from .contract.validation import Problem, ProblemsError
 from .reporting.metrics import termination_message_path
+from .stop_signals import StopSignals
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # torchrun, stopped by a signal, passes it to its workers and SIGKILLs those still running after this many
 # seconds (default 30: torch/distributed/launcher/api.py). The trainer needs one step and one checkpoint
 # save after a SIGTERM, and bounds that itself (watchdog.py), so the pod's terminationGracePeriodSeconds,
@@ -64,30 +63,6 @@ def preflight(environ: dict[str, str]) -> None:
     path = config.data.path or ""
     if config.data.source in FILE_DATA_SOURCES and not is_object_url(path) and not Path(path).is_file():
         raise ProblemsError([Problem(("data", "path"), f"{config.data.path} is not a readable file in this pod")])
-
-
-class StopSignals:
-    """The pod's stop signals, passed on to torchrun. Handled from the start: the launcher is the
-    container's PID 1, and the kernel drops a signal PID 1 has no handler for, so one that came before
-    torchrun ran would be lost and the pod would train on until SIGKILL. One that came before is kept:
-    torchrun is then not started, or is sent it as soon as it runs."""
-
-    def __init__(self) -> None:
-        self.torchrun: subprocess.Popen | None = None
-        self.received: int | None = None
-        for number in FORWARDED_SIGNALS:
-            signal.signal(number, self._handle)
-
-    def _handle(self, number: int, _frame: object) -> None:
-        if self.torchrun is None:
-            self.received = self.received or number
-        else:
-            self.torchrun.send_signal(number)
-
-    def forward_to(self, torchrun: subprocess.Popen) -> None:
-        self.torchrun = torchrun
-        if self.received is not None:  # it came while torchrun was being started
-            torchrun.send_signal(self.received)
 
 
 def main(argv: list[str]) -> int:

@@ -39,6 +39,7 @@ from scaletrain_trainer.contract.validation import ProblemsError
 from ..api import naming
 from ..api.conditions import ControllerFailureReason, EventReason, JobPhase
 from ..api.job import parse_job
+from ..in_place import InPlaceGangs
 from ..policy.pods import being_deleted
 from ..render.workload import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 from ..report_server import REVIEWERS, Report, Reports, StatusServer
@@ -101,6 +102,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     queue.start()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
+    # A pod's word that its workload ended (in-place restarts) is decided on at once.
+    memo.in_place = in_place = InPlaceGangs(on_outcome=queue.add)
     memo.housekeeping = Housekeeping(config, memo.cluster, reconcile_soon=queue.add, reports=reports)
     memo.housekeeping.start()
     memo.status_server = None
@@ -112,6 +115,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             config.status_reports_tls_dir,
             senders,
             reports,
+            in_place,
             active,
             answered=metrics.count_status_report,
         )

@@ -32,7 +32,7 @@ from ..api import naming
 from ..api.conditions import PodPhase
 from ..api.job import ScaleTrainJob
 from ..api.timestamps import timestamp
-from ..policy.pods import pod_phase
+from ..policy.pods import pod_index, pod_phase
 from ..render.status_reports import AUDIENCE
 from ..report_server import Refused, Report, Sender
 from .cache import Cache, job_of_child
@@ -100,8 +100,10 @@ class Senders:
         gang = self.cache.observed(*job).pods  # those of the current gang that its own Job owns
         if not any(p["metadata"].get("uid") == pod_uid and pod_phase(p) == PodPhase.RUNNING for p in gang):
             raise Refused(403, f"pod {namespace}/{pod_name} is not a running pod of {job[1]}'s current gang")
+        if (rank := pod_index(pod)) is None:
+            raise Refused(403, f"pod {namespace}/{pod_name} has no completion index")
         labels = pod["metadata"].get("labels") or {}
-        return Sender(job, int(labels[naming.LABEL_GENERATION]))
+        return Sender(job, int(labels[naming.LABEL_GENERATION]), rank)
 
     def pod_of(self, token: str, address: str) -> PodOf:
         """The namespace, name and uid of the pod `token` is bound to, reviewed once per TOKEN_CACHE_SECONDS."""

@@ -187,7 +187,7 @@ class Gang:
             devices = {"CUDA_VISIBLE_DEVICES": ",".join(slice_)} if slice_ else {}
             # The kubelet's part: the status-report volume's token and CA, as it projects them.
             reports = self.reports
-            volumes = {VOLUME: reports.pod_volume(spec["metadata"]["name"], self.generation)} if reports else {}
+            volumes = {VOLUME: reports.pod_volume(spec["metadata"]["name"], self.generation, index)} if reports else {}
             self.pods.append(self.executor.start(spec, PodExtras(device_env=devices, volumes=volumes)))
         for pod in self.pods:  # a command that cannot start never will: no point in restarting the gang
             for container in pod.containers:

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ..api.job import ScaleTrainJob
+from ..in_place import InPlaceGangs
 from ..render.status_reports import Endpoint
 from ..report_server import Key, Refused, Reports, Sender, StatusServer
 from .pod_network import free_port
@@ -34,8 +35,9 @@ class LocalReports:
         port = free_port()
         self.endpoint = Endpoint(f"https://{address}:{port}", (tls / "ca.crt").read_text())
         self.reports = Reports()
-        self._tokens: dict[str, int] = {}  # each pod's token, to its gang generation
-        self._server = StatusServer(port, str(tls), self, self.reports, active=lambda: True, host=address)
+        self._tokens: dict[str, tuple[int, int]] = {}  # each pod's token, to its gang generation and rank
+        self.in_place = InPlaceGangs()
+        self._server = StatusServer(port, str(tls), self, self.reports, self.in_place, lambda: True, address)
 
     def __enter__(self) -> LocalReports:
         self._server.start()
@@ -44,10 +46,10 @@ class LocalReports:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None):
         self._server.stop()
 
-    def pod_volume(self, pod_name: str, gang_generation: int) -> Path:
+    def pod_volume(self, pod_name: str, gang_generation: int, rank: int) -> Path:
         """The directory the pod's status-report volume mounts: its own token, and the CA."""
         token = secrets.token_urlsafe(32)
-        self._tokens[token] = gang_generation
+        self._tokens[token] = (gang_generation, rank)
         volume = self.directory / "pods" / pod_name
         volume.mkdir(parents=True, exist_ok=True)
         (volume / "token").write_text(token)
@@ -58,7 +60,7 @@ class LocalReports:
         """Its own tokens are known without a review, wherever on this machine they come from."""
         if token not in self._tokens:
             raise Refused(401, "not a token run-local gave a pod of this job")
-        return Sender(self.job, self._tokens[token])
+        return Sender(self.job, *self._tokens[token])
 
     def progress(self, gang_generation: int) -> dict | None:
         """What the gang last reported, every field at its newest value; None before it reported."""

@@ -17,6 +17,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from scaletrain_trainer.contract import wire
+
 from ..api import naming
 from ..api.job import ScaleTrainJob
 
@@ -25,9 +27,6 @@ TOKEN_SECONDS = 600  # the shortest the API server grants; the kubelet renews it
 VOLUME = "status-reports"
 MOUNT_PATH = f"/var/run/secrets/{naming.GROUP}/status-reports"
 CA_ANNOTATION = f"{naming.GROUP}/status-reports-ca"
-URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
-CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
-TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,11 @@ def reporting_to(rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: End
     pod["volumes"] = [*pod.get("volumes", []), _volume()]
     trainer = next(c for c in pod["containers"] if c["name"] == naming.TRAINER_CONTAINER)
     own = {var.name for var in job.spec.env}
-    variables = {URL_ENV: endpoint.url, CA_ENV: f"{MOUNT_PATH}/ca.crt", TOKEN_ENV: f"{MOUNT_PATH}/token"}
+    variables = {
+        wire.REPORT_URL_ENV: endpoint.url,
+        wire.REPORT_CA_ENV: f"{MOUNT_PATH}/ca.crt",
+        wire.REPORT_TOKEN_ENV: f"{MOUNT_PATH}/token",
+    }
     trainer["env"] = [*trainer.get("env", []), *({"name": n, "value": v} for n, v in variables.items() if n not in own)]
     mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
     trainer["volumeMounts"] = [*trainer.get("volumeMounts", []), mount]

@@ -22,6 +22,9 @@ EXIT_PREEMPTED = 80  # stopped from outside (SIGTERM: a preemption, an eviction,
 # EX_NOPERM: checkpoint.dir's object store refused the trainer at start (a wrong key, no bucket, no answer, no
 # right to write): nothing a restart changes (CheckpointStorageError)
 EXIT_STORAGE_ERROR = 77
+# Not a failure: the operator restarts the gang in place (wire.RESTART), and the pod's restart rule, which
+# matches this code alone, makes the kubelet restart every container of the pod where it stands.
+EXIT_RESTART_IN_PLACE = 81
 
 Result = Literal["ConfigError", "WriteError", "NonFinite", "Hang", "Preempted", "CheckpointStorageError"]
 CONFIG_ERROR_RESULT: Result = "ConfigError"

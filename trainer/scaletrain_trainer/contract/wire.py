@@ -50,6 +50,30 @@ TRAINER_GID = 10001
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes: the kubelet keeps at most this much of one container's message
 
+# The operator's status-report endpoint, as the Kubeflow Trainer status protocol names it for a pod: its URL, and
+# the files of a token that names the pod and of the CA that signed the endpoint's certificate.
+REPORT_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
+REPORT_CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+REPORT_TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+
+# In-place gang restarts: each pod's agent (agent.py) says what its workload is doing, over the operator's
+# status-report endpoint with the pod's projected token, and the answer is the operator's word on the gang
+# (operator/scaletrain_operator/in_place.py), held open until there is one: a long poll. A call is a JSON object:
+# {"state": READY, "generation": G}: the workload may start, once the operator releases a generation after G (the
+# last one this pod ran; -1 before any); {"state": RUNNING, "generation": G}: it runs generation G; {"state": ENDED,
+# "generation": G, "exitCode": C, "message": M}: it ended so, M being its termination message. The answer is
+# {"verdict": V, "generation": G}: RUN generation G (a READY call), RESTART at generation G (the pod exits with
+# exit_codes.EXIT_RESTART_IN_PLACE, which its container's restart rule matches), END (exit with the workload's own
+# code), or WAIT (no word within HOLD_SECONDS: call again).
+IN_PLACE_PATH = "/v1/in-place"
+IN_PLACE_URL_ENV = "SCALETRAIN_IN_PLACE_URL"  # set where the gang restarts in place: the endpoint's IN_PLACE_PATH
+# A file on a volume that outlives the pod's containers (an emptyDir): the generation the agent last ran. Found at
+# start, it says the pod was restarted in place, and so must wait at the barrier for a newer generation.
+IN_PLACE_STATE_ENV = "SCALETRAIN_IN_PLACE_STATE"
+READY, RUNNING, ENDED = "ready", "running", "ended"
+RUN, RESTART, END, WAIT = "run", "restart", "end", "wait"
+HOLD_SECONDS = 20.0  # the longest the endpoint holds a call; an agent waits a little longer for the answer
+
 # Bounds of the progress report that are not a field's own number range.
 MAX_TEXT = 64  # a timestamp; a checkpoint directory's name
 MAX_SET_ASIDE = 16  # checkpointsSetAside: damaged checkpoints named (a resume sets aside a few at most)

@@ -1,0 +1,98 @@
+"""In-place gang restarts between the operator's endpoint and real agents (agent.py), over real TLS on loopback;
+the test plays the operator's decisions (in_place.py's want and end). The kubelet's part, a restart of every
+container of the pod when the agent exits with EXIT_RESTART_IN_PLACE, is the pod executor's
+(tests/integration/test_pod_restarts.py)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from scaletrain_testing.in_place import AGENT, JOB, in_place_endpoint
+from scaletrain_testing.waiting import wait_until
+from scaletrain_trainer.agent import Channel
+from scaletrain_trainer.contract import wire
+from scaletrain_trainer.contract.exit_codes import EXIT_RESTART_IN_PLACE
+
+FAILING = (
+    "import pathlib, os, sys; pathlib.Path(os.environ['SCALETRAIN_TERMINATION_LOG']).write_text('{msg}'); sys.exit(3)"
+)
+SAYS_GENERATION = "import os, pathlib; pathlib.Path('{out}').write_text(os.environ['SCALETRAIN_GENERATION'])"
+
+
+def agent(endpoint, rank: int, code: str) -> subprocess.Popen:
+    return subprocess.Popen([*AGENT, sys.executable, "-c", code], env=endpoint.pod_env(rank), stderr=subprocess.PIPE)
+
+
+def test_a_failed_rank_says_why_and_every_rank_restarts_then_waits_for_all_at_the_barrier(tmp_path):
+    with in_place_endpoint(tmp_path) as endpoint:
+        endpoint.gangs.want(JOB, 0, ranks=2)
+        healthy = agent(endpoint, 0, "import time; time.sleep(300)")
+        failed = agent(endpoint, 1, FAILING.format(msg="ValueError: bad batch"))
+        outcomes = wait_until(lambda: endpoint.gangs.outcomes(JOB, 0), 30, "rank 1's outcome")
+        assert [(r, o.exit_code, o.message) for r, o in outcomes.items()] == [(1, 3, "ValueError: bad batch")]
+        assert failed.poll() is None and healthy.poll() is None  # both wait for the operator's word
+        endpoint.gangs.want(JOB, 1, ranks=2)  # the operator's decision: restart in place
+        assert failed.wait(10) == EXIT_RESTART_IN_PLACE
+        assert healthy.wait(10) == EXIT_RESTART_IN_PLACE  # its workload killed, not waited for
+
+        # The kubelet starts each pod's containers again; the state volume says they ran generation 0.
+        outs = [tmp_path / f"generation-{rank}" for rank in range(2)]
+        first = agent(endpoint, 0, SAYS_GENERATION.format(out=outs[0]))
+        time.sleep(1.5)
+        assert first.poll() is None and not outs[0].exists()  # no rank trains alone
+        second = agent(endpoint, 1, SAYS_GENERATION.format(out=outs[1]))
+        assert (first.wait(10), second.wait(10)) == (0, 0)
+        assert [out.read_text() for out in outs] == ["1", "1"]
+
+
+def test_a_gang_the_operator_ends_leaves_each_pod_its_workloads_own_code(tmp_path):
+    with in_place_endpoint(tmp_path) as endpoint:
+        endpoint.gangs.want(JOB, 0, ranks=1)
+        failed = agent(endpoint, 0, FAILING.format(msg="no"))
+        wait_until(lambda: endpoint.gangs.outcomes(JOB, 0), 30, "the outcome")
+        endpoint.gangs.end(JOB, 0)
+        assert failed.wait(10) == 3
+
+
+def test_a_stop_signal_ends_the_wait_for_a_verdict(tmp_path):
+    with in_place_endpoint(tmp_path) as endpoint:
+        endpoint.gangs.want(JOB, 0, ranks=1)
+        failed = agent(endpoint, 0, FAILING.format(msg="no"))
+        wait_until(lambda: endpoint.gangs.outcomes(JOB, 0), 30, "the outcome")
+        failed.send_signal(signal.SIGTERM)  # the pod is going away: no verdict will matter
+        assert failed.wait(5) == 3  # not the rest of a held call (wire.HOLD_SECONDS)
+
+
+def test_every_one_of_100_held_calls_is_told_of_a_restart(tmp_path):
+    with in_place_endpoint(tmp_path) as endpoint:
+        endpoint.gangs.want(JOB, 0, ranks=100)
+        words = {}
+
+        def listen(rank: int) -> None:
+            pod = endpoint.pod_env(rank)
+            channel = Channel(endpoint.url, Path(pod[wire.REPORT_TOKEN_ENV]), endpoint.ca)
+            words[rank] = channel.until({"state": wire.RUNNING, "generation": 0}, 60)
+
+        listeners = [threading.Thread(target=listen, args=(rank,)) for rank in range(100)]
+        for listener in listeners:
+            listener.start()
+        time.sleep(2)  # held, each of them
+        assert words == {}
+        endpoint.gangs.want(JOB, 1, ranks=100)
+        for listener in listeners:
+            listener.join(30)
+        assert {word.verdict for word in words.values()} == {wire.RESTART} and len(words) == 100
+
+
+def test_an_operator_out_of_reach_gives_no_word_within_the_wait(tmp_path):
+    with in_place_endpoint(tmp_path) as endpoint:
+        pod = endpoint.pod_env(0)
+    channel = Channel(endpoint.url, Path(pod[wire.REPORT_TOKEN_ENV]), endpoint.ca)  # its server stopped
+    started = time.monotonic()
+    assert channel.until({"state": wire.RUNNING, "generation": 0}, 1.0) is None
+    assert time.monotonic() - started < 5
