@@ -3,12 +3,11 @@ workload is anyone's code, and what it says of an ended workload decides the gan
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from scaletrain_trainer.contract import wire
 
-from .progress_answer import Unreadable
+from .progress_answer import Unreadable, json_object
 
 MAX_CALL_BYTES = 4 * wire.TERMINATION_MESSAGE_LIMIT + 256  # a termination message, each byte escaped at worst
 STATES = (wire.READY, wire.RUNNING, wire.ENDED)
@@ -27,14 +26,7 @@ class Call:
 
 def parse_call(body: bytes) -> Call:
     """The call in `body`; Unreadable, saying which field and what it takes, when it is not one."""
-    if len(body) > MAX_CALL_BYTES:
-        raise Unreadable(f"a call over {MAX_CALL_BYTES} bytes")
-    try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as error:
-        raise Unreadable(f"not JSON: {error}") from None
-    if not isinstance(raw, dict):
-        raise Unreadable("a JSON object is expected")
+    raw = json_object(body, MAX_CALL_BYTES, "a call")
     state, generation = raw.get("state"), raw.get("generation")
     if state not in STATES:
         raise Unreadable(f"state: one of {', '.join(STATES)} is expected")

@@ -26,6 +26,20 @@ class Unreadable(Exception):
     """The endpoint answered, or failed to, in a way that is not progress."""
 
 
+def json_object(body: bytes, limit: int, what: str) -> dict[str, Any]:
+    """`body` (`what`: "a report", "a call") as the JSON object it must be, of at most `limit` bytes; else
+    Unreadable, saying why."""
+    if len(body) > limit:
+        raise Unreadable(f"{what} over {limit} bytes")
+    try:
+        raw = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise Unreadable(f"not JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise Unreadable(f"{what}: a JSON object is expected")
+    return raw
+
+
 def parse_progress(body: bytes) -> dict[str, Any]:
     """status.progress from a /progress body: a JSON object, of which only the known fields are kept,
     each only when it is of its type and range (status.progress's schema, so that the status patch is

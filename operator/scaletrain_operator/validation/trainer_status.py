@@ -10,13 +10,12 @@ from it is never refused."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from scaletrain_trainer.contract import wire
 
-from .progress_answer import METRIC_NAME, Unreadable, progress_of
+from .progress_answer import METRIC_NAME, Unreadable, json_object, progress_of
 
 # The metrics a progress field of its own stands for, by the names KubeflowCallback gives them.
 AS_FIELDS = {"current_step": "step", "total_steps": "maxSteps", "loss": "loss", "eval_loss": "evalLoss"}
@@ -30,13 +29,7 @@ def parse_trainer_status(body: bytes) -> tuple[dict[str, Any], tuple[str, ...]]:
     out. Which are kept is a choice that stays the same from report to report: the first MAX_METRICS in name
     order (HF's Trainer reports every number it ever logged, about a dozen, more with compute_metrics).
     Unreadable when the body is not a JSON object with a trainerStatus object."""
-    if len(body) > MAX_REPORT_BYTES:
-        raise Unreadable(f"a report over {MAX_REPORT_BYTES} bytes")
-    try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as error:
-        raise Unreadable(f"not JSON: {error}") from None
-    status = raw.get("trainerStatus") if isinstance(raw, dict) else None
+    status = json_object(body, MAX_REPORT_BYTES, "a report").get("trainerStatus")
     if not isinstance(status, dict):
         raise Unreadable('not a report: a JSON object with a "trainerStatus" object is expected')
     answer: dict[str, Any] = {}
