@@ -12,8 +12,9 @@ from scaletrain_operator.controller import cache as cache_module
 from scaletrain_operator.controller.cache import Cache, Store, children_view
 from scaletrain_operator.controller.decision import Decision, Event
 from scaletrain_operator.controller.handlers import _reconcile, needs_fresh_look
+from scaletrain_operator.controller.reporters import gang_generation_of_pod
 from scaletrain_operator.controller.workqueue import Outcome
-from scaletrain_operator.render.child_annotations import with_spec_hash
+from scaletrain_operator.render.child_annotations import GANG_GENERATION_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job
 
@@ -163,6 +164,17 @@ def test_only_children_owned_by_the_job_count_and_pods_only_through_its_jobs():
     assert view.services == {}  # a Service of the right name and labels that is not ours
     assert list(view.jobs) == [0]
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g0-0"]
+
+
+def test_a_job_restarted_in_place_runs_the_generation_its_annotation_names_with_the_pods_it_owns():
+    """Its pods keep the label of the generation the Job was made for; the Job says which one they run now."""
+    restarted = {"uid": "job-0", "annotations": {GANG_GENERATION_ANNOTATION: "3"}}
+    jobs = [_owned(_obj("demo-g0", 2, generation=0, metadata=restarted), "stj")]
+    pods = [_owned(_obj(f"demo-g0-{rank}", 5 + rank, generation=0), "job-0") for rank in range(2)]
+    view = children_view("demo", uid="stj", services=[], jobs=jobs, pods=pods, generation_hint=None)
+    assert list(view.jobs) == [3]
+    assert [p["metadata"]["name"] for p in view.pods] == ["demo-g0-0", "demo-g0-1"]
+    assert gang_generation_of_pod(pods[1], view) == 3  # the generation a report it pushes is of
 
 
 def test_without_jobs_the_pods_are_those_of_the_generation_the_status_names():

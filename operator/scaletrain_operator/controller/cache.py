@@ -33,6 +33,7 @@ from ..api import naming
 from ..policy.placement import claimed_job
 from ..policy.pods import being_deleted
 from ..render.capacity_probe import is_probe
+from ..render.child_annotations import gang_generation
 from .decision import Observed
 
 Key = tuple[str, str]  # namespace, name
@@ -252,11 +253,16 @@ def children_view(
     by_name = {s["metadata"]["name"]: s for s in services if s["metadata"]["name"] in named}
     by_generation = {}
     for job in jobs:
-        gang_generation = (job["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION)
-        if gang_generation is not None and not being_deleted(job):
-            by_generation[int(gang_generation)] = job
-    current = str(max(by_generation, default=generation_hint or 0))
-    gang = [p for p in pods if (p["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == current]
+        if (generation := gang_generation(job)) is not None and not being_deleted(job):
+            by_generation[generation] = job
+    current = max(by_generation, default=generation_hint or 0)
+    # The pods of the newest gang's Job; with no such Job (deleted, or not made yet), those its generation's label
+    # names, as the pods of a deleted Job are while they terminate.
+    job_uid = by_generation[current]["metadata"].get("uid") if current in by_generation else None
+    if job_uid is not None:
+        gang = [p for p in pods if owned_by(p, job_uid)]
+    else:
+        gang = [p for p in pods if (p["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == str(current)]
     probes = [job for job in jobs if is_probe(job) and not being_deleted(job)]
     probe = probes[0] if probes else None
     probe_uid = probe["metadata"].get("uid") if probe is not None else None

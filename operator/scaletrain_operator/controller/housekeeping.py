@@ -205,7 +205,7 @@ class Housekeeping:
         if gang_generation not in observed.jobs or not pod_ip:
             return None
         url = self.config.progress_url.format(
-            pod=f"{naming.child_job_name(job.name, gang_generation)}-0",
+            pod=f"{observed.jobs[gang_generation]['metadata']['name']}-0",
             pod_ip=f"[{pod_ip}]" if ":" in pod_ip else pod_ip,  # an IPv6 address is bracketed in a URL
             service=naming.service_name(job.name),
             namespace=job.metadata.namespace,

@@ -186,7 +186,9 @@ def _decide(
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
     draft = Draft(
         status,
-        gang_job=naming.child_job_name(job.name, gang_generation),
+        gang_job=current["metadata"]["name"]
+        if current is not None
+        else naming.child_job_name(job.name, gang_generation),
         probe=probe,
         network_policy=render_network_policy(asked, settings.network_policy_from)
         if settings.network_policy_from
@@ -197,7 +199,7 @@ def _decide(
                         if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.create += missing_services
     draft.delete_child_jobs += [
-        naming.child_job_name(job.name, g) for g in sorted(observed.jobs) if g < gang_generation
+        observed.jobs[g]["metadata"]["name"] for g in sorted(observed.jobs) if g < gang_generation
     ]
 
     ledger = ledger_of(job, current)

@@ -35,8 +35,9 @@ from ..api.timestamps import timestamp
 from ..policy.pods import pod_index, pod_phase
 from ..render.status_reports import AUDIENCE
 from ..report_server import Refused, Report, Sender
-from .cache import Cache, job_of_child
+from .cache import Cache, job_of_child, owned_by
 from .cluster import Cluster, describe
+from .decision import Observed
 
 TOKEN_CACHE_SECONDS = 300.0  # a reviewed token's verdict, at most until the token expires
 REFUSED_CACHE_SECONDS = 60.0
@@ -97,13 +98,13 @@ class Senders:
         job = job_of_child(pod) if pod is not None else None
         if pod is None or job is None or pod["metadata"].get("uid") != pod_uid:
             raise Refused(403, f"pod {namespace}/{pod_name} is no pod of a ScaleTrainJob's gang")
-        gang = self.cache.observed(*job).pods  # those of the current gang that its own Job owns
+        observed = self.cache.observed(*job)
+        gang = observed.pods  # those of the current gang that its own Job owns
         if not any(p["metadata"].get("uid") == pod_uid and pod_phase(p) == PodPhase.RUNNING for p in gang):
             raise Refused(403, f"pod {namespace}/{pod_name} is not a running pod of {job[1]}'s current gang")
         if (rank := pod_index(pod)) is None:
             raise Refused(403, f"pod {namespace}/{pod_name} has no completion index")
-        labels = pod["metadata"].get("labels") or {}
-        return Sender(job, int(labels[naming.LABEL_GENERATION]), rank)
+        return Sender(job, gang_generation_of_pod(pod, observed), rank)
 
     def pod_of(self, token: str, address: str) -> PodOf:
         """The namespace, name and uid of the pod `token` is bound to, reviewed once per TOKEN_CACHE_SECONDS."""
@@ -151,6 +152,14 @@ class Senders:
         expires = _claims(token).get("exp")
         left = expires - time.time() if isinstance(expires, int | float) else TOKEN_CACHE_SECONDS
         return (namespace, pod_name, pod_uid), max(0.0, min(TOKEN_CACHE_SECONDS, left))
+
+
+def gang_generation_of_pod(pod: dict[str, Any], observed: Observed) -> int:
+    """The generation of the gang `pod` (one of `observed.pods`) runs in: its Job's (which an in-place restart moves
+    on), or, its Job gone, the one its label names (as observed.pods were chosen by, so it has one)."""
+    owner = next((g for g, job in observed.jobs.items() if owned_by(pod, job["metadata"].get("uid"))), None)
+    labelled = naming.whole_number((pod["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION))
+    return owner if owner is not None else labelled or 0
 
 
 def _verdict(verdict: PodOf | Refused) -> PodOf:

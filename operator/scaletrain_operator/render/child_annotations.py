@@ -39,6 +39,9 @@ START_AFTER_ANNOTATION = f"{naming.GROUP}/start-after"
 # message, which name the failed pod and its exit). Made with the Job, in one write, as the Ledger is: a status
 # write that was lost, or an operator killed before it, cannot lose them (`_recover_gang_end`).
 ENDED_GANG_ANNOTATION = f"{naming.GROUP}/previous-gang-ended"
+# On a gang's Job whose gang was restarted in place: the generation its pods run now. The Job keeps the name and
+# label of the generation it was made for; without this annotation, that is the one it runs.
+GANG_GENERATION_ANNOTATION = f"{naming.GROUP}/gang-generation"
 
 
 def _spec_hash(rendered_job: Mapping[str, Any]) -> str:
@@ -64,6 +67,18 @@ def with_spec_hash(rendered_job: dict[str, Any]) -> dict[str, Any]:
 
 def hash_of(child_job: Mapping[str, Any]) -> str | None:
     return (child_job["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+
+
+def gang_generation(child_job: Mapping[str, Any]) -> int | None:
+    """The gang generation `child_job` runs: GANG_GENERATION_ANNOTATION's, else its label's; None for a Job that
+    carries neither (a capacity probe's)."""
+    metadata = child_job["metadata"]
+    annotated = naming.whole_number((metadata.get("annotations") or {}).get(GANG_GENERATION_ANNOTATION))
+    return (
+        annotated
+        if annotated is not None
+        else naming.whole_number((metadata.get("labels") or {}).get(naming.LABEL_GENERATION))
+    )
 
 
 def size_of(child_job: Mapping[str, Any]) -> int:
