@@ -192,6 +192,9 @@ class StatusServer:
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()
             return
+        except asyncio.CancelledError:  # the endpoint stops: a held call ends unanswered, as its connection does
+            writer.close()
+            return
         except Exception:  # a bug of ours: the client learns that much, and the endpoint goes on
             log.exception("a status report could not be answered")
             status, said = 500, "internal error; see the operator's log"

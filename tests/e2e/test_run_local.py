@@ -127,14 +127,17 @@ def test_a_job_of_ones_own_script_without_a_training_block_runs_to_the_end(tmp_p
     assert "local-own: Succeeded" in result.stdout and "steps" not in result.stdout  # no trainer metrics
 
 
-def test_a_dead_node_restarts_the_gang_which_resumes_from_the_checkpoint(tmp_path):
-    # Node 1's rank dies during step 8, after the step-5 checkpoint; only in the first gang.
+def test_a_dead_node_restarts_the_gang_in_place_which_resumes_from_the_checkpoint(tmp_path):
+    # Node 1's rank dies during step 8, after the step-5 checkpoint; only in the first gang (its generation, which
+    # each pod's agent keeps on an emptyDir: were that lost in the restart, the gang would crash again).
     crash = plugin_data("CrashingSynthetic", crash_at_read=8 * 7 + 3, crash_rank=1, crash_generation=0)
     workdir = tmp_path / "work"
     job = tiny_job("local-crash", {"data": crash}, maxRestarts=2)
     result = run_local(write_job(tmp_path, job), "--workdir", workdir, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "gang restart 1/2 from the last checkpoint" in result.stderr
+    assert "gang restart 1/2 from the last checkpoint; the next gang starts in place" in result.stderr
+    # The same two pods ran both generations: no pod of a second gang was made.
+    assert sorted(log.name.split("-")[2] for log in (workdir / "logs").glob("local-crash-*.log")) == ["g0", "g0"]
     assert "local-crash: Succeeded" in result.stdout and "1 restart(s)" in result.stdout
     steps = [r["step"] for r in metrics(workdir)]
     assert steps == list(range(1, 8)) + list(range(6, 21))  # steps 1-7, then on from the step-5 checkpoint

@@ -8,8 +8,10 @@ As root each container has a filesystem of its own too, with the volumes at thei
 otherwise the pods write this machine's files (SCALETRAIN_POD_FILESYSTEM=auto, contained or shared).
 The gang policy (policy/gang_policy.py) judges the pods exactly as the operator does: a failed node
 stops the others and the gang restarts from the last checkpoint, up to maxRestarts; exit code 78 (an
-invalid training config) and a passed activeDeadlineSeconds (per gang, as each generation is a new
-Job) are final. Every process is stopped on the way out, also on Ctrl-C, SIGTERM or SIGHUP, and a
+invalid training config) and a passed activeDeadlineSeconds (per gang generation) are final. The built-in
+trainer's gang restarts in place (render/in_place.py): each pod's agent is told over run-local's status-report
+endpoint, and the executor restarts the pod's containers where they stand, keeping its filesystem and network;
+a script of one's own gets new pods. Every process is stopped on the way out, also on Ctrl-C, SIGTERM or SIGHUP, and a
 second interrupt cannot cut the stopping short. Volumes are directories under the workdir, which one
 run at a time holds (a second one would interleave the metrics and trip over the first's checkpoints).
 """
@@ -25,6 +27,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from ..policy.gang_policy import (
     PodOutcome,
     Verdict,
     crash_loop_length,
+    ended_as_said,
     ended_gang,
     judge,
     kept,
@@ -50,6 +54,7 @@ from ..policy.gang_policy import (
 from ..policy.ledger import Ledger
 from ..progress import read_progress
 from ..render.children import render_job, render_master_alias, render_service
+from ..render.in_place import restarting_in_place, restarts_in_place
 from ..render.status_reports import VOLUME, pushes_reports, reporting_to
 from ..validation import elastic_sizes
 from .executor import PodExecutor, PodExtras, RunningPod, stop_pods
@@ -143,7 +148,8 @@ def _config_path(executor: PodExecutor, pod: Pod, path: str, field: tuple[str, .
 
 
 class Gang:
-    """One generation of the job's pods, started together and stopped together."""
+    """The job's pods, started together and stopped together: one gang generation, or, restarted in place, each of
+    the generations they run in turn."""
 
     def __init__(
         self, job: ScaleTrainJob, generation: int, executor: PodExecutor, gpus: list[str], reports: LocalReports | None
@@ -151,7 +157,8 @@ class Gang:
         self.executor, self.gpus, self.per_node, self.reports = executor, gpus, job.spec.gpus_per_node, reports
         endpoint = reports.endpoint if reports is not None else None
         rendered = render_job(job, generation)
-        self.specs = indexed_pods(reporting_to(rendered, job, endpoint))
+        self.in_place = endpoint is not None and restarts_in_place(job)
+        self.specs = indexed_pods(restarting_in_place(reporting_to(rendered, job, endpoint), job, endpoint))
         self.metrics_port = job.spec.metrics_port
         # Where the config's paths lie, from rank 0 without the status-report volume (the node's to make).
         training, rank_0 = job.spec.training, indexed_pods(rendered)[0]
@@ -181,6 +188,8 @@ class Gang:
 
     def start(self) -> None:
         self.started = time.monotonic()
+        if self.reports is not None:
+            self.reports.in_place.want(self.reports.job, self.generation, len(self.specs))
         for index, spec in enumerate(self.specs):
             # A device plugin's part: this node's slice of the GPUs run-local may use.
             slice_ = self.gpus[index * self.per_node : (index + 1) * self.per_node]
@@ -195,9 +204,25 @@ class Gang:
                     raise OSError(f"pod {pod.name}, container {container.name}: {container.message}")
 
     def outcomes(self) -> list[PodOutcome]:
+        """The pods as the gang policy judges them, each as its agent said its workload ended, if it did."""
         for pod in self.pods:
             pod.poll()
-        return [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
+        said = self.reports.in_place.outcomes(self.reports.job, self.generation) if self.reports is not None else {}
+        outcomes = [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
+        return [
+            ended_as_said(o, said[o.index].exit_code, said[o.index].message, said[o.index].at) if o.index in said else o
+            for o in outcomes
+        ]
+
+    def restart_in_place(self, generation: int, wait: float) -> None:
+        """Run `generation` on these pods: each pod's agent is told to restart, the executor restarts the pod's
+        containers where they stand, and the barrier releases the generation to every rank after `wait` seconds
+        (spec.restartBackoff)."""
+        assert self.reports is not None and self.in_place
+        self.generation, self.started = generation, time.monotonic() + wait
+        self.last_progress, self.judged = None, []
+        not_before = datetime.now(timezone.utc) + timedelta(seconds=wait)
+        self.reports.in_place.want(self.reports.job, generation, len(self.pods), not_before)
 
     def record(self, ended: GangEnding) -> GangRecord:
         """This gang's record, were it to end as last judged (the operator's status.gangs)."""
@@ -329,9 +354,11 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     started, ledger, ended = time.monotonic(), Ledger(), ()
     for service in (render_service(job), render_master_alias(job)):  # their DNS names, in every gang
         executor.network.publish(service)
-    # A script of one's own may push its progress (the Kubeflow Trainer status protocol), as to the operator.
+    # A script of one's own may push its progress (the Kubeflow Trainer status protocol), as to the operator; the
+    # built-in trainer's agents ask there how to restart in place.
     directory = executor.root / "status-reports"
-    reports = LocalReports(job, executor.network.host_ip, directory) if pushes_reports(job) else None
+    needed = pushes_reports(job) or restarts_in_place(job)
+    reports = LocalReports(job, executor.network.host_ip, directory) if needed else None
     with ProgressView(job) as view, reports or contextlib.nullcontext():
         view.say(
             f"{job.name}: {spec.nodes} node(s) × {spec.resolved_procs_per_node} process(es), "
@@ -344,15 +371,28 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
         offset = (
             first_metrics.stat().st_size if first_metrics and first_metrics.exists() else 0
         )  # earlier runs' records
-        while (verdict := _run_gang(gang, view, limits, ledger, ended)).action is Action.RESTART:
-            ended = tuple(
-                kept([*ended, gang.record(GangEnding.DISRUPTED if verdict.disruption else GangEnding.FAILED)])
-            )
-            ledger = ledger.after(verdict, job)
-            wait, quick = restart_backoff(spec.restart_backoff, quick, time.monotonic() - gang.started)
-            view.say(verdict.message + (f"; the next gang starts in {wait} s (spec.restartBackoff)" if wait else ""))
-            time.sleep(wait)
-            gang = Gang(job, ledger.gangs_ended, executor, gpus, reports)
+        try:
+            gang.start()
+            while (verdict := _run_gang(gang, view, limits, ledger, ended)).action is Action.RESTART:
+                ended = tuple(
+                    kept([*ended, gang.record(GangEnding.DISRUPTED if verdict.disruption else GangEnding.FAILED)])
+                )
+                ledger = ledger.after(verdict, job)
+                wait, quick = restart_backoff(spec.restart_backoff, quick, time.monotonic() - gang.started)
+                how = " in place" if gang.in_place else ""
+                backoff = f" in {wait} s (spec.restartBackoff)" if wait else ""
+                view.say(
+                    f"{verdict.message}; the next gang starts{how}{backoff}" if how or backoff else verdict.message
+                )
+                if gang.in_place:
+                    gang.restart_in_place(ledger.gangs_ended, wait)
+                    continue
+                gang.stop()
+                time.sleep(wait)
+                gang = Gang(job, ledger.gangs_ended, executor, gpus, reports)
+                gang.start()
+        finally:
+            gang.stop()
     result = RunResult(
         job,
         verdict,
@@ -373,19 +413,16 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
 def _run_gang(
     gang: Gang, view: ProgressView, limits: GangLimits, ledger: Ledger, ended: Sequence[GangRecord]
 ) -> Verdict:
-    deadline = time.monotonic() + limits.active_deadline_seconds if limits.active_deadline_seconds else None
-    try:
-        gang.start()
-        while True:
-            passed = deadline is not None and time.monotonic() > deadline
-            if (verdict := gang.judge(limits, ledger, ended, passed)).action is not Action.KEEP_RUNNING:
-                return verdict
-            if (progress := gang.progress()) is not None:
-                gang.last_progress = progress
-                view.update(progress)
-            time.sleep(POLL_SECONDS)
-    finally:
-        gang.stop()
+    """Judge `gang` until its generation ends (the caller stops its pods, or restarts them in place)."""
+    deadline = gang.started + limits.active_deadline_seconds if limits.active_deadline_seconds else None
+    while True:
+        passed = deadline is not None and time.monotonic() > deadline
+        if (verdict := gang.judge(limits, ledger, ended, passed)).action is not Action.KEEP_RUNNING:
+            return verdict
+        if (progress := gang.progress()) is not None:
+            gang.last_progress = progress
+            view.update(progress)
+        time.sleep(POLL_SECONDS)
 
 
 @dataclass

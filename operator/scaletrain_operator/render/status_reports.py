@@ -52,22 +52,31 @@ def reporting_to(rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: End
     built-in trainer. A variable the job sets itself (spec.env) is left as it is."""
     if endpoint is None or not pushes_reports(job):
         return rendered_job
-    reporting = copy.deepcopy(rendered_job)
-    template = reporting["spec"]["template"]
-    template["metadata"].setdefault("annotations", {})[CA_ANNOTATION] = endpoint.ca_pem
+    return with_endpoint(rendered_job, job, endpoint, {wire.REPORT_URL_ENV: endpoint.url})
+
+
+def with_endpoint(
+    rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: Endpoint, variables: dict[str, str]
+) -> dict[str, Any]:
+    """A copy of `rendered_job` whose trainer container has the pod's token for the endpoint and the endpoint's CA
+    (each once, whoever adds them first), and `variables`; a variable the job sets itself (spec.env) is left as
+    it is."""
+    reaching = copy.deepcopy(rendered_job)
+    template = reaching["spec"]["template"]
     pod = template["spec"]
-    pod["volumes"] = [*pod.get("volumes", []), _volume()]
     trainer = next(c for c in pod["containers"] if c["name"] == naming.TRAINER_CONTAINER)
+    if not any(volume["name"] == VOLUME for volume in pod.get("volumes", [])):
+        template["metadata"].setdefault("annotations", {})[CA_ANNOTATION] = endpoint.ca_pem
+        pod["volumes"] = [*pod.get("volumes", []), _volume()]
+        mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
+        trainer["volumeMounts"] = [*trainer.get("volumeMounts", []), mount]
+        variables = variables | {
+            wire.REPORT_CA_ENV: f"{MOUNT_PATH}/ca.crt",
+            wire.REPORT_TOKEN_ENV: f"{MOUNT_PATH}/token",
+        }
     own = {var.name for var in job.spec.env}
-    variables = {
-        wire.REPORT_URL_ENV: endpoint.url,
-        wire.REPORT_CA_ENV: f"{MOUNT_PATH}/ca.crt",
-        wire.REPORT_TOKEN_ENV: f"{MOUNT_PATH}/token",
-    }
     trainer["env"] = [*trainer.get("env", []), *({"name": n, "value": v} for n, v in variables.items() if n not in own)]
-    mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
-    trainer["volumeMounts"] = [*trainer.get("volumeMounts", []), mount]
-    return reporting
+    return reaching
 
 
 def _volume() -> dict[str, Any]:

@@ -1,0 +1,62 @@
+"""A gang that restarts in place, as its pods are rendered (render/in_place.py), and a pod whose agent said how its
+workload ended, as the gang policy judges it (gang_policy.ended_as_said)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from scaletrain_operator.api.conditions import PodPhase
+from scaletrain_operator.local.pod_spec import restart_rules, restarts_all_containers
+from scaletrain_operator.policy.gang_policy import Action, GangLimits, ended_as_said, judge, pod_outcome
+from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
+from scaletrain_operator.render.children import render_job
+from scaletrain_operator.render.in_place import STATE_DIR, restarting_in_place
+from scaletrain_operator.render.status_reports import Endpoint
+from scaletrain_testing.gang_objects import gang_pod, scaletrain_job
+from scaletrain_testing.jobs import DELETE
+from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_RESTART_IN_PLACE
+
+ENDPOINT = Endpoint("https://scaletrain-status-reports.scaletrain-system.svc", "-----BEGIN CERTIFICATE-----")
+NOW = datetime(2026, 12, 7, 10, 0, tzinfo=timezone.utc)
+
+
+def test_the_built_in_trainers_pods_run_the_agent_whose_restart_code_restarts_the_pod_in_place():
+    job = scaletrain_job()
+    plain = with_spec_hash(render_job(job, 0))
+    restarting = restarting_in_place(with_spec_hash(render_job(job, 0)), job, ENDPOINT)
+    assert hash_of(restarting) == hash_of(plain)  # how restarts go is not the gang's spec
+    pod = restarting["spec"]["template"]["spec"]
+    (trainer,) = pod["containers"]
+    assert trainer["command"] == ["python", "-m", "scaletrain_trainer.agent", "--", "python", "-m",
+                                  "scaletrain_trainer.launch"]  # fmt: skip
+    rules = restart_rules(trainer, ("containers", 0))
+    assert restarts_all_containers(rules, EXIT_RESTART_IN_PLACE)
+    assert not any(restarts_all_containers(rules, code) for code in (0, 1, 137, EXIT_CONFIG_ERROR))
+    env = {var["name"]: var.get("value") for var in trainer["env"]}
+    assert env["SCALETRAIN_IN_PLACE_URL"] == "https://scaletrain-status-reports.scaletrain-system.svc/v1/in-place"
+    assert env["SCALETRAIN_IN_PLACE_STATE"] == f"{STATE_DIR}/generation"
+    assert env["KUBEFLOW_TRAINER_SERVER_TOKEN"].endswith("/token")  # the pod's own, projected: no API permission
+    assert "KUBEFLOW_TRAINER_SERVER_URL" not in env  # the built-in trainer serves /progress instead
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    state = next(m for m in trainer["volumeMounts"] if m["mountPath"] == STATE_DIR)
+    assert "emptyDir" in volumes[state["name"]]  # kept by an in-place restart, unlike the writable layer
+
+
+def test_a_script_of_ones_own_and_a_cluster_without_the_endpoint_recreate():
+    own = scaletrain_job(training=DELETE, command=["torchrun", "train.py"])
+    assert restarting_in_place(render_job(own, 0), own, ENDPOINT) == render_job(own, 0)
+    builtin = scaletrain_job()
+    assert restarting_in_place(render_job(builtin, 0), builtin, None) == render_job(builtin, 0)
+
+
+def test_a_pod_whose_agent_said_its_workload_ended_is_judged_as_the_pod_that_failed_so():
+    running = pod_outcome(gang_pod(1, PodPhase.RUNNING))
+    said = ended_as_said(running, EXIT_CONFIG_ERROR, "data.path: not a readable file", NOW)
+    assert (said.failed, said.exit_code, said.message, said.finished_at) == (True, 78, said.message, NOW)
+    healthy = pod_outcome(gang_pod(0, PodPhase.RUNNING))
+    limits = GangLimits.of(scaletrain_job().spec)
+    assert judge([healthy, running], limits, restarts=0).action is Action.KEEP_RUNNING
+    verdict = judge([healthy, said], limits, restarts=0)
+    assert verdict.action is Action.FAIL and verdict.exit_code == EXIT_CONFIG_ERROR  # not retried, as a pod's own
+    crashed = judge([healthy, ended_as_said(running, 1, "ValueError", NOW)], limits, restarts=0)
+    assert crashed.action is Action.RESTART and crashed.root_cause.name == running.name
