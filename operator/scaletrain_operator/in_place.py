@@ -22,9 +22,11 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from scaletrain_trainer.contract import wire
 
+from .policy.pods import as_said, pod_index
 from .validation.in_place_call import Call
 
 Key = tuple[str, str]  # a job's namespace and name
@@ -39,6 +41,14 @@ class Outcome:
     exit_code: int
     message: str
     at: datetime
+
+
+def as_said_by_agents(pods: Iterable[dict[str, Any]], said: dict[int, Outcome]) -> list[dict[str, Any]]:
+    """`pods`, each whose agent said how its workload ended (`said`, by rank) as the pod that ended so."""
+    return [
+        as_said(pod, ended.exit_code, ended.message, ended.at) if (ended := said.get(pod_index(pod))) else pod
+        for pod in pods
+    ]
 
 
 @dataclass(frozen=True)

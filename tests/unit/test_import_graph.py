@@ -21,9 +21,10 @@ from scaletrain_testing.imports import (
 )
 
 # Each tier imports the tiers below it. Within a tier: a decision may read how its objects are rendered
-# (policy -> render), and the status-report endpoint answers the pods' agents from the in-place gangs
-# (report_server -> in_place); the types call the checks of their cross-field rules (api -> those modules of
-# validation), and the checks read the API's names and times, never its types (validation -> naming, timestamps).
+# (policy -> render); the status-report endpoint answers the pods' agents from the in-place gangs
+# (report_server -> in_place), which take a pod as its agent said it ended (in_place -> policy); the types call
+# the checks of their cross-field rules (api -> those modules of validation), and the checks read the API's names
+# and times, never its types (validation -> naming, timestamps).
 TIERS = (
     {"cli"},
     {"controller", "local", "convert"},
@@ -35,6 +36,7 @@ ALLOWED_ROOMS = {
     **{name: set().union(*TIERS[depth + 1 :]) for depth, tier in enumerate(TIERS) for name in tier},
     "policy": {"render", *TIERS[3]},
     "report_server": {"in_place", *TIERS[3]},
+    "in_place": {"policy", *TIERS[3]},
     "api": operator_modules(
         "validation", "bounds", "elastic_sizes", "kube_rules", "kube_schema", "pass_through", "spec_rules"
     ),

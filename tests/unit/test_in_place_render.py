@@ -1,13 +1,14 @@
 """A gang that restarts in place, as its pods are rendered (render/in_place.py), and a pod whose agent said how its
-workload ended, as the gang policy judges it (gang_policy.ended_as_said)."""
+workload ended, as the gang policy judges it (in_place.as_said_by_agents)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 from scaletrain_operator.api.conditions import PodPhase
+from scaletrain_operator.in_place import Outcome, as_said_by_agents
 from scaletrain_operator.local.pod_spec import restart_rules, restarts_all_containers
-from scaletrain_operator.policy.gang_policy import Action, GangLimits, ended_as_said, judge, pod_outcome
+from scaletrain_operator.policy.gang_policy import Action, GangLimits, judge, pod_outcome
 from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
 from scaletrain_operator.render.children import render_job
 from scaletrain_operator.render.in_place import STATE_DIR, restarting_in_place
@@ -50,13 +51,16 @@ def test_a_script_of_ones_own_and_a_cluster_without_the_endpoint_recreate():
 
 
 def test_a_pod_whose_agent_said_its_workload_ended_is_judged_as_the_pod_that_failed_so():
-    running = pod_outcome(gang_pod(1, PodPhase.RUNNING))
-    said = ended_as_said(running, EXIT_CONFIG_ERROR, "data.path: not a readable file", NOW)
+    healthy, running = gang_pod(0, PodPhase.RUNNING), gang_pod(1, PodPhase.RUNNING)
+    config_error = {1: Outcome(0, EXIT_CONFIG_ERROR, "data.path: not a readable file", NOW)}
+    pods = as_said_by_agents([healthy, running], config_error)
+    said = pod_outcome(pods[1])
     assert (said.failed, said.exit_code, said.message, said.finished_at) == (True, 78, said.message, NOW)
-    healthy = pod_outcome(gang_pod(0, PodPhase.RUNNING))
+    assert pods[0] is healthy
     limits = GangLimits.of(scaletrain_job().spec)
-    assert judge([healthy, running], limits, restarts=0).action is Action.KEEP_RUNNING
-    verdict = judge([healthy, said], limits, restarts=0)
+    assert judge([pod_outcome(p) for p in (healthy, running)], limits, restarts=0).action is Action.KEEP_RUNNING
+    verdict = judge([pod_outcome(p) for p in pods], limits, restarts=0)
     assert verdict.action is Action.FAIL and verdict.exit_code == EXIT_CONFIG_ERROR  # not retried, as a pod's own
-    crashed = judge([healthy, ended_as_said(running, 1, "ValueError", NOW)], limits, restarts=0)
-    assert crashed.action is Action.RESTART and crashed.root_cause.name == running.name
+    crashed = as_said_by_agents([healthy, running], {1: Outcome(0, 1, "ValueError", NOW)})
+    restart = judge([pod_outcome(p) for p in crashed], limits, restarts=0)
+    assert restart.action is Action.RESTART and restart.root_cause.name == said.name

@@ -37,6 +37,7 @@ from ..api import naming
 from ..api.conditions import DEADLINE_EXCEEDED, START_ERROR, GangEnding
 from ..api.job import ScaleTrainJob
 from ..api.job_status import GangRecord
+from ..in_place import as_said_by_agents
 from ..policy import elastic
 from ..policy.gang_policy import (
     Action,
@@ -44,7 +45,6 @@ from ..policy.gang_policy import (
     PodOutcome,
     Verdict,
     crash_loop_length,
-    ended_as_said,
     ended_gang,
     judge,
     kept,
@@ -208,11 +208,8 @@ class Gang:
         for pod in self.pods:
             pod.poll()
         said = self.reports.in_place.outcomes(self.reports.job, self.generation) if self.reports is not None else {}
-        outcomes = [pod_outcome({"metadata": pod.pod["metadata"], "status": pod.status()}) for pod in self.pods]
-        return [
-            ended_as_said(o, said[o.index].exit_code, said[o.index].message, said[o.index].at) if o.index in said else o
-            for o in outcomes
-        ]
+        pods = [{"metadata": pod.pod["metadata"], "status": pod.status()} for pod in self.pods]
+        return [pod_outcome(pod) for pod in as_said_by_agents(pods, said)]
 
     def restart_in_place(self, generation: int, wait: float) -> None:
         """Run `generation` on these pods: each pod's agent is told to restart, the executor restarts the pod's

@@ -255,15 +255,6 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
     )
 
 
-def ended_as_said(outcome: PodOutcome, exit_code: int, message: str, at: datetime) -> PodOutcome:
-    """A pod whose agent said its workload ended with `exit_code` and the termination message `message` (a gang that
-    restarts in place: the pod runs on, waiting for the verdict, and an in-place restart would leave the kubelet
-    no record of that exit), judged as the pod that failed so."""
-    return replace(
-        outcome, phase=PodPhase.FAILED, exit_code=exit_code, reason=CONTAINER_ERROR, message=message, finished_at=at
-    )
-
-
 @dataclass(frozen=True)
 class Verdict:
     action: Action

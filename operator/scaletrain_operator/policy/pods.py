@@ -10,10 +10,17 @@ from datetime import datetime
 from typing import Any
 
 from ..api import naming
-from ..api.conditions import POD_SCHEDULED, SCHEDULER_ERROR, UNSCHEDULABLE, ConditionType, PodPhase
+from ..api.conditions import (
+    CONTAINER_ERROR,
+    POD_SCHEDULED,
+    SCHEDULER_ERROR,
+    UNSCHEDULABLE,
+    ConditionType,
+    PodPhase,
+)
 from ..api.job import ScaleTrainJob
 from ..api.job_status import NodeCounts
-from ..api.timestamps import parse_timestamp
+from ..api.timestamps import parse_timestamp, timestamp
 from ..render.child_annotations import size_of
 
 
@@ -136,6 +143,18 @@ def whole_gang_up(pods: Sequence[Mapping[str, Any]], nodes: int) -> bool:
         and PodPhase.RUNNING in phases
         and all(p in (PodPhase.RUNNING, PodPhase.SUCCEEDED) for p in phases)
     )
+
+
+def as_said(pod: Mapping[str, Any], exit_code: int, message: str, at: datetime) -> dict[str, Any]:
+    """`pod` as the gang policy and the status take it once its agent said that its workload ended with `exit_code`
+    and the termination message `message`: Failed, its trainer container terminated so. (A gang that restarts in
+    place: the pod runs on while its agent waits for the verdict, and an in-place restart would leave the kubelet
+    no record of that exit.)"""
+    status = pod.get("status") or {}
+    terminated = {"exitCode": exit_code, "reason": CONTAINER_ERROR, "message": message, "finishedAt": timestamp(at)}
+    trainer = {"name": naming.TRAINER_CONTAINER, "state": {"terminated": terminated}}
+    others = [c for c in status.get("containerStatuses") or [] if c.get("name") != naming.TRAINER_CONTAINER]
+    return {**pod, "status": {**status, "phase": PodPhase.FAILED, "containerStatuses": [*others, trainer]}}
 
 
 def being_deleted(obj: Mapping[str, Any]) -> bool:
