@@ -43,9 +43,11 @@ def test_the_built_in_trainers_pods_run_the_agent_whose_restart_code_restarts_th
     assert "emptyDir" in volumes[state["name"]]  # kept by an in-place restart, unlike the writable layer
 
 
-def test_a_script_of_ones_own_and_a_cluster_without_the_endpoint_recreate():
+def test_a_script_of_ones_own_a_job_that_asks_to_recreate_and_a_cluster_without_the_endpoint_recreate():
     own = scaletrain_job(training=DELETE, command=["torchrun", "train.py"])
     assert restarting_in_place(render_job(own, 0), own, ENDPOINT) == render_job(own, 0)
+    recreating = scaletrain_job(restartStrategy="Recreate")
+    assert restarting_in_place(render_job(recreating, 0), recreating, ENDPOINT) == render_job(recreating, 0)
     builtin = scaletrain_job()
     assert restarting_in_place(render_job(builtin, 0), builtin, None) == render_job(builtin, 0)
 

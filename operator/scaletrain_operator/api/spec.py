@@ -581,6 +581,13 @@ class ScaleTrainJobSpec(SpecModel):
         description="The wait before the next gang after restarts and disruptions in quick succession (not with "
         "a queue: Kueue decides when the next gang starts).",
     )
+    restart_strategy: Literal["InPlace", "Recreate"] = Field(
+        "InPlace",
+        description="How a gang restarts after a failure. InPlace: every pod restarts where it stands (its node, IP, "
+        "volumes and devices kept), the ranks start the next generation together; for the built-in trainer, where "
+        "the cluster can (else the gang is recreated). Recreate: new pods. Resizes, spec changes and pods on lost "
+        "nodes always get new pods.",
+    )
     max_restarts_without_progress: int | None = Field(
         None,
         ge=1,

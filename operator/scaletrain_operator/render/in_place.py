@@ -31,13 +31,14 @@ RESTART_RULE = {"action": RESTART_ALL_CONTAINERS, "exitCodes": {"operator": "In"
 
 
 def restarts_in_place(job: ScaleTrainJob) -> bool:
-    """Whether the job's gangs can restart in place: the built-in trainer, whose image runs the agent."""
-    return job.spec.command is None
+    """Whether the job's gangs restart in place: as spec.restartStrategy says, and only the built-in trainer, whose
+    image runs the agent."""
+    return job.spec.restart_strategy == "InPlace" and job.spec.command is None
 
 
 def restarting_in_place(rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: Endpoint | None) -> dict[str, Any]:
-    """`rendered_job` with its pods run by the agent and restarted in place; unchanged where they cannot be (no
-    endpoint, or a script of one's own)."""
+    """`rendered_job` with its pods run by the agent and restarted in place; unchanged where they are not (no
+    endpoint, spec.restartStrategy Recreate, or a script of one's own)."""
     if endpoint is None or not restarts_in_place(job):
         return rendered_job
     variables = {
