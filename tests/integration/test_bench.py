@@ -102,6 +102,13 @@ def test_restart_signal_benchmark_runs(tmp_path):
     assert report["runs"][0]["told"] == 4 and report["medianLastToldSeconds"] > 0
 
 
+def test_recovery_benchmark_runs(tmp_path):
+    report = _bench("recovery.py", tmp_path, "--rounds", "1", "--crashes", "1")
+    for strategy in ("InPlace", "Recreate"):
+        (restart,) = report["restarts"][strategy]
+        assert 0 < restart["toNewProcess"] < restart["recovery"] and restart["floor"] > 0
+
+
 def test_object_storage_benchmark_runs(tmp_path):
     report = _bench("object_storage.py", tmp_path, "--megabytes", "64", "--rounds", "1")
     assert set(report["medians"]) == {"disk", "s3"}

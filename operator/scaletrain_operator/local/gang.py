@@ -67,6 +67,8 @@ from .status_reports import LocalReports
 from .view import ProgressView
 
 POLL_SECONDS = 0.25
+# After the word to restart in place, the pods are polled this often, for at most so long, until each restarted.
+RESTART_POLL_SECONDS, RESTART_POLL_INTERVAL = 5.0, 0.02
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
 WORKDIR_PARTS = ("logs", "volumes", "pods")  # what run-local writes under the workdir (and --fresh removes)
 POD_NETWORK_ENV = "SCALETRAIN_POD_NETWORK"  # auto (the default), namespaces or loopback
@@ -211,6 +213,13 @@ class Gang:
         pods = [{"metadata": pod.pod["metadata"], "status": pod.status()} for pod in self.pods]
         return [pod_outcome(pod) for pod in as_said_by_agents(pods, said)]
 
+    def wait(self, seconds: float) -> None:
+        """Sleep `seconds`, or less: until a pod's agent says its workload ended."""
+        if self.reports is None:
+            time.sleep(seconds)
+        elif self.reports.said.wait(seconds):
+            self.reports.said.clear()
+
     def restart_in_place(self, generation: int, wait: float) -> None:
         """Run `generation` on these pods: each pod's agent is told to restart, the executor restarts the pod's
         containers where they stand, and the barrier releases the generation to every rank after `wait` seconds
@@ -219,7 +228,16 @@ class Gang:
         self.generation, self.started = generation, time.monotonic() + wait
         self.last_progress, self.judged = None, []
         not_before = datetime.now(timezone.utc) + timedelta(seconds=wait)
+        restarted = [_restarts(pod) for pod in self.pods]
         self.reports.in_place.want(self.reports.job, generation, len(self.pods), not_before)
+        # The agents exit at once; the executor, as the kubelet, restarts their pods when it looks (each poll).
+        deadline = time.monotonic() + RESTART_POLL_SECONDS
+        while time.monotonic() < deadline:
+            for pod in self.pods:
+                pod.poll()
+            if all(_restarts(pod) > before for pod, before in zip(self.pods, restarted, strict=True)):
+                return
+            time.sleep(RESTART_POLL_INTERVAL)
 
     def record(self, ended: GangEnding) -> GangRecord:
         """This gang's record, were it to end as last judged (the operator's status.gangs)."""
@@ -242,6 +260,10 @@ class Gang:
     def stop(self) -> None:
         with signals_deferred():  # a second Ctrl-C must not leave half the processes running
             stop_pods(self.pods)
+
+
+def _restarts(pod: RunningPod) -> int:
+    return sum(container.restart_count for container in pod.containers)
 
 
 def at_available_size(job: ScaleTrainJob, nodes_available: int | None) -> ScaleTrainJob:
@@ -419,7 +441,7 @@ def _run_gang(
         if (progress := gang.progress()) is not None:
             gang.last_progress = progress
             view.update(progress)
-        time.sleep(POLL_SECONDS)
+        gang.wait(POLL_SECONDS)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import secrets
+import threading
 from pathlib import Path
 from types import TracebackType
 
@@ -36,7 +37,8 @@ class LocalReports:
         self.endpoint = Endpoint(f"https://{address}:{port}", (tls / "ca.crt").read_text())
         self.reports = Reports()
         self._tokens: dict[str, tuple[int, int]] = {}  # each pod's token, to its gang generation and rank
-        self.in_place = InPlaceGangs()
+        self.said = threading.Event()  # set when a pod's agent says its workload ended: judge the gang now
+        self.in_place = InPlaceGangs(on_outcome=lambda job: self.said.set())
         self._server = StatusServer(port, str(tls), self, self.reports, self.in_place, lambda: True, address)
 
     def __enter__(self) -> LocalReports:

@@ -168,3 +168,55 @@ class DivergingGPT(GPT):
         self.forward_passes += 1
         logits = super().forward(tokens)
         return logits * float("nan") if step >= self.nan_from_step else logits
+
+
+class TimedCrashes(Dataset):
+    """The synthetic data set, timed for bench/recovery.py. Rank `crash_rank` dies (like a lost node) on read
+    `crash_at_read` in each of the first `crashes` gang generations; each process of that rank appends to `timeline`
+    (JSON lines) when its pod's workload (the launcher) started, when it crashes, and when it reads the first sample
+    of its second step: its first step, a resumed one after a restart, is done then."""
+
+    def __init__(
+        self, timeline: str, crash_at_read: int, reads_per_step: int, crashes: int, crash_rank: int = 1, **synthetic
+    ):
+        self.inner = SlowSynthetic(0.0, **synthetic)
+        self.timeline, self.crash_at_read, self.reads_per_step = Path(timeline), crash_at_read, reads_per_step
+        self.generation = int(os.environ.get("SCALETRAIN_GENERATION", "0"))
+        self.timed = int(os.environ.get("RANK", "0")) == crash_rank
+        self.armed = self.timed and self.generation < crashes
+        self.reads = 0
+        if self.timed:
+            self._note("started", _launcher_started())
+
+    def _note(self, event: str, at: float) -> None:
+        with self.timeline.open("a") as timeline:
+            timeline.write(json.dumps({"generation": self.generation, "event": event, "at": at}) + "\n")
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int):
+        self.reads += 1
+        if self.armed and self.reads == self.crash_at_read:
+            self._note("crashed", time.time())
+            os._exit(13)
+        if self.timed and self.reads == self.reads_per_step + 1:
+            self._note("first step done", time.time())
+        return self.inner[index]
+
+
+def _launcher_started() -> float:
+    """When this worker's launcher (launch.py, torchrun's parent: the pod's workload) started, in time.time()'s terms:
+    the kernel's start time, in clock ticks after boot, against the time since boot (both to 10 ms)."""
+    launcher = _parent(_parent(os.getpid()))
+    ticks = int(_stat(launcher)[19])
+    since_boot = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _parent(pid: int) -> int:
+    return int(_stat(pid)[1])
