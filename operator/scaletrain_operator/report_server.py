@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 REQUEST_SECONDS = 10.0  # a whole request, TLS handshake to body: a slow client holds nothing longer
 MAX_HEAD_BYTES = 16 * 1024
 REVIEWERS = 8  # senders checked at once (the operator's each hold one API connection)
+# In-place calls one pod may have held at once: its agent holds one (two across a restart); a pod's other code,
+# which has its token too, cannot hold the endpoint's connections by the thousand.
+HELD_PER_POD = 4
 Key = tuple[str, str]  # a job's namespace and name
 LOSS = frozenset({"loss", "lossFinite"})  # a report's word on its loss: a finite one, or a divergence
 
@@ -134,6 +137,7 @@ class StatusServer:
         self.port, self.host, self.senders, self.reports, self.active = port, host, senders, reports, active
         self.in_place, self.answered = in_place, answered
         self._changes: dict[Key, asyncio.Event] = {}  # by job: set when its gang changes, for the calls held
+        self._held_calls: dict[tuple[Key, int], int] = {}  # calls held, by job and rank
         in_place.listen(self._changed)
         self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.tls.load_cert_chain(Path(tls_dir) / "tls.crt", Path(tls_dir) / "tls.key")
@@ -247,8 +251,20 @@ class StatusServer:
         self.reports.put(sender.job, Report(sender.gang_generation, progress, datetime.now(timezone.utc), left_out))
         return 200, "accepted"
 
-    async def _held(self, held: Held) -> tuple[int, dict[str, Any]]:
-        """The operator's word on the sender's gang, once there is one; WAIT after wire.HOLD_SECONDS without."""
+    async def _held(self, held: Held) -> tuple[int, str | dict[str, Any]]:
+        """The operator's word on the sender's gang, once there is one; WAIT after wire.HOLD_SECONDS without; 429
+        for a pod that has HELD_PER_POD calls held already."""
+        pod = (held.sender.job, held.sender.rank)
+        if self._held_calls.get(pod, 0) >= HELD_PER_POD:
+            return 429, f"{HELD_PER_POD} calls of this pod are held already; call again when one is answered"
+        self._held_calls[pod] = self._held_calls.get(pod, 0) + 1
+        try:
+            return await self._word(held)
+        finally:
+            if (left := self._held_calls.pop(pod) - 1) > 0:
+                self._held_calls[pod] = left
+
+    async def _word(self, held: Held) -> tuple[int, dict[str, Any]]:
         loop, job = asyncio.get_running_loop(), held.sender.job
         deadline = loop.time() + wire.HOLD_SECONDS
         while loop.time() < deadline:

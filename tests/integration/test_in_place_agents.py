@@ -10,8 +10,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 from pathlib import Path
 
+import pytest
+
+from scaletrain_operator.report_server import HELD_PER_POD
 from scaletrain_testing.in_place import AGENT, JOB, in_place_endpoint
 from scaletrain_testing.waiting import wait_until
 from scaletrain_trainer.agent import Channel
@@ -96,3 +100,22 @@ def test_an_operator_out_of_reach_gives_no_word_within_the_wait(tmp_path):
     started = time.monotonic()
     assert channel.until({"state": wire.RUNNING, "generation": 0}, 1.0) is None
     assert time.monotonic() - started < 5
+
+
+def test_a_pod_cannot_hold_more_than_its_share_of_the_endpoint(tmp_path):
+    with in_place_endpoint(tmp_path) as endpoint:
+        endpoint.gangs.want(JOB, 0, ranks=1)
+        pod = endpoint.pod_env(0)
+        channel = Channel(endpoint.url, Path(pod[wire.REPORT_TOKEN_ENV]), endpoint.ca)
+        running = {"state": wire.RUNNING, "generation": 0}
+        words = []
+        held = [threading.Thread(target=lambda: words.append(channel.call(running))) for _ in range(HELD_PER_POD)]
+        for call in held:
+            call.start()
+        time.sleep(2)  # each of them held
+        with pytest.raises(urllib.error.HTTPError, match="429"):
+            channel.call(running)
+        endpoint.gangs.want(JOB, 1, ranks=1)
+        for call in held:
+            call.join(10)
+        assert [word.verdict for word in words] == [wire.RESTART] * HELD_PER_POD
