@@ -32,8 +32,8 @@ from scaletrain_testing.waiting import wait_until
 SCRATCH = "/scratch"  # the job's volume, a claim; run-local keeps it in WORKDIR/volumes/NAMESPACE/CLAIM
 
 
-def tiny_job(name, training=None, **spec):
-    """A 2-node CPU job on the tiny test GPT, with checkpoints and outputs on a persistent volume claim
+def tiny_job(name, training=None, nodes=2, **spec):
+    """A 2-node (or `nodes`) CPU job on the tiny test GPT, with checkpoints and outputs on a persistent volume claim
     (an emptyDir is each pod's own, and a restarted gang's new pods would not find the checkpoints)."""
     config = patched(
         BASE_CONFIG,
@@ -44,7 +44,7 @@ def tiny_job(name, training=None, **spec):
         },
     )
     job = base_job(
-        nodes=2,
+        nodes=nodes,
         training=patched(config, training or {}),
         volumes=[{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
         volumeMounts=[{"name": "scratch", "mountPath": SCRATCH}],
@@ -328,6 +328,29 @@ def test_kill_9_of_run_local_leaves_no_process_of_the_job(tmp_path):
     assert left == set(), f"{len(left)} of {len(tree)} processes alive {seconds:.2f} s after SIGKILL"
     assert processes_of("local-killed") == []
     print(f"{len(tree)} processes, all gone {seconds:.2f} s after SIGKILL")
+
+
+def test_a_pod_whose_agent_is_killed_cannot_restart_in_place_and_its_gang_is_made_anew(tmp_path):
+    """A pod whose main process is killed (as an out-of-memory kill would) has ended for good: it cannot restart in
+    place, and its gang gets new pods. (One node: a peer of a dead rank would wait out its stop limit.)"""
+    name, workdir = "local-agent-killed", tmp_path / "work"
+    job = tiny_job(name, {"data": plugin_data("SlowSynthetic", seconds_per_read=0.02), "maxSteps": 40}, nodes=1)
+    with background_run(tmp_path, job, lambda: any(is_agent_of_node(p, 0) for p in processes_of(name)),
+                        "--workdir", workdir) as runner:  # fmt: skip
+        (agent,) = [pid for pid in processes_of(name) if is_agent_of_node(pid, 0)]
+        os.kill(agent, signal.SIGKILL)
+        out, err = runner.communicate(timeout=RUN_LOCAL_JOB_S)
+    assert runner.returncode == 0, out + err
+    assert "1 restart(s)" in out and "starts in place" not in err
+    assert sorted(log.name.split("-")[3] for log in (workdir / "logs").glob(f"{name}-*.log")) == ["g0", "g1"]
+
+
+def is_agent_of_node(pid: int, node_rank: int) -> bool:
+    try:
+        command, environ = (Path(f"/proc/{pid}/{part}").read_bytes() for part in ("cmdline", "environ"))
+    except OSError:
+        return False
+    return b"scaletrain_trainer.agent" in command and f"PET_NODE_RANK={node_rank}".encode() in environ.split(b"\0")
 
 
 def test_a_second_run_local_on_a_busy_workdir_is_refused_at_once(tmp_path):

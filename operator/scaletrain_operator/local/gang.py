@@ -34,7 +34,7 @@ from typing import Any
 from scaletrain_trainer.contract.validation import Problem, ProblemsError
 
 from ..api import naming
-from ..api.conditions import DEADLINE_EXCEEDED, START_ERROR, GangEnding
+from ..api.conditions import DEADLINE_EXCEEDED, START_ERROR, GangEnding, PodPhase
 from ..api.job import ScaleTrainJob
 from ..api.job_status import GangRecord
 from ..in_place import as_said_by_agents
@@ -220,11 +220,16 @@ class Gang:
         elif self.reports.said.wait(seconds):
             self.reports.said.clear()
 
+    def can_restart_in_place(self) -> bool:
+        """Whether every pod can restart where it stands: rendered to, and none has ended. A pod whose agent died
+        (killed, out of memory) or that was stopped is over for good, and the gang is made anew."""
+        return self.in_place and all(pod.phase == PodPhase.RUNNING for pod in self.pods)
+
     def restart_in_place(self, generation: int, wait: float) -> None:
         """Run `generation` on these pods: each pod's agent is told to restart, the executor restarts the pod's
         containers where they stand, and the barrier releases the generation to every rank after `wait` seconds
         (spec.restartBackoff)."""
-        assert self.reports is not None and self.in_place
+        assert self.reports is not None and self.can_restart_in_place()
         self.generation, self.started = generation, time.monotonic() + wait
         self.last_progress, self.judged = None, []
         not_before = datetime.now(timezone.utc) + timedelta(seconds=wait)
@@ -398,12 +403,13 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
                 )
                 ledger = ledger.after(verdict, job)
                 wait, quick = restart_backoff(spec.restart_backoff, quick, time.monotonic() - gang.started)
-                how = " in place" if gang.in_place else ""
+                in_place = gang.can_restart_in_place()
+                how = " in place" if in_place else ""
                 backoff = f" in {wait} s (spec.restartBackoff)" if wait else ""
                 view.say(
                     f"{verdict.message}; the next gang starts{how}{backoff}" if how or backoff else verdict.message
                 )
-                if gang.in_place:
+                if in_place:
                     gang.restart_in_place(ledger.gangs_ended, wait)
                     continue
                 gang.stop()
