@@ -74,10 +74,11 @@ ROOM_LOADS = {
     "render": (KIT | {"render"}, ("torch", "kopf", "kubernetes")),
     "policy": (KIT | {"render", "policy"}, ("torch", "kopf", "kubernetes")),
     "progress": (KIT | {"progress"}, ("torch", "kopf", "kubernetes")),
-    "report_server": (KIT | {"report_server"}, ("torch", "kopf", "kubernetes")),
+    "in_place": (KIT | {"render", "policy", "in_place"}, ("torch", "kopf", "kubernetes")),
+    "report_server": (KIT | {"render", "policy", "in_place", "report_server"}, ("torch", "kopf", "kubernetes")),
     "convert": (KIT | {"render", "convert"}, ("torch", "kopf", "kubernetes")),
-    "controller": (KIT | {"render", "policy", "progress", "report_server", "controller"}, ("torch",)),
-    "local": (KIT | {"render", "policy", "progress", "report_server", "local"}, ("kopf", "kubernetes")),
+    "controller": (KIT | {"render", "policy", "progress", "in_place", "report_server", "controller"}, ("torch",)),
+    "local": (KIT | {"render", "policy", "progress", "in_place", "report_server", "local"}, ("kopf", "kubernetes")),
     "cli": (KIT | {"render", "convert", "cli"}, ("torch", "kopf", "kubernetes")),  # run-local loads local when run
 }
 
