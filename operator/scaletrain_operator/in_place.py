@@ -131,9 +131,9 @@ class InPlaceGangs:
             if call.state == wire.ENDED and call.generation >= gang.generation and rank not in gang.outcomes:
                 gang.outcomes[rank] = Outcome(call.generation, call.exit_code or 0, call.message, now)
                 told = True
-            released = gang.released
+            was_released = gang.released
             answer, retry_at = self._answer(gang, rank, call, now)
-            released = gang.released and not released
+            released = gang.released and not was_released
         if told:
             self.on_outcome(job)
         if released:  # the last rank checked in: the others' calls, held, are answered now

@@ -12,7 +12,6 @@ from scaletrain_operator.controller import cache as cache_module
 from scaletrain_operator.controller.cache import Cache, Store, children_view
 from scaletrain_operator.controller.decision import Decision, Event
 from scaletrain_operator.controller.handlers import _reconcile, needs_fresh_look
-from scaletrain_operator.controller.reporters import gang_generation_of_pod
 from scaletrain_operator.controller.workqueue import Outcome
 from scaletrain_operator.render.child_annotations import GANG_GENERATION_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
@@ -174,7 +173,6 @@ def test_a_job_restarted_in_place_runs_the_generation_its_annotation_names_with_
     view = children_view("demo", uid="stj", services=[], jobs=jobs, pods=pods, generation_hint=None)
     assert list(view.jobs) == [3]
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g0-0", "demo-g0-1"]
-    assert gang_generation_of_pod(pods[1], view) == 3  # the generation a report it pushes is of
 
 
 def test_without_jobs_the_pods_are_those_of_the_generation_the_status_names():

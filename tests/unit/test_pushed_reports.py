@@ -24,10 +24,10 @@ from scaletrain_operator.controller.reconcile import decide
 from scaletrain_operator.controller.reporters import Senders, pushed_progress
 from scaletrain_operator.controller.settings import OperatorConfig
 from scaletrain_operator.policy.hang import broken_promise, stalled_message
-from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
+from scaletrain_operator.render.child_annotations import GANG_GENERATION_ANNOTATION, hash_of, with_spec_hash
 from scaletrain_operator.render.children import render_job
 from scaletrain_operator.render.status_reports import AUDIENCE, CA_ANNOTATION, Endpoint, reporting_to
-from scaletrain_operator.report_server import Refused, Report, Reports
+from scaletrain_operator.report_server import Refused, Report, Reports, Sender
 from scaletrain_operator.validation.progress_answer import Unreadable, status_patch
 from scaletrain_operator.validation.trainer_status import parse_trainer_status
 from scaletrain_testing.gang_objects import cached_gang_job, gang_job, gang_pod, observed, scaletrain_job
@@ -219,6 +219,11 @@ def test_a_report_is_taken_only_from_a_running_pod_of_the_current_gang_that_its_
     with pytest.raises(Refused):
         senders.sender("garbage", POD_ADDRESS)
     assert reviews.asked == asked  # a refused token is remembered too
+    # Restarted in place: the same Job and pod, which run the generation the Job's annotation names.
+    restarted = cached_gang_job()
+    restarted["metadata"] |= {"resourceVersion": "2", "annotations": {GANG_GENERATION_ANNOTATION: "2"}}
+    cache.jobs.put(restarted)
+    assert senders.sender(good, POD_ADDRESS) == Sender((NAMESPACE, "demo"), 2, 1)
 
 
 def test_a_token_review_that_fails_is_a_503_asked_again_only_after_a_while_and_odd_claims_break_nothing():

@@ -85,16 +85,20 @@ class Channel:
         """The first word other than WAIT, calling again within `seconds`; None when none came in time, or at once
         when `stopped` is set (a call held by the endpoint is left to end on a thread of its own)."""
         words: list[Word] = []
-        asking = threading.Thread(target=self._ask, args=(body, seconds, words), name="in-place-call", daemon=True)
+        stopped = stopped if stopped is not None else threading.Event()
+        asking = threading.Thread(
+            target=self._ask, args=(body, seconds, words, stopped), name="in-place-call", daemon=True
+        )
         asking.start()
-        while asking.is_alive() and not (stopped is not None and stopped.is_set()):
+        while asking.is_alive() and not stopped.is_set():
             asking.join(STOP_CHECK_SECONDS)
         return words[0] if words else None
 
-    def _ask(self, body: dict, seconds: float, words: list[Word]) -> None:
+    def _ask(self, body: dict, seconds: float, words: list[Word], stopped: threading.Event) -> None:
+        """Call until a word other than WAIT, `seconds` pass, or `stopped`: no call is made after the wait ended."""
         deadline = time.monotonic() + seconds
         complained = False
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stopped.is_set():
             try:
                 word = self.call(body)
             except (OSError, ValueError) as error:

@@ -28,16 +28,14 @@ from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..api import naming
 from ..api.conditions import PodPhase
 from ..api.job import ScaleTrainJob
 from ..api.timestamps import timestamp
 from ..policy.pods import pod_index, pod_phase
 from ..render.status_reports import AUDIENCE
 from ..report_server import Refused, Report, Sender
-from .cache import Cache, job_of_child, owned_by
+from .cache import Cache, job_of_child
 from .cluster import Cluster, describe
-from .decision import Observed
 
 TOKEN_CACHE_SECONDS = 300.0  # a reviewed token's verdict, at most until the token expires
 REFUSED_CACHE_SECONDS = 60.0
@@ -104,7 +102,9 @@ class Senders:
             raise Refused(403, f"pod {namespace}/{pod_name} is not a running pod of {job[1]}'s current gang")
         if (rank := pod_index(pod)) is None:
             raise Refused(403, f"pod {namespace}/{pod_name} has no completion index")
-        return Sender(job, gang_generation_of_pod(pod, observed), rank)
+        # The generation observed.pods are of: the newest Job's (an in-place restart moves it on), else 0 (as
+        # cache.children_view chose them, with no hint).
+        return Sender(job, max(observed.jobs, default=0), rank)
 
     def pod_of(self, token: str, address: str) -> PodOf:
         """The namespace, name and uid of the pod `token` is bound to, reviewed once per TOKEN_CACHE_SECONDS."""
@@ -152,14 +152,6 @@ class Senders:
         expires = _claims(token).get("exp")
         left = expires - time.time() if isinstance(expires, int | float) else TOKEN_CACHE_SECONDS
         return (namespace, pod_name, pod_uid), max(0.0, min(TOKEN_CACHE_SECONDS, left))
-
-
-def gang_generation_of_pod(pod: dict[str, Any], observed: Observed) -> int:
-    """The generation of the gang `pod` (one of `observed.pods`) runs in: its Job's (which an in-place restart moves
-    on), or, its Job gone, the one its label names (as observed.pods were chosen by, so it has one)."""
-    owner = next((g for g, job in observed.jobs.items() if owned_by(pod, job["metadata"].get("uid"))), None)
-    labelled = naming.whole_number((pod["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION))
-    return owner if owner is not None else labelled or 0
 
 
 def _verdict(verdict: PodOf | Refused) -> PodOf:
