@@ -19,7 +19,7 @@ loop reads; `listen` tells the endpoint of each change so that it answers held c
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,7 @@ Key = tuple[str, str]  # a job's namespace and name
 
 
 @dataclass(frozen=True)
-class Outcome:
+class WorkloadEnd:
     """How a pod's workload ended, as its agent said: the pod's own exit code and message, which the kubelet's
     record of an in-place restart no longer holds."""
 
@@ -43,7 +43,7 @@ class Outcome:
     at: datetime
 
 
-def as_said_by_agents(pods: Iterable[dict[str, Any]], said: dict[int, Outcome]) -> list[dict[str, Any]]:
+def as_said_by_agents(pods: Iterable[dict[str, Any]], said: Mapping[int, WorkloadEnd]) -> list[dict[str, Any]]:
     """`pods`, each whose agent said how its workload ended (`said`, by rank) as the pod that ended so."""
     return [
         as_said(pod, ended.exit_code, ended.message, ended.at) if (ended := said.get(pod_index(pod))) else pod
@@ -65,7 +65,7 @@ class _Gang:
     ended: int = -1  # the newest generation whose ended pods are answered END: no restart in place for them
     ready: set[int] = field(default_factory=set)  # the ranks checked in for `generation`
     released: bool = False
-    outcomes: dict[int, Outcome] = field(default_factory=dict)  # by rank: the newest of each, of `generation` on
+    outcomes: dict[int, WorkloadEnd] = field(default_factory=dict)  # by rank: the newest of each, of `generation` on
 
 
 class InPlaceGangs:
@@ -108,17 +108,16 @@ class InPlaceGangs:
             gang.ended = generation
         self._changed(job)
 
-    def outcomes(self, job: Key, generation: int) -> dict[int, Outcome]:
+    def outcomes(self, job: Key, generation: int) -> dict[int, WorkloadEnd]:
         """What the pods of `job` said of workloads that ended in `generation`, by rank."""
         with self._lock:
             gang = self._gangs.get(job)
             return {} if gang is None else {r: o for r, o in gang.outcomes.items() if o.generation == generation}
 
-    def keep_only(self, jobs: Iterable[Key]) -> None:
-        """Forget the gangs of jobs no longer running."""
-        kept = set(jobs)
+    def forget(self, job: Key) -> None:
+        """Forget the gang of a job that was deleted."""
         with self._lock:
-            self._gangs = {job: gang for job, gang in self._gangs.items() if job in kept}
+            self._gangs.pop(job, None)
 
     def answer(self, job: Key, rank: int, call: Call, now: datetime) -> tuple[Answer | None, datetime | None]:
         """The answer to `call` from the pod of rank `rank`, or None while there is none yet; and, with None, when
@@ -129,7 +128,7 @@ class InPlaceGangs:
             if gang is None:
                 return None, None
             if call.state == wire.ENDED and call.generation >= gang.generation and rank not in gang.outcomes:
-                gang.outcomes[rank] = Outcome(call.generation, call.exit_code or 0, call.message, now)
+                gang.outcomes[rank] = WorkloadEnd(call.generation, call.exit_code or 0, call.message, now)
                 told = True
             was_released = gang.released
             answer, retry_at = self._answer(gang, rank, call, now)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from scaletrain_operator.controller.cluster import Cluster
 from scaletrain_operator.policy.placement import pod_group_name
 from scaletrain_testing.control_plane import ControlPlane, unavailable_reason
 from scaletrain_testing.gang_objects import decoy_workload
@@ -232,21 +233,20 @@ def test_a_workload_that_names_the_job_after_its_own_was_deleted_holds_the_next_
     assert pod_groups_of(team, "decoy") == []
 
 
-# ---- a cluster without the Workload API ----
+# ---- an older cluster: without the Workload API, nor a container restart rule that restarts its pod ----
 
 
 @pytest.fixture(scope="module")
-def without_workload_api(tmp_path_factory) -> Iterator[ControlPlane]:
+def older_cluster(tmp_path_factory) -> Iterator[ControlPlane]:
     if (reason := unavailable_reason()) is not None:
         pytest.skip(reason)
-    with ControlPlane(tmp_path_factory.mktemp("no-workload-api"), workload_api=False) as started:
+    gates_off = ("RestartAllContainersOnContainerExits",)
+    with ControlPlane(tmp_path_factory.mktemp("older"), workload_api=False, gates_off=gates_off) as started:
         yield started
 
 
-def test_without_the_workload_api_auto_places_pods_as_before_and_workload_fails_saying_so(
-    without_workload_api, tmp_path
-):
-    cluster = without_workload_api
+def test_an_older_cluster_places_pods_as_before_recreates_gangs_and_workload_fails_saying_so(older_cluster, tmp_path):
+    cluster = older_cluster
     namespace = cluster.create_namespace(f"no-gangs-{secrets.token_hex(3)}")
     install = install_watching(cluster, namespace, tmp_path)
     team = Team(Kube(cluster.api_client()), namespace)
@@ -260,6 +260,9 @@ def test_without_the_workload_api_auto_places_pods_as_before_and_workload_fails_
         (child_job,) = team.children("plain", "jobs")
         assert "scheduling.k8s.io/group-template-name" not in (child_job["metadata"].get("annotations") or {})
         assert "Workload API: not served" in operator.log_path.read_text()
+        # Its dry run of a Job with the restart rule is refused (the gate is off): gangs are recreated.
+        assert not Cluster(cluster.api_client(), timeout_seconds=10, helpers=1).restarts_all_containers(namespace)
+        assert "gang restarts in place: no, gangs are recreated" in operator.log_path.read_text()
 
         gang_job(team, "insists", nodes=2, scheduling={"gang": "workload"})
         failed = team.wait_condition("insists", "Failed")

@@ -154,6 +154,7 @@ class ControlPlane(StartedWhileEntered):
         detached: bool = False,
         extra_controllers: tuple[str, ...] = (),
         workload_api: bool = True,
+        gates_off: tuple[str, ...] = (),
     ) -> None:
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="scaletrain-control-plane-"))
@@ -165,6 +166,7 @@ class ControlPlane(StartedWhileEntered):
         gangs = ("podgroup-protection-controller",) if workload_api else ()
         self.controllers = CONTROLLERS + gangs + extra_controllers
         self.workload_api = workload_api
+        self.gates_off = gates_off  # feature gates turned off, as in a cluster of an older version
         self.pki = self.work_dir / "pki"
         self.kubeconfig = self.work_dir / "control_plane.kubeconfig"
         self.ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
@@ -366,15 +368,15 @@ class ControlPlane(StartedWhileEntered):
             f"--audit-policy-file={self._write_audit_policy()}",
             f"--audit-log-path={self.audit.path}",
             "--audit-log-mode=blocking",
-            *self._workload_api_flags(runtime_config=True),
+            *self._feature_gate_flags(runtime_config=True),
         )
 
-    def _workload_api_flags(self, runtime_config: bool = False) -> list[str]:
-        """The feature gates of the Workload API, and (for the API server) its beta version served."""
-        if not self.workload_api:
-            return []
-        served = [f"--runtime-config={WORKLOAD_API_VERSION}=true"] if runtime_config else []
-        return [f"--feature-gates={WORKLOAD_API_GATES}", *served]
+    def _feature_gate_flags(self, runtime_config: bool = False) -> list[str]:
+        """The feature gates of the Workload API, and (for the API server) its beta version served; and those
+        turned off."""
+        gates = [*([WORKLOAD_API_GATES] if self.workload_api else []), *(f"{gate}=false" for gate in self.gates_off)]
+        served = [f"--runtime-config={WORKLOAD_API_VERSION}=true"] if runtime_config and self.workload_api else []
+        return [*([f"--feature-gates={','.join(gates)}"] if gates else []), *served]
 
     def _write_audit_policy(self) -> Path:
         path = self.work_dir / "audit-policy.yaml"
@@ -397,7 +399,7 @@ class ControlPlane(StartedWhileEntered):
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={self.pki / 'sa.key'}",
             f"--root-ca-file={self.pki / 'ca.crt'}",
-            *self._workload_api_flags(),
+            *self._feature_gate_flags(),
         )
 
     def _start_scheduler(self) -> None:
@@ -421,7 +423,7 @@ class ControlPlane(StartedWhileEntered):
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
             f"--secure-port={self.ports['kube-scheduler']}",
-            *self._workload_api_flags(),
+            *self._feature_gate_flags(),
         )
 
     def _launch(self, component: str, *args: str) -> None:

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from scaletrain_operator.api.job import ScaleTrainJob, parse_job
 from scaletrain_operator.api.naming import COMPLETION_INDEX_ANNOTATION, GROUP, KIND, LABEL_GENERATION, LABEL_JOB_NAME
 from scaletrain_operator.controller.decision import ChildJobPatch, Decision, Observed
 from scaletrain_operator.controller.housekeeping_decisions import Rank0
+from scaletrain_operator.controller.settings import OperatorConfig
+from scaletrain_operator.in_place import WorkloadEnd
 from scaletrain_operator.render.capacity_probe import render_probe
 from scaletrain_operator.render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION, with_spec_hash
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
+from scaletrain_operator.render.in_place import restarting_in_place
+from scaletrain_operator.render.status_reports import Endpoint
 from scaletrain_operator.render.workload import GANG_TEMPLATES, WORKLOAD_API_VERSION
 
 from .jobs import NAMESPACE, base_job, patched
@@ -24,6 +29,17 @@ from .jobs import NAMESPACE, base_job, patched
 ELASTIC = {"minNodes": 2, "scaleDownAfterSeconds": 120, "scaleUp": {"checkEverySeconds": 300}}
 PROBE_CLASS = "scaletrain-capacity-probe"  # the chart's PriorityClass for probes (value 0, preemptionPolicy Never)
 CANNOT_PLACE = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu."  # gang_pod's default
+
+
+STATUS_ENDPOINT = Endpoint("https://scaletrain-status-reports.scaletrain-system.svc", "-----BEGIN CERTIFICATE-----")
+
+
+def in_place_settings(directory: Path, **config: Any) -> OperatorConfig:
+    """The settings of an operator that serves STATUS_ENDPOINT (its CA in `directory`) on a cluster that takes the
+    RestartAllContainers rule: gangs restart in place. Keyword arguments override."""
+    (directory / "ca.crt").write_text(STATUS_ENDPOINT.ca_pem)
+    served = {"status_reports_port": 8443, "status_reports_url": STATUS_ENDPOINT.base_url}
+    return OperatorConfig(**(served | {"status_reports_tls_dir": str(directory), "restarts_in_place": True} | config))
 
 
 def operator_suspends(child_job: str, spec_generation: int = 1, **annotations: str) -> ChildJobPatch:
@@ -63,14 +79,18 @@ def gang_job(
     annotations: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     conditions: Iterable[str] = (),
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """The Job of gang `generation` of `job` at `nodes` nodes (spec.nodes if None), as the API server holds it:
-    as the operator rendered it (for the Workload API to place with `uses_workload`), with the labels the API server
+    as the operator rendered it (for the Workload API to place with `uses_workload`; to restart in place, asking
+    STATUS_ENDPOINT, with `in_place`), with the labels the API server
     adds to its pod template; made at `created`, its suspend flag, `annotations` and `labels` as someone set
     them, and True the `conditions` (types: Complete, Failed) the Job controller gave it."""
     child = with_spec_hash(
         render_job(job if nodes is None else job.at_size(nodes), generation, uses_workload=uses_workload)
     )
+    if in_place:
+        child = restarting_in_place(child, job, STATUS_ENDPOINT)
     if created is not None:
         child["metadata"]["creationTimestamp"] = rfc3339(created)
     # The Job controller's own labels, which the API server adds to the template of every Job.
@@ -217,11 +237,15 @@ def observed(
     pods: Iterable[dict[str, Any]] = (),
     probe: dict[str, Any] | None = None,
     probe_pods: Iterable[dict[str, Any]] = (),
+    said: dict[int, WorkloadEnd] | None = None,
 ) -> Observed:
     """What the operator reads of `job`'s children: its two Services (as rendered), its gangs' Jobs by
-    generation, the current gang's pods, and its capacity probe with the probe's pods."""
+    generation, the current gang's pods, and its capacity probe with the probe's pods; and what the agents of a
+    gang restarted in place `said` of workloads that ended, by rank."""
     services = {s["metadata"]["name"]: s for s in (render_service(job), render_master_alias(job))}
-    return Observed(services=services, jobs=jobs, pods=list(pods), probe=probe, probe_pods=list(probe_pods))
+    return Observed(
+        services=services, jobs=jobs, pods=list(pods), probe=probe, probe_pods=list(probe_pods), said=said or {}
+    )
 
 
 def probe_of(job: ScaleTrainJob, gang: dict[str, Any], pods: int, created: datetime) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def test_an_ended_workloads_code_and_message_are_kept_for_its_generation_and_sai
     assert gangs.outcomes(JOB, 1) == {}
     gangs.want(JOB, 1, ranks=2)  # the restart: what ended in the old generation is its record's, not the new one's
     assert gangs.outcomes(JOB, 0) == {}
-    gangs.keep_only([])
+    gangs.forget(JOB)
     assert gangs.answer(JOB, 0, Call(wire.RUNNING, 0), NOW) == (None, None)
 
 

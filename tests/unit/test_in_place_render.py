@@ -6,25 +6,23 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from scaletrain_operator.api.conditions import PodPhase
-from scaletrain_operator.in_place import Outcome, as_said_by_agents
+from scaletrain_operator.in_place import WorkloadEnd, as_said_by_agents
 from scaletrain_operator.local.pod_spec import restart_rules, restarts_all_containers
 from scaletrain_operator.policy.gang_policy import Action, GangLimits, judge, pod_outcome
 from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
 from scaletrain_operator.render.children import render_job
 from scaletrain_operator.render.in_place import STATE_DIR, restarting_in_place
-from scaletrain_operator.render.status_reports import Endpoint
-from scaletrain_testing.gang_objects import gang_pod, scaletrain_job
+from scaletrain_testing.gang_objects import STATUS_ENDPOINT, gang_pod, scaletrain_job
 from scaletrain_testing.jobs import DELETE
 from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_RESTART_IN_PLACE
 
-ENDPOINT = Endpoint("https://scaletrain-status-reports.scaletrain-system.svc", "-----BEGIN CERTIFICATE-----")
 NOW = datetime(2026, 12, 7, 10, 0, tzinfo=timezone.utc)
 
 
 def test_the_built_in_trainers_pods_run_the_agent_whose_restart_code_restarts_the_pod_in_place():
     job = scaletrain_job()
     plain = with_spec_hash(render_job(job, 0))
-    restarting = restarting_in_place(with_spec_hash(render_job(job, 0)), job, ENDPOINT)
+    restarting = restarting_in_place(with_spec_hash(render_job(job, 0)), job, STATUS_ENDPOINT)
     assert hash_of(restarting) == hash_of(plain)  # how restarts go is not the gang's spec
     pod = restarting["spec"]["template"]["spec"]
     (trainer,) = pod["containers"]
@@ -45,16 +43,16 @@ def test_the_built_in_trainers_pods_run_the_agent_whose_restart_code_restarts_th
 
 def test_a_script_of_ones_own_a_job_that_asks_to_recreate_and_a_cluster_without_the_endpoint_recreate():
     own = scaletrain_job(training=DELETE, command=["torchrun", "train.py"])
-    assert restarting_in_place(render_job(own, 0), own, ENDPOINT) == render_job(own, 0)
+    assert restarting_in_place(render_job(own, 0), own, STATUS_ENDPOINT) == render_job(own, 0)
     recreating = scaletrain_job(restartStrategy="Recreate")
-    assert restarting_in_place(render_job(recreating, 0), recreating, ENDPOINT) == render_job(recreating, 0)
+    assert restarting_in_place(render_job(recreating, 0), recreating, STATUS_ENDPOINT) == render_job(recreating, 0)
     builtin = scaletrain_job()
     assert restarting_in_place(render_job(builtin, 0), builtin, None) == render_job(builtin, 0)
 
 
 def test_a_pod_whose_agent_said_its_workload_ended_is_judged_as_the_pod_that_failed_so():
     healthy, running = gang_pod(0, PodPhase.RUNNING), gang_pod(1, PodPhase.RUNNING)
-    config_error = {1: Outcome(0, EXIT_CONFIG_ERROR, "data.path: not a readable file", NOW)}
+    config_error = {1: WorkloadEnd(0, EXIT_CONFIG_ERROR, "data.path: not a readable file", NOW)}
     pods = as_said_by_agents([healthy, running], config_error)
     said = pod_outcome(pods[1])
     assert (said.failed, said.exit_code, said.message, said.finished_at) == (True, 78, said.message, NOW)
@@ -63,6 +61,6 @@ def test_a_pod_whose_agent_said_its_workload_ended_is_judged_as_the_pod_that_fai
     assert judge([pod_outcome(p) for p in (healthy, running)], limits, restarts=0).action is Action.KEEP_RUNNING
     verdict = judge([pod_outcome(p) for p in pods], limits, restarts=0)
     assert verdict.action is Action.FAIL and verdict.exit_code == EXIT_CONFIG_ERROR  # not retried, as a pod's own
-    crashed = as_said_by_agents([healthy, running], {1: Outcome(0, 1, "ValueError", NOW)})
+    crashed = as_said_by_agents([healthy, running], {1: WorkloadEnd(0, 1, "ValueError", NOW)})
     restart = judge([pod_outcome(p) for p in crashed], limits, restarts=0)
     assert restart.action is Action.RESTART and restart.root_cause.name == said.name

@@ -63,6 +63,7 @@ class ConditionType(Word):
     SCHEDULABLE = "Schedulable"
     PROGRESS_UNREACHABLE = "ProgressUnreachable"
     QUEUED = "Queued"
+    IN_PLACE_RESTARTS_UNAVAILABLE = "InPlaceRestartsUnavailable"
 
 
 class GangEnding(Word):
@@ -117,6 +118,7 @@ class EventReason(Word):
     FOREIGN_WORKLOAD = "ForeignWorkload"  # a gang the Job controller placed through another Workload than the job's
     STATUS_WRITE_REFUSED = "StatusWriteRefused"
     METRICS_LEFT_OUT = "MetricsLeftOut"
+    IN_PLACE_RESTARTS_UNAVAILABLE = "InPlaceRestartsUnavailable"
 
 
 # The gang policy's reasons: the Failed condition's, or a restart's (the Restarting condition's). Besides them: a
@@ -135,6 +137,7 @@ ADMITTED = "Admitted"  # Queued False
 WAITING_FOR_ADMISSION = "WaitingForAdmission"  # Queued True
 READ = "Read"  # ProgressUnreachable False
 READ_FAILED = "ReadFailed"  # ProgressUnreachable True
+NO_RESTART_RULE = "RestartRuleNotTaken"  # InPlaceRestartsUnavailable True: the API server refused or dropped it
 
 
 class PodPhase(Word):

@@ -46,9 +46,12 @@ class ScaleTrainJob(SpecModel):
         return self.metadata.name
 
     @property
-    def current_job(self) -> str | None:
-        """The Job of the current gang, as the status says (None before the first)."""
-        return self.status.current_job if self.status is not None else None
+    def named_gang(self) -> int | None:
+        """The gang generation the status names (naming.named_gang); None before the first."""
+        if self.status is None:
+            return None
+        named = self.status.model_dump(by_alias=True, include={"gang_generation", "current_job"})
+        return naming.named_gang(self.name, named)
 
     def at_size(self, nodes: int) -> ScaleTrainJob:
         """The job as a gang of `nodes` renders and is judged (an elastic gang below or above spec.nodes)."""

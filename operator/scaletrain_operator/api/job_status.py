@@ -33,7 +33,9 @@ class Condition(SpecModel):
         "create the gang's pods, e.g. refused by Pod Security admission or a ResourceQuota), Schedulable (False while "
         "the scheduler cannot place a pod of the gang, with its message; True again once it could), "
         "ProgressUnreachable (True while the operator cannot read rank 0's progress endpoint, with why; never a "
-        "restart by itself), Queued (True while Kueue holds the gang's Job back, with Kueue's reason)."
+        "restart by itself), Queued (True while Kueue holds the gang's Job back, with Kueue's reason), "
+        "InPlaceRestartsUnavailable (True when spec.restartStrategy is InPlace and the cluster cannot restart "
+        "the gang in place, with why: its gangs are recreated)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition: True, False or Unknown.")
     observed_generation: int | None = Field(
@@ -195,6 +197,12 @@ class ScaleTrainJobStatus(SpecModel):
         description="Nodes the next gangs avoid (failurePolicy.excludeNodes), oldest first.",
     )
     current_job: str | None = Field(None, description="The batch/v1 Job of the current gang generation.")
+    gang_generation: int | None = Field(
+        None,
+        ge=0,
+        description="The current gang generation. A gang restarted in place keeps its Job (currentJob), whose name "
+        "says the generation that made it.",
+    )
     selector: str | None = Field(
         None, description="The label selector of the job's pods, for the scale subresource (an autoscaler reads it)."
     )

@@ -107,6 +107,16 @@ def generation_of(job_name: str, child_job: Any) -> int | None:
     return whole_number(child_job[len(prefix) :])
 
 
+def named_gang(job_name: str, status: Mapping[str, Any]) -> int | None:
+    """The gang generation a stored status names: its gangGeneration, else the one its currentJob's name says (a
+    status written before gangGeneration was). A gang restarted in place keeps its Job, so the name alone can lag.
+    None when neither names a gang of the job: anyone who may write the status may write anything there."""
+    generation = status.get("gangGeneration")
+    if isinstance(generation, int) and not isinstance(generation, bool) and generation >= 0:
+        return generation
+    return generation_of(job_name, status.get("currentJob"))
+
+
 def child_job_name(job_name: str, gang_generation: int) -> str:
     """The batch/v1 Job of one gang generation. A new name per generation means a restarted gang
     never resolves the master address to a still-terminating pod of the previous generation."""

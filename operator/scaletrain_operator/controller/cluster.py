@@ -35,6 +35,7 @@ from ..api.crd import status_schema
 from ..api.timestamps import timestamp
 from ..policy.placement import foreign_workloads, held_back_by, same_gang
 from ..policy.pods import being_deleted
+from ..render.in_place import restart_rule_probe, runs_in_place
 from ..render.workload import WORKLOAD_API_VERSION, WORKLOAD_PLURAL
 from ..validation.status_schema import fit_status
 from . import metrics
@@ -323,6 +324,17 @@ class Cluster:
                 raise
             return False
         return any(resource.get("name") == WORKLOADS.plural for resource in served.get("resources") or ())
+
+    def restarts_all_containers(self, namespace: str) -> bool:
+        """Whether the API server takes a container's restart rule RestartAllContainers, which in-place gang restarts
+        rest on: a server-side dry run of a Job that has one (render/in_place.py), in `namespace`. Before 1.36, or
+        with its feature gates off, the server refuses the rule or drops it; nothing is made either way."""
+        try:
+            answer = self._request("POST", JOBS.path(namespace), restart_rule_probe(), query=[("dryRun", "All")])
+        except ApiException as error:
+            log.warning("a dry run of a Job with a restart rule was refused: %s", server_message(error))
+            return False
+        return runs_in_place(answer)
 
     def create_child(self, namespace: str, obj: dict[str, Any]) -> bool:
         """Create a rendered child; True if it was made, False if it was there. AlreadyExists is success when

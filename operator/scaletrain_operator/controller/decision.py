@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Literal
 
 from ..api import naming
 from ..api.conditions import ControllerFailureReason, EventReason, JobPhase
+from ..in_place import WorkloadEnd
 from ..render.child_annotations import SUSPENDED_BY_OPERATOR_ANNOTATION
 from ..report_server import Report
 from .status import StatusBuilder
@@ -46,6 +48,19 @@ class ChildJobPatch:
 
 
 @dataclass(frozen=True)
+class InPlaceWord:
+    """What the in-place channel (in_place.py) says to the pods of a gang that restarts in place: run `generation`,
+    released to its `ranks` pods together no earlier than `not_before` (a restart's backoff); or, `ending`, that
+    the gang is not restarted in place (it finished, or is recreated): a pod whose workload ended exits with the
+    workload's own code. Said on every pass (level-based), after the pass's writes went through."""
+
+    generation: int
+    ranks: int
+    not_before: datetime | None
+    ending: bool = False
+
+
+@dataclass(frozen=True)
 class Decision:
     create: tuple[dict[str, Any], ...] = ()  # rendered children, in creation order
     # The job's Workload (gang placement), made sure of before the gang's Job: made where it is missing, made anew
@@ -65,6 +80,7 @@ class Decision:
     # Seconds until a timeout this decision waits on passes (scheduleTimeoutSeconds): decide again then,
     # even if no watch event comes. Not a change to carry out.
     recheck_after: float | None = None
+    in_place: InPlaceWord | None = None  # not a change to carry out either
 
     def said_if_made(self, child: dict[str, Any]) -> Event | None:
         return self.if_made.get((child["kind"], child["metadata"]["name"]))
@@ -76,7 +92,7 @@ class Decision:
 
     @property
     def changes_nothing(self) -> bool:
-        return replace(self, recheck_after=None) == Decision()
+        return replace(self, recheck_after=None, in_place=None) == Decision()
 
 
 @dataclass(frozen=True)
@@ -91,13 +107,15 @@ class Observed:
     # The newest report a script of one's own pushed (report_server.py): the last one, sent as the script ends,
     # may come after the last housekeeping pass, and a job that succeeds shows it.
     report: Report | None = None
+    # What the agents of the current generation's pods said of workloads that ended (a gang that restarts in place),
+    # by rank: the pods run on meanwhile, and an in-place restart leaves the kubelet no record of those exits.
+    said: Mapping[int, WorkloadEnd] = field(default_factory=dict)
 
 
-def current_gang(job_name: str, current_job: Any, observed: Observed) -> int | None:
-    """The newest gang generation of job `job_name`: of its Jobs that exist, or the one its status.currentJob
-    (`current_job`) names if they are gone. None while neither names one: before the first gang, or when the
-    status names no gang of this job (anyone who may write the status may write any name there)."""
-    named = naming.generation_of(job_name, current_job)
+def current_gang(named: int | None, observed: Observed) -> int | None:
+    """The newest gang generation: of the job's Jobs that exist, or the one its status names (`named`,
+    naming.named_gang) if they are gone. None while neither names one: before the first gang, or when the
+    status names no gang of this job (anyone who may write the status may write anything there)."""
     return max([*observed.jobs, *([] if named is None else [named])], default=None)
 
 
@@ -110,7 +128,7 @@ class Draft:
     delete_child_jobs: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     recheck_after: float | None = None
-    gang_job: str | None = None  # the Job of the gang this decision is about, as found (None: the status's)
+    gang_job: str | None = None  # the gang this decision is about, by its generation's Job name (None: the status's)
     probe: str | None = None  # the capacity probe's Job, if one exists: deleted unless `keep_probe`
     keep_probe: bool = False
     new_probe: dict[str, Any] | None = None  # a capacity probe to make (Decision.create_probe)
@@ -121,6 +139,7 @@ class Draft:
     network_policy: dict[str, Any] | None = None
     workload: dict[str, Any] | None = None
     respec_workload: bool = False  # a spec change: a Workload made for its gang is no news (no WorkloadRecreated)
+    in_place: InPlaceWord | None = None  # where the current gang restarts in place
 
     def recheck_in(self, seconds: float) -> None:
         """Decide again in `seconds` at the latest: a timeout this decision waits on passes then."""
@@ -137,6 +156,9 @@ class Draft:
         first = [self.network_policy] if self.network_policy is not None and creates else []
         gang = next((child for child in self.create if child["kind"] == "Job"), None)
         workload = self.workload if gang is not None else None
+        in_place = self.in_place
+        if in_place is not None and (gang is not None or phase in (JobPhase.SUCCEEDED, JobPhase.FAILED)):
+            in_place = replace(in_place, ending=True)
         return Decision(
             create=(*first, *self.create),
             workload=workload,
@@ -147,6 +169,7 @@ class Draft:
             status=self.status.changes(status),
             events=tuple(replace(event, occasion=event.occasion or when) for event in self.events),
             recheck_after=self.recheck_after,
+            in_place=in_place,
         )
 
     def _workload_news(self, workload: dict[str, Any] | None, gang: dict[str, Any] | None) -> dict:

@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -39,14 +39,14 @@ from scaletrain_trainer.contract.validation import ProblemsError
 from ..api import naming
 from ..api.conditions import ControllerFailureReason, EventReason, JobPhase
 from ..api.job import parse_job
-from ..in_place import InPlaceGangs
+from ..in_place import InPlaceGangs, WorkloadEnd
 from ..policy.pods import being_deleted
 from ..render.workload import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 from ..report_server import REVIEWERS, Report, Reports, StatusServer
 from . import metrics
 from .cache import Cache, Key, Store, job_claimed
 from .cluster import ChildRejected, Cluster, Conflict, ForeignWorkload, Leftover, ObjectRef, connect, describe
-from .decision import Decision, Event, Observed
+from .decision import Decision, Event, InPlaceWord, Observed, current_gang
 from .finished import decide_failed, decide_invalid, stop_what_runs
 from .housekeeping import HOUSEKEEPING_CONNECTIONS, Housekeeping
 from .reconcile import decide
@@ -88,8 +88,14 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if "cluster" not in memo:  # a connection for each thread that calls the API: workers, helpers, housekeeping
         api = connect(RECONCILE_WORKERS + API_HELPERS + HOUSEKEEPING_CONNECTIONS + REVIEWERS)
         memo.cluster = Cluster(api, timeout_seconds=config.request_timeout_seconds, helpers=API_HELPERS)
-    memo.config = config = dataclasses.replace(config, workload_api=memo.cluster.serves_workloads())
+    memo.config = config = dataclasses.replace(
+        config,
+        workload_api=memo.cluster.serves_workloads(),
+        restarts_in_place=memo.cluster.restarts_all_containers(config.probe_namespace),
+    )
     log.info("gang placement through the Workload API: %s", "served" if config.workload_api else "not served")
+    in_place = config.restarts_in_place and config.status_endpoint is not None
+    log.info("gang restarts in place: %s", "yes" if in_place else "no, gangs are recreated")
     memo.reports = reports = Reports()  # a reconcile reads them too: made before the first one can run
     queue = WorkQueue(
         functools.partial(reconcile, memo),
@@ -98,12 +104,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         on_error=functools.partial(report_failures, memo.cluster),
     )
     memo.queue = queue
+    # A pod's word that its workload ended (in-place restarts) is decided on at once.
+    memo.in_place = gangs = InPlaceGangs(on_outcome=queue.add)  # made before the first reconcile can run
     metrics.WORK_QUEUE_DEPTH.set_function(queue.depth)
     queue.start()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    # A pod's word that its workload ended (in-place restarts) is decided on at once.
-    memo.in_place = in_place = InPlaceGangs(on_outcome=queue.add)
     memo.housekeeping = Housekeeping(config, memo.cluster, reconcile_soon=queue.add, reports=reports)
     memo.housekeeping.start()
     memo.status_server = None
@@ -115,7 +121,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             config.status_reports_tls_dir,
             senders,
             reports,
-            in_place,
+            gangs,
             active,
             answered=metrics.count_status_report,
         )
@@ -189,6 +195,7 @@ def take_in(memo: kopf.Memo, store: Store, event: dict[str, Any]) -> None:
     if kind == "DELETED" and store is cache.scaletrainjobs:
         cache.forget(key)
         memo.queue.forget(key)
+        memo.in_place.forget(key)
         return
     if kind is None and news:  # kopf listed (again) and found a change: it may have missed events
         cache.distrust(key)
@@ -207,7 +214,7 @@ def reconcile(memo: kopf.Memo, key: Key) -> Outcome:
     reconcile asks again, so an operator restart or a lost timer costs nothing."""
     started = time.perf_counter()
     try:
-        reconciled = _reconcile(memo.cluster, *key, settings=memo.config, reports=memo.reports)
+        reconciled = _reconcile(memo.cluster, *key, settings=memo.config, reports=memo.reports, in_place=memo.in_place)
     except Conflict as stale:  # decided from an old copy; the newer one's event reconciles it again
         log.info("not applied: %s", stale)
         return Outcome.WAITING
@@ -228,19 +235,25 @@ def report_failures(cluster: Cluster, key: Key, failures: int, error: Exception)
 
 
 def _reconcile(
-    cluster: Cluster, namespace: str, name: str, settings: OperatorConfig = DEFAULTS, reports: Reports | None = None
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    settings: OperatorConfig = DEFAULTS,
+    reports: Reports | None = None,
+    in_place: InPlaceGangs | None = None,
 ) -> Reconciled:
     cache, key, now = cluster.cache, (namespace, name), datetime.now(timezone.utc)
     report = reports.newest(key) if reports is not None else None
+    said = functools.partial(in_place.outcomes, key) if in_place is not None else None
     stj = cache.scaletrainjobs.get(namespace, name)
     if (absent := left_alone(cache, key, stj)) is not None:
         return Reconciled(absent)
     # A finished job's decision depends on its children only to delete the Job of a gang that could not be
     # scheduled, which is made again from fresh reads (needs_fresh_look), so an untrusted cache serves it too.
     if cache.trusted(key) or phase_of(stj) in FINISHED:
-        decision = decide_from(stj, functools.partial(cache.observed, namespace, name), now, settings, report)
+        decision = decide_from(stj, functools.partial(cache.observed, namespace, name), now, settings, report, said)
         if not needs_fresh_look(stj, decision):
-            return carry_out(cluster, stj, decision)
+            return carry_out(cluster, stj, decision, in_place)
     # A fresh read: GET the job, and LIST its Service, Jobs and pods (only what the decision reads) as of no
     # earlier than the job's version.
     stj = cluster.read_scaletrainjob(namespace, name)
@@ -248,9 +261,9 @@ def _reconcile(
         return Reconciled(absent)
     version = stj["metadata"]["resourceVersion"]
     observe = functools.partial(cluster.read_children, namespace, name, not_older_than=version)
-    decision = decide_from(stj, observe, now, settings, report)
+    decision = decide_from(stj, observe, now, settings, report, said)
     cache.trust(key)
-    return carry_out(cluster, stj, decision)
+    return carry_out(cluster, stj, decision, in_place)
 
 
 def left_alone(cache: Cache, key: Key, stj: dict[str, Any] | None) -> Outcome | None:
@@ -269,11 +282,13 @@ def decide_from(
     now: datetime,
     settings: OperatorConfig = DEFAULTS,
     report: Report | None = None,
+    said: Callable[[int], Mapping[int, WorkloadEnd]] | None = None,
 ) -> Decision:
     """The decision for the stored ScaleTrainJob `stj`, its children read by `observe(generation_hint)`
-    (not at all for an invalid spec), and the newest report its script pushed, if any."""
+    (not at all for an invalid spec), the newest report its script pushed, if any, and what the agents of a gang
+    restarted in place said of workloads that ended (`said(gang_generation)`, by rank)."""
     stored_status, spec_generation = stj.get("status") or {}, stj["metadata"].get("generation")
-    hint = naming.generation_of(stj["metadata"]["name"], stored_status.get("currentJob"))
+    hint = naming.named_gang(stj["metadata"]["name"], stored_status)
     try:
         job = parse_job(stj)
     except ProblemsError as error:
@@ -283,6 +298,8 @@ def decide_from(
             return stop_what_runs(observe(hint), queue, spec_generation)
         return failing
     observed = dataclasses.replace(observe(hint), report=report)
+    if said is not None and (gang_generation := current_gang(hint, observed)) is not None:
+        observed = dataclasses.replace(observed, said=said(gang_generation))
     try:
         return decide(job, observed, now, settings)
     except Exception as error:  # pure code on a valid spec: what it cannot take fails this job alone, once
@@ -310,6 +327,17 @@ def needs_fresh_look(stj: dict[str, Any], decision: Decision) -> bool:
     return irreversible or contradicting
 
 
+def tell(in_place: InPlaceGangs | None, stj: dict[str, Any], word: InPlaceWord | None) -> None:
+    """The in-place channel's word for the gang of `stj`, where it restarts in place."""
+    if in_place is None or word is None:
+        return
+    key = (stj["metadata"]["namespace"], stj["metadata"]["name"])
+    if word.ending:
+        in_place.end(key, word.generation)
+    else:
+        in_place.want(key, word.generation, word.ranks, word.not_before)
+
+
 def say_waiting(cluster: Cluster, stj: dict[str, Any], message: str) -> None:
     """The job waits for a child's name: its status says so (Pending, if it had no phase yet)."""
     status = stj.get("status") or {}
@@ -317,9 +345,13 @@ def say_waiting(cluster: Cluster, stj: dict[str, Any], message: str) -> None:
         cluster.patch_status(ObjectRef.of(stj), {"phase": status.get("phase") or JobPhase.PENDING, "message": message})
 
 
-def carry_out(cluster: Cluster, stj: dict[str, Any], decision: Decision) -> Reconciled:
-    """Apply `decision`; a child the API server refuses for good fails the job, with the server's reason."""
+def carry_out(
+    cluster: Cluster, stj: dict[str, Any], decision: Decision, in_place: InPlaceGangs | None = None
+) -> Reconciled:
+    """Apply `decision`; a child the API server refuses for good fails the job, with the server's reason. Then
+    tell a gang that restarts in place what it is to run (its Job says so now)."""
     if decision.changes_nothing:
+        tell(in_place, stj, decision.in_place)
         return Reconciled(Outcome.SETTLED, decision.recheck_after)
     try:
         cluster.apply(ObjectRef.of(stj), decision)
@@ -334,5 +366,6 @@ def carry_out(cluster: Cluster, stj: dict[str, Any], decision: Decision) -> Reco
         status, spec_generation = stj.get("status") or {}, stj["metadata"].get("generation")
         decision = decide_failed(rejected.reason, rejected.message, status, spec_generation, datetime.now(timezone.utc))
         cluster.apply(ObjectRef.of(stj), decision)
+    tell(in_place, stj, decision.in_place)
     metrics.count(decision)
     return Reconciled(Outcome.ACTED, decision.recheck_after)

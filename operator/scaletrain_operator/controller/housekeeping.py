@@ -215,10 +215,10 @@ class Housekeeping:
 
     def current_gang_of(self, stj: dict[str, Any]) -> tuple[int | None, Observed]:
         """The stored job `stj`'s current gang generation (reconcile.current_gang), and its children."""
-        metadata, current_job = stj["metadata"], (stj.get("status") or {}).get("currentJob")
-        hint = naming.generation_of(metadata["name"], current_job)
+        metadata = stj["metadata"]
+        hint = naming.named_gang(metadata["name"], stj.get("status") or {})
         observed = self.cluster.cache.observed(metadata["namespace"], metadata["name"], hint)
-        return current_gang(metadata["name"], current_job, observed), observed
+        return current_gang(hint, observed), observed
 
     def record_progress(self, stj: dict[str, Any], rank_0: Rank0, answer: Answer) -> None:
         """Rank 0's answer into the status (decide_progress); or, when it could not be read, the failed read

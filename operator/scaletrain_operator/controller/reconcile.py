@@ -43,6 +43,7 @@ from ..api import naming
 from ..api.conditions import (
     JOB_COMPLETE,
     JOB_FAILED,
+    NO_RESTART_RULE,
     SCHEDULED,
     STOPPING,
     UNSCHEDULABLE,
@@ -56,6 +57,7 @@ from ..api.conditions import (
 from ..api.job import ScaleTrainJob
 from ..api.job_status import MAX_RESIZES, NodeCounts, Resize
 from ..api.timestamps import parse_timestamp, timestamp
+from ..in_place import as_said_by_agents
 from ..policy import placement as gang_placement
 from ..policy.gang_policy import (
     Action,
@@ -87,9 +89,11 @@ from ..render.child_annotations import (
     held_until,
     planned_resize,
     size_of,
+    start_after,
     with_spec_hash,
 )
 from ..render.children import render_job, render_master_alias, render_network_policy, render_service, render_workload
+from ..render.in_place import restarting_in_place, restarts_in_place, runs_in_place
 from ..render.status_reports import reporting_to
 from ..render.workload import placed_by_workload
 from ..validation import elastic_sizes
@@ -99,6 +103,7 @@ from .decision import (
     Decision,
     Draft,
     Event,
+    InPlaceWord,
     Observed,
     current_gang,
     suspension,
@@ -116,6 +121,7 @@ from .restarts import (
     restart_after_failure,
     start_after_backoff,
     this_gang,
+    wait_for_release,
     waiting_status,
 )
 from .settings import DEFAULTS, OperatorConfig
@@ -167,7 +173,7 @@ def _decide(
         return decide_failed(
             ControllerFailureReason.GANG_SCHEDULING_UNAVAILABLE, unavailable, stored, job.metadata.generation, now
         )
-    gang_generation = current_gang(job.name, job.current_job, observed)
+    gang_generation = current_gang(job.named_gang, observed)
     gang_generation = 0 if gang_generation is None else gang_generation  # none yet: the first gang's
     current = observed.jobs.get(gang_generation)
     gone = current_job_deleted(job, gang_generation, current)
@@ -178,23 +184,20 @@ def _decide(
     # The one render of this call: the Job it would create. That is the current generation's when it was
     # never made, else the next one's, for a restart; either way its hash tells whether the spec changed.
     next_gang_generation = gang_generation if current is None and not gone else gang_generation + 1
-    desired = reporting_to(
-        with_spec_hash(render_job(job, next_gang_generation, uses_workload=uses_workload)),
-        job,
-        settings.status_endpoint,
-    )
+    rendered = with_spec_hash(render_job(job, next_gang_generation, uses_workload=uses_workload))
+    in_place_endpoint = settings.status_endpoint if settings.restarts_in_place else None
+    desired = restarting_in_place(reporting_to(rendered, job, settings.status_endpoint), job, in_place_endpoint)
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
     draft = Draft(
         status,
-        gang_job=current["metadata"]["name"]
-        if current is not None
-        else naming.child_job_name(job.name, gang_generation),
+        gang_job=naming.child_job_name(job.name, gang_generation),
         probe=probe,
         network_policy=render_network_policy(asked, settings.network_policy_from)
         if settings.network_policy_from
         else None,
         workload=render_workload(job) if uses_workload else None,
     )
+    _say_if_recreated(job, draft, settings)
     missing_services = [service for service in (render_service(job), render_master_alias(job))
                         if service["metadata"]["name"] not in observed.services]  # fmt: skip
     draft.create += missing_services
@@ -216,6 +219,10 @@ def _decide(
     if current is None:  # first start, or a restart whose create did not happen yet
         return _start_gang(job, draft, for_gang(job, desired, ledger))
     status.fields["currentJob"] = current["metadata"]["name"]
+    status.fields["gangGeneration"] = gang_generation
+    if runs_in_place(current):
+        draft.in_place = InPlaceWord(gang_generation, size_of(current), start_after(current))
+    running, observed = observed.pods, replace(observed, pods=as_said_by_agents(observed.pods, observed.said))
     job, lost = recover_gang_end(job, draft, current)
     # Judge first, then change: a pod that failed in the same pass as a spec change, or while its gang stops
     # for one (a save that failed on the way out), is the gang's end, and its record says so.
@@ -229,7 +236,7 @@ def _decide(
         record_gang_end(draft, job, failing)
         return fail(draft, verdict.message, verdict.reason)
     if verdict.action is Action.RESTART:
-        return restart_after_failure(job, draft, current, desired, ledger, verdict, failing)
+        return restart_after_failure(job, draft, current, desired, ledger, verdict, failing, running)
     if lost is not None:
         return draft.done(status.phase(JobPhase.RESTARTING, *lost))
     # A resize under way (an elastic gang's Job, suspended to stop at a step boundary) goes through the same
@@ -238,6 +245,8 @@ def _decide(
         return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, gang_generation)
     if (until := held_until(current)) is not None and not job.spec.suspend:
         return start_after_backoff(draft, current, until, job.spec.nodes)
+    if draft.in_place is not None and (waiting := wait_for_release(draft, current)) is not None:
+        return waiting
     if resumed(job, current, status.before.phase):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
         # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
@@ -256,8 +265,27 @@ def _decide(
         )
         return gang_ended(job, draft, current, desired, ledger, EventReason.FOREIGN_WORKLOAD, message, failing)
     if (due := broken_promise(job, gang_generation, settings.progress_timeout_seconds)) is not None:
-        return gang_ended(job, draft, current, desired, ledger, EventReason.HANG, stalled_message(job, due), failing)
-    return _keep_running(job, asked, draft, current, observed, settings.probe_priority_class)
+        hang = stalled_message(job, due)
+        return gang_ended(job, draft, current, desired, ledger, EventReason.HANG, hang, failing, running)
+    return _keep_running(job, asked, draft, current, gang_generation, observed, settings.probe_priority_class)
+
+
+def _say_if_recreated(job: ScaleTrainJob, draft: Draft, settings: OperatorConfig) -> None:
+    """A job whose spec.restartStrategy is InPlace on a cluster that cannot restart gangs in place (the operator's
+    dry run found out) says so once, in a condition and an Event: its gangs are recreated. (An operator that serves
+    no status-report endpoint, which the pods' agents ask, recreates them too: its log says so when it starts.)"""
+    status = draft.status
+    if not restarts_in_place(job) or ConditionType.IN_PLACE_RESTARTS_UNAVAILABLE in status.conditions:
+        return
+    if settings.status_endpoint is None or settings.restarts_in_place:
+        return
+    message = (
+        "spec.restartStrategy is InPlace, but the API server does not take a container's restart rule "
+        "RestartAllContainers (Kubernetes 1.36 and later, with the feature gates ContainerRestartRules and "
+        "RestartAllContainersOnContainerExits on): a restart recreates the gang instead"
+    )
+    status.set(ConditionType.IN_PLACE_RESTARTS_UNAVAILABLE, True, NO_RESTART_RULE, message)
+    draft.events.append(Event("Normal", EventReason.IN_PLACE_RESTARTS_UNAVAILABLE, message, "restartStrategy"))
 
 
 def _succeed(draft: Draft, gang_generation: int, observed: Observed, message: str) -> Decision:
@@ -388,6 +416,7 @@ def _keep_running(
     asked: ScaleTrainJob,
     draft: Draft,
     current: Mapping[str, Any],
+    gang_generation: int,
     observed: Observed,
     probe_priority_class: str,
 ) -> Decision:
@@ -400,7 +429,7 @@ def _keep_running(
     if spec.suspend and admission_managed(job.queue, current):
         # Kueue would start the Job again: it goes instead (its pods save a checkpoint on their SIGTERM), which
         # also has Kueue release its quota; the next gang starts once spec.suspend is false.
-        record_gang_end(draft, job, this_gang(job, naming.generation_of(job.name, name), pods, GangEnding.SPEC_CHANGED))
+        record_gang_end(draft, job, this_gang(job, gang_generation, pods, GangEnding.SPEC_CHANGED))
         draft.delete_child_jobs.append(name)
         return draft.done(status.phase(JobPhase.SUSPENDED, SUSPENDED_MESSAGE))
     in_place: dict[str, Any] = {}

@@ -34,7 +34,7 @@ def at_gang_size(job: ScaleTrainJob, observed: Observed) -> ScaleTrainJob:
     """`job` as its current gang renders and is judged: spec.nodes is the gang's size (elastic.gang_size)."""
     if job.spec.elastic is None:
         return job
-    current = observed.jobs.get(current_gang(job.name, job.current_job, observed))
+    current = observed.jobs.get(current_gang(job.named_gang, observed))
     # A gang whose Job is gone (deleted by someone else) had the size the status says.
     recorded = job.status.nodes.current if job.status is not None and job.status.nodes.current else None
     running = size_of(current) if current is not None else recorded

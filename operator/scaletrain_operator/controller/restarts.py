@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..api import naming
-from ..api.conditions import ConditionType, EventReason, GangEnding, JobPhase
+from ..api.conditions import ConditionType, EventReason, GangEnding, JobPhase, PodPhase
 from ..api.job import ScaleTrainJob
 from ..api.job_status import GangRecord, NodeCounts, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
@@ -30,21 +30,30 @@ from ..policy.gang_policy import (
 from ..policy.ledger import Ledger
 from ..policy.node_exclusion import avoid_nodes
 from ..policy.pods import (
+    being_deleted,
+    pod_phase,
     waiting_for,
 )
 from ..policy.suspension import admission_managed
 from ..render.child_annotations import (
     ENDED_GANG_ANNOTATION,
+    GANG_GENERATION_ANNOTATION,
     START_AFTER_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
+    gang_generation,
     gang_started,
+    hash_of,
+    planned_resize,
     size_of,
+    start_after,
 )
+from ..render.in_place import restarts_in_place, runs_in_place
 from .decision import (
     ChildJobPatch,
     Decision,
     Draft,
     Event,
+    InPlaceWord,
     occasion,
 )
 from .status import StatusBuilder, bounded
@@ -88,10 +97,12 @@ def gang_ended(
     failure: EventReason,
     why: str,
     ending: GangRecord,
+    running: Sequence[Mapping[str, Any]] = (),
 ) -> Decision:
     """The gang ended with no pod failing: someone else deleted its Job (and so its pods), it hung, Kueue
     preempted it, or another Workload took it. The gang policy takes the first two as failures, counted
-    against maxRestarts, and the others as disruptions; the next generation starts."""
+    against maxRestarts, and the others as disruptions; the next generation starts (in place, for a gang whose
+    pods still run: `running`)."""
     verdict = judge(
         [],
         GangLimits.of(job.spec),
@@ -104,7 +115,7 @@ def gang_ended(
     if verdict.action is Action.FAIL:
         record_gang_end(draft, job, ending)
         return fail(draft, verdict.message, verdict.reason)
-    return restart_after_failure(job, draft, current, desired, ledger, verdict, ending)
+    return restart_after_failure(job, draft, current, desired, ledger, verdict, ending, running)
 
 
 def restart_after_failure(
@@ -115,26 +126,38 @@ def restart_after_failure(
     ledger: Ledger,
     verdict: Verdict,
     ending: GangRecord,
+    running: Sequence[Mapping[str, Any]] = (),
 ) -> Decision:
     """The restart the gang policy ordered: counted as a restart or a disruption, and with the blamed node
-    avoided from the next gang on. The Restarting condition's reason is the rule's or the meaning's name."""
+    avoided from the next gang on. The Restarting condition's reason is the rule's or the meaning's name. The
+    gang's pods restart where they stand where they can (`running`: the pods as the kubelet reports them,
+    can_restart_in_place), else its Job is recreated."""
     after = ledger.after(verdict, job)
+    in_place = current is not None and can_restart_in_place(job, current, desired, running, after.excluded_nodes)
     draft.status.fields.update(after.status_fields())
     ended = ending.model_copy(update={"ended": GangEnding.DISRUPTED if verdict.disruption else GangEnding.FAILED})
     record_gang_end(draft, job, ended)
     message = verdict.message
     if after.excluded_nodes != ledger.excluded_nodes:
         message += f"; the next gangs avoid node {verdict.avoid_node}"
-    next_gang, status = for_gang(job, desired, after), draft.status
+    status = draft.status
     note = {"gang": ended.model_dump(mode="json", by_alias=True, exclude_none=True), "reason": verdict.reason}
-    next_gang["metadata"]["annotations"][ENDED_GANG_ANNOTATION] = json.dumps(note | {"message": bounded(message)})
-    # With a queue, Kueue decides when the next gang starts (it admits the Job).
+    ended_note = json.dumps(note | {"message": bounded(message)})
+    # With a queue, Kueue decides when a recreated gang starts (it admits the Job); one restarted in place keeps
+    # its admission, and so waits out its own backoff.
     queued = job.queue is not None or (current is not None and admission_managed(job.queue, current))
     started = gang_started(current) if current is not None else None
     ran = (status.now - started).total_seconds() if started is not None else math.inf  # no time: no evidence
     wait, quick = restart_backoff(job.spec.restart_backoff, status.before.quick_restarts, ran)
-    wait = 0 if queued else wait
+    wait = 0 if queued and not in_place else wait
     status.fields["quickRestarts"] = quick
+    if wait:
+        message += f"; the next gang starts in {wait} s (spec.restartBackoff: {quick} quick restarts in a row)"
+    if in_place and current is not None:
+        until = status.now + timedelta(seconds=wait)
+        return _restart_in_place(draft, current, after, ended_note, until, message, verdict.reason)
+    next_gang = for_gang(job, desired, after)
+    next_gang["metadata"]["annotations"][ENDED_GANG_ANNOTATION] = ended_note
     if wait:
         until = status.now + timedelta(seconds=wait)
         spec, annotations = next_gang["spec"], next_gang["metadata"]["annotations"]
@@ -143,8 +166,71 @@ def restart_after_failure(
         annotations[START_AFTER_ANNOTATION] = timestamp(until)
         status.fields["nextGangAt"] = timestamp(until)
         draft.recheck_in(wait)
-        message += f"; the next gang starts in {wait} s (spec.restartBackoff: {quick} quick restarts in a row)"
     return restart(draft, current, next_gang, message, warning=True, reason=verdict.reason)
+
+
+def can_restart_in_place(
+    job: ScaleTrainJob,
+    current: Mapping[str, Any],
+    desired: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    avoided: Sequence[str],
+) -> bool:
+    """Whether the gang of Job `current` can restart in place: its pods were made to (the agent and the restart
+    rule: runs_in_place) and spec.restartStrategy still says so; the spec is one it can run (no change since, no
+    resize under way); and every pod of it runs, on a node the next gangs do not avoid (`avoided`). `pods` as the
+    kubelet reports them: a pod whose agent said its workload ended still runs, waiting for the word."""
+    return (
+        restarts_in_place(job)
+        and runs_in_place(current)
+        and hash_of(current) == hash_of(desired)
+        and planned_resize(current)[0] is None
+        and len(pods) == size_of(current)
+        and all(pod_phase(pod) == PodPhase.RUNNING and not being_deleted(pod) for pod in pods)
+        and not {(pod.get("spec") or {}).get("nodeName") for pod in pods} & set(avoided)
+    )
+
+
+def _restart_in_place(
+    draft: Draft,
+    current: Mapping[str, Any],
+    after: Ledger,
+    ended_note: str,
+    until: datetime,
+    message: str,
+    reason: str | None,
+) -> Decision:
+    """The next generation runs in the gang's Job and pods, where they stand. The Job says so (its generation, the
+    ledger, how the gang before ended, and when the next one starts: one write, as a recreated gang's Job is made
+    with them); the in-place channel tells every pod to restart, and releases the next generation to all of them
+    together at `until`."""
+    status, generation = draft.status, (gang_generation(current) or 0) + 1
+    notes = {
+        **after.annotations(),
+        GANG_GENERATION_ANNOTATION: str(generation),
+        ENDED_GANG_ANNOTATION: ended_note,
+        START_AFTER_ANNOTATION: timestamp(until),
+    }
+    status.fields["gangGeneration"] = generation
+    if until > status.now:
+        status.fields["nextGangAt"] = timestamp(until)
+        draft.recheck_in((until - status.now).total_seconds())
+    draft.in_place = InPlaceWord(generation, size_of(current), until)
+    draft.events.append(Event("Warning", EventReason.RESTARTING, message))
+    patch = ChildJobPatch(current["metadata"]["name"], {}, notes)
+    return draft.done(status.phase(JobPhase.RESTARTING, message, reason), patch)
+
+
+def wait_for_release(draft: Draft, current: Mapping[str, Any]) -> Decision | None:
+    """A gang restarted in place waits at its barrier until its backoff passes (the Job's START_AFTER_ANNOTATION):
+    Restarting until then, saying until when. None once it passed."""
+    status, until = draft.status, start_after(current)
+    if until is not None and status.now < until:
+        draft.recheck_in((until - status.now).total_seconds())
+        return draft.done(waiting_status(status, ""))
+    if status.before.next_gang_at is not None:
+        status.fields["nextGangAt"] = None
+    return None
 
 
 def recover_gang_end(
@@ -199,6 +285,7 @@ def restart(
         draft.delete_child_jobs.append(current["metadata"]["name"])
     draft.create.append(desired)
     status.fields["currentJob"] = desired["metadata"]["name"]
+    status.fields["gangGeneration"] = gang_generation(desired)
     status.fields["nodes"] = NodeCounts(current=size_of(desired)).model_dump(mode="json", by_alias=True)
     draft.events.append(Event("Warning" if warning else "Normal", EventReason.RESTARTING, message))
     return draft.done(status.phase(JobPhase.RESTARTING, message, reason))

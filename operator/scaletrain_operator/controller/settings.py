@@ -49,6 +49,10 @@ class OperatorConfig:
     # Whether the API server serves the Workload API (gang placement, render/workload.py): found by
     # discovery when the operator starts (handlers.configure), so the environment does not set it.
     workload_api: bool = field(default=False, metadata={"discovered": True})
+    # Whether the API server takes a container's restart rule RestartAllContainers (in-place gang restarts,
+    # render/in_place.py): found by a dry run when the operator starts (Cluster.restarts_all_containers). Without it,
+    # every gang is recreated.
+    restarts_in_place: bool = field(default=False, metadata={"discovered": True})
 
     @functools.cached_property  # read once: a CA that changes reaches gangs only when the operator restarts
     def status_endpoint(self) -> Endpoint | None:
@@ -56,6 +60,12 @@ class OperatorConfig:
         if not (self.status_reports_port and self.status_reports_url):
             return None
         return Endpoint(self.status_reports_url, (Path(self.status_reports_tls_dir) / "ca.crt").read_text())
+
+    @property
+    def probe_namespace(self) -> str:
+        """Where the operator's dry runs go: the first namespace it watches (a namespaced install may make Jobs
+        there alone), else its own, else default."""
+        return self.namespaces[0] if self.namespaces else self.pod_namespace or "default"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> OperatorConfig:

@@ -54,4 +54,4 @@ def current_job_deleted(job: ScaleTrainJob, gang_generation: int, current: Mappi
     patch, and the event of the Job it created is still on its way): the decision a deletion leads to
     creates a Job, or finishes the job, and handlers.needs_fresh_look makes either again from fresh reads:
     a GET of the job, then a LIST of its Jobs, which holds every Job created before the status naming it."""
-    return current is None and naming.generation_of(job.name, job.current_job) == gang_generation
+    return current is None and job.named_gang == gang_generation

@@ -32,8 +32,9 @@ RESIZE_REASON_ANNOTATION = f"{naming.GROUP}/resize-reason"
 # suspended by someone else (Kueue, which creates every Job it manages suspended and admits it by un-suspending it,
 # or another admission controller): the gang waits for them, and that is never taken for the user's resume.
 SUSPENDED_BY_OPERATOR_ANNOTATION = f"{naming.GROUP}/suspended-at-spec-generation"
-# On a gang's Job made suspended to wait out spec.restartBackoff: when the operator un-suspends it (RFC 3339). On
-# the Job, so that a lost status write cannot lose the wait.
+# On a gang's Job made suspended to wait out spec.restartBackoff: when the operator un-suspends it (RFC 3339); on a
+# gang's Job restarted in place: when its barrier released (releases) the generation, kept as when that gang
+# started. On the Job, so that a lost status write cannot lose the wait.
 START_AFTER_ANNOTATION = f"{naming.GROUP}/start-after"
 # On the Job a restart after a failure made: how the gang before it ended (its record, and the restart's reason and
 # message, which name the failed pod and its exit). Made with the Job, in one write, as the Ledger is: a status
@@ -110,11 +111,11 @@ def suspended_by_operator(child_job: Mapping[str, Any]) -> bool:
 def gang_started(child_job: Mapping[str, Any]) -> datetime | None:
     """When the gang of `child_job` started: its Job was made, or un-suspended after a restart backoff."""
     created = child_job["metadata"].get("creationTimestamp")
-    moments = (parse_timestamp(created) if created else None, _start_after(child_job))
+    moments = (parse_timestamp(created) if created else None, start_after(child_job))
     return max((moment for moment in moments if moment is not None), default=None)
 
 
-def _start_after(child_job: Mapping[str, Any]) -> datetime | None:
+def start_after(child_job: Mapping[str, Any]) -> datetime | None:
     """START_AFTER_ANNOTATION's time; None without one, or for one that is not an RFC 3339 time in UTC (anyone
     who may edit Jobs may write it)."""
     text = (child_job["metadata"].get("annotations") or {}).get(START_AFTER_ANNOTATION)
@@ -127,7 +128,7 @@ def _start_after(child_job: Mapping[str, Any]) -> datetime | None:
 
 def held_until(child_job: Mapping[str, Any]) -> datetime | None:
     """When the operator un-suspends the gang's Job it made suspended to wait out spec.restartBackoff."""
-    return _start_after(child_job) if suspended_by_operator(child_job) else None
+    return start_after(child_job) if suspended_by_operator(child_job) else None
 
 
 RESIZE_WHY: dict[ResizeReason, str] = {  # an elastic resize's reasons, in words (Scaled: as a growth on a probe's word)

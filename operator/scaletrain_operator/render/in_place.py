@@ -14,6 +14,7 @@ Only the built-in trainer, whose image has the agent. Added after the spec hash 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from scaletrain_trainer.contract import wire
@@ -34,6 +35,27 @@ def restarts_in_place(job: ScaleTrainJob) -> bool:
     """Whether the job's gangs restart in place: as spec.restartStrategy says, and only the built-in trainer, whose
     image runs the agent."""
     return job.spec.restart_strategy == "InPlace" and job.spec.command is None
+
+
+def restart_rule_probe() -> dict[str, Any]:
+    """A Job whose one container has the restart rule, for a server-side dry run: an API server that does not take
+    the rule (before 1.36, or with a feature gate off) refuses it or drops it (Cluster.restarts_all_containers)."""
+    container = {
+        "name": naming.TRAINER_CONTAINER,
+        "image": "scaletrain.invalid/restart-rule-probe",
+        "restartPolicy": "Never",
+        "restartPolicyRules": [copy.deepcopy(RESTART_RULE)],
+    }
+    pod = {"restartPolicy": "Never", "containers": [container]}
+    metadata = {"generateName": "scaletrain-restart-rule-probe-", "labels": {naming.LABEL_MANAGED_BY: naming.MANAGER}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {"template": {"spec": pod}}}
+
+
+def runs_in_place(child_job: Mapping[str, Any]) -> bool:
+    """Whether the pods of a gang's Job restart in place: its trainer container has the restart rule."""
+    pod = child_job["spec"]["template"]["spec"]
+    trainer = next((c for c in pod.get("containers") or () if c.get("name") == naming.TRAINER_CONTAINER), {})
+    return RESTART_RULE in (trainer.get("restartPolicyRules") or ())
 
 
 def restarting_in_place(rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: Endpoint | None) -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""Gangs restarted in place, end to end on the real control plane: the operator serves its status-report endpoint,
+each pod's agent asks it over the pod's projected token, and the kubelet stand-in restarts every container of a pod
+where it stands on the RestartAllContainers rule. A failed rank restarts its gang in the same Job and pods, the
+ranks start the next generation together, and the run resumes from its checkpoint as a recreated gang would."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from scaletrain_operator.controller.cluster import Cluster
+from scaletrain_testing.e2e_jobs import (
+    OPERATOR_ARGS,
+    OPERATOR_ENV,
+    e2e_namespace,
+    losses,
+    pods_of,
+    status_report_args,
+    steps,
+    submit_training,
+)
+from scaletrain_testing.jobs import DELETE
+from scaletrain_testing.kubelet import FakeNode
+from scaletrain_testing.kueue import cluster_queue, local_queue, resource_flavor
+from scaletrain_testing.operator_harness import operator_process
+from scaletrain_testing.timeouts import WHOLE_JOB_S
+from scaletrain_testing.trainer_runs import plugin_data
+from scaletrain_testing.waiting import wait_until
+
+READS_PER_STEP = 8  # samples of each rank's data set per step: its half of a global batch of 16
+CRASH_STEP, MAX_STEPS = 8, 12  # rank 1 dies in step 8 of generation 0, after the checkpoint of step 5
+ONE_CPU = {"requests": {"cpu": "1", "memory": "512Mi"}}  # a gang of 2 takes a queue of 2 cpus
+
+
+def crashing(seconds_per_read: float = 0.02) -> dict:
+    """The test data set, paced; rank 1 dies (exit 13) in step CRASH_STEP of generation 0 alone."""
+    return plugin_data(
+        "CrashingSynthetic", crash_at_read=READS_PER_STEP * (CRASH_STEP - 1) + 2, crash_rank=1, crash_generation=0,
+        seconds_per_read=seconds_per_read,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane, tmp_path_factory):
+    """A watched namespace with two fake nodes, and an operator that serves the status-report endpoint."""
+    nodes = [FakeNode("in-place-1"), FakeNode("in-place-2")]
+    with e2e_namespace(control_plane, tmp_path_factory.mktemp("in-place"), nodes) as team:
+        with operator_process(team.install, *OPERATOR_ARGS, *status_report_args(team), env=OPERATOR_ENV):
+            yield team
+
+
+def test_the_control_plane_takes_the_restart_rule(control_plane, cluster):
+    """The operator's dry run (a Job with the rule, made nowhere) finds that this cluster restarts pods in place;
+    test_gang_placement's older cluster, with the gate off, is found not to."""
+    api = Cluster(control_plane.api_client(), timeout_seconds=10, helpers=1)
+    assert api.restarts_all_containers(cluster.namespace)
+    assert cluster.kube.list("jobs", cluster.namespace) == []
+
+
+def test_a_failed_rank_restarts_its_gang_in_place_and_the_run_resumes_exactly(cluster):
+    team, name = cluster, "in-place"
+    directory = submit_training(team, name, {"data": crashing(), "maxSteps": MAX_STEPS}, maxRestarts=1)
+    first = wait_until(lambda: len(pods_of(team, f"{name}-g0")) == 2 and pods_of(team, f"{name}-g0"), WHOLE_JOB_S,
+                       "both pods of the first gang")  # fmt: skip
+    (job,) = team.children(name, "jobs")
+    status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
+    assert (status["restarts"], status["gangGeneration"], status["currentJob"]) == (1, 1, f"{name}-g0")
+    assert not [c for c in status.get("conditions", []) if c["type"] == "InPlaceRestartsUnavailable"]
+    # The same Job and the same pods, on the same nodes: each restarted where it stood.
+    (kept,) = team.children(name, "jobs")
+    assert kept["metadata"]["uid"] == job["metadata"]["uid"]
+    pods = pods_of(team, f"{name}-g0")
+    assert [p["metadata"]["uid"] for p in pods] == [p["metadata"]["uid"] for p in first]
+    assert all(p["status"]["containerStatuses"][0]["restartCount"] >= 1 for p in pods)
+    (ended, last) = status["gangs"]
+    record = (ended["generation"], ended["ended"], ended["startedFromStep"], ended["checkpointStep"])
+    assert record == (0, "Failed", 0, 5) and (last["generation"], last["ended"], last["startedFromStep"]) == (
+        1,
+        "Succeeded",
+        5,
+    )
+    # The Restarting Event names the rank that failed and its workload's own exit code (torchrun's 1, for a worker
+    # that died), which its agent said: the kubelet's record of an in-place restart holds 137 instead.
+    restarting = next(message for _, reason, message in team.events(name) if reason == "Restarting")
+    assert f"pod {name}-g0-1-" in restarting and "(Error, exit code 1)" in restarting
+    # Resumed exactly: the steps after the checkpoint are trained again to the same losses.
+    logged = list(zip(steps(directory), losses(directory), strict=True))
+    assert [step for step, _ in logged] == [*range(1, CRASH_STEP), *range(6, MAX_STEPS + 1)]
+    by_step: dict[int, set[float]] = {}
+    for step, loss in logged:
+        by_step.setdefault(step, set()).add(loss)
+    assert all(len(seen) == 1 for seen in by_step.values())
+
+
+def test_a_queued_gang_restarted_in_place_keeps_its_workload_and_its_quota_against_a_waiting_job(kueue, tmp_path):
+    """A ClusterQueue with room for one gang, the first job in it, a second waiting. The first's restart in place
+    keeps its Job, so Kueue keeps it admitted: one Workload for its whole life, and the second job is admitted only
+    once the first finished. (Recreated, the gang's new Job queues behind the waiting one's Workload, and may lose
+    the quota to it.)"""
+    name = f"keep-{secrets.token_hex(3)}"
+    flavor, queue = resource_flavor(name), cluster_queue(name, name, cpu="2", memory="4Gi")
+    for obj in (flavor, queue):
+        kueue.create(obj)
+    nodes = [FakeNode(f"{name}-1"), FakeNode(f"{name}-2")]  # room for both jobs: only the quota is short
+    try:
+        with (
+            e2e_namespace(kueue.control_plane, tmp_path, nodes) as team,
+            operator_process(team.install, *OPERATOR_ARGS, *status_report_args(team), env=OPERATOR_ENV),
+        ):
+            kueue.create(local_queue("team", team.namespace, name))
+            directory = submit_training(
+                team, "first", {"data": crashing(seconds_per_read=0.05), "maxSteps": MAX_STEPS},
+                queueName="team", resources=ONE_CPU, maxRestarts=1,
+            )  # fmt: skip
+            wait_until(lambda: steps(directory), WHOLE_JOB_S, "a step of first", interval_s=0.05)
+            (job,) = team.children("first", "jobs")
+            admitted = kueue.workload_of(job)
+            team.submit("second", nodes=2, command=["sleep", "1"], training=DELETE, queueName="team",
+                        resources=ONE_CPU, shmSize="64Mi")  # fmt: skip
+            first = team.wait_phase("first", "Succeeded", WHOLE_JOB_S)["status"]
+            team.wait_phase("second", "Succeeded", WHOLE_JOB_S)
+            (kept,) = team.children("first", "jobs")
+            assert kept["metadata"]["uid"] == job["metadata"]["uid"]
+            assert kueue.workload_of(kept)["metadata"]["uid"] == admitted["metadata"]["uid"]
+            second_started = min(pod["status"]["startTime"] for pod in pods_of(team, "second-g0"))
+    finally:
+        for obj in (queue, flavor):
+            kueue.delete(obj)
+    assert (first["restarts"], first["gangGeneration"]) == (1, 1)
+    assert second_started >= first["completionTime"]  # the waiting job never got the restarting one's quota
