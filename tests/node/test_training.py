@@ -1,7 +1,8 @@
 """A CPU/gloo job from the built trainer image, applied with kubectl in a namespace that enforces Pod
 Security "restricted": its pods run in containers as the image's user 10001, checkpoint to a volume whose
-root is owned by root with mode 0755, come back from their checkpoint when the runtime kills one's
-process, checkpoint first when one is evicted, and the job ends Succeeded with its progress in status."""
+root is owned by root with mode 0755, restart in place from their checkpoint when one's trainer dies (the
+kubelet's RestartAllContainers), checkpoint first when one is evicted, and the job ends Succeeded with its
+progress in status."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import re
 import yaml
 
 from scaletrain_testing.jobs import patched
-from scaletrain_testing.node_jobs import container_id, eviction, job, paced_training_job, plugins_config_map
+from scaletrain_testing.node_jobs import PACKAGE, eviction, job, paced_training_job, plugins_config_map
 from scaletrain_testing.operator_harness import Team
 from scaletrain_testing.timeouts import TRAINER_RUN_S
 from scaletrain_testing.trainer_runs import BASE_CONFIG
@@ -18,11 +19,13 @@ from scaletrain_testing.waiting import wait_until
 
 MAX_STEPS = 120
 CHECKPOINT_EVERY = 10
+READS_PER_STEP = 8  # samples of each rank's data set per step: its half of a global batch of 16
+CRASH_STEP = CHECKPOINT_EVERY + 3  # rank 1's trainer dies in this step of the first generation
 TRAINER_UID = 10001  # the Dockerfile's TRAINER_UID
 
 
 def running_pods(team: Team, generation: int) -> list[dict]:
-    """The gang's pods of one generation, by index, once all run their trainer container."""
+    """The gang's pods of the Job made for one generation, by index, once all run their trainer container."""
     pods = team.kube.list("pods", team.namespace, f"scaletrain.io/generation={generation}")
 
     def running(pod: dict) -> bool:
@@ -52,17 +55,13 @@ def test_a_job_runs_recovers_and_succeeds_in_restricted_containers(node_cluster,
         maxSteps=MAX_STEPS,
         checkpoint={"everySteps": CHECKPOINT_EVERY},
     )
+    crash = {"crash_at_read": READS_PER_STEP * (CRASH_STEP - 1) + 2, "crash_rank": 1, "crash_generation": 0}
+    job["spec"]["training"]["data"]["source"] = f"{PACKAGE}.faults:CrashingSynthetic"
+    job["spec"]["training"]["data"]["options"] |= crash
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([plugins_config_map(team.namespace), job]))
 
-    # Recover, 1: the runtime kills rank 1's process (not the API): the gang restarts from its checkpoint.
-    team.wait_status(
-        "gloo",
-        lambda s: (s.get("progress") or {}).get("checkpointStep", 0) >= CHECKPOINT_EVERY,
-        TRAINER_RUN_S,
-        "a checkpoint",
-    )
+    # Recover, 1: rank 1's trainer dies after the first checkpoint: the gang restarts in place from it.
     first = wait_until(lambda: running_pods(team, 0), TRAINER_RUN_S, "the first gang running")
-    cluster.ctr("--namespace=k8s.io", "tasks", "kill", "--signal=SIGKILL", container_id(first[1]))
     # The restarted gang's rank 0 says where it resumed from in its every answer; wait for one of those.
     restarted = team.wait_status(
         "gloo",
@@ -71,6 +70,10 @@ def test_a_job_runs_recovers_and_succeeds_in_restricted_containers(node_cluster,
         "a gang restart whose rank 0 answered",
     )
     assert restarted["progress"]["resumedFromStep"] >= CHECKPOINT_EVERY
+    assert (restarted["gangGeneration"], restarted["currentJob"]) == (1, "gloo-g0")  # the same Job
+    in_place = wait_until(lambda: running_pods(team, 0), TRAINER_RUN_S, "the gang running again")
+    assert [pod["metadata"]["uid"] for pod in in_place] == [pod["metadata"]["uid"] for pod in first]
+    assert all(pod["status"]["containerStatuses"][0]["restartCount"] >= 1 for pod in in_place)
 
     # Recover, 2: an eviction through the API; the pods checkpoint on the SIGTERM, a disruption.
     resumed_at = team.wait_status(
@@ -79,18 +82,18 @@ def test_a_job_runs_recovers_and_succeeds_in_restricted_containers(node_cluster,
         TRAINER_RUN_S,
         "steps after the restart",
     )
-    second = wait_until(lambda: running_pods(team, 1), TRAINER_RUN_S, "the second gang running")
     team.kube.request(
         "POST",
-        f"/api/v1/namespaces/{team.namespace}/pods/{second[0]['metadata']['name']}/eviction",
-        eviction(second[0]),
+        f"/api/v1/namespaces/{team.namespace}/pods/{in_place[0]['metadata']['name']}/eviction",
+        eviction(in_place[0]),
     )
 
     done = team.wait_phase("gloo", "Succeeded", TRAINER_RUN_S)["status"]
     assert done["restarts"] == 1 and done["disruptions"] == 1
     assert done["progress"]["step"] == MAX_STEPS
-    # The evicted gang saved where it stopped, after the steps seen before the eviction; the third gang
-    # resumed from there (its rank 0 says so: it may end before the operator's next progress read).
+    # The evicted gang saved where it stopped, after the steps seen before the eviction; the third gang, in a new
+    # Job (an evicted pod is gone: no restart in place), resumed from there (its rank 0 says so: it may end before
+    # the operator's next progress read).
     last_gang = team.kube.list("pods", team.namespace, "scaletrain.io/generation=2")
     rank_0 = next(pod for pod in last_gang if pod["metadata"]["name"].startswith("gloo-g2-0-"))
     log = cluster.kubectl("--namespace", team.namespace, "logs", rank_0["metadata"]["name"]).stdout

@@ -28,10 +28,11 @@ class Request:
     namespace: str | None
     name: str | None
     code: int  # the response's HTTP status
+    dry_run: bool = False  # made nowhere (the operator's probe of the restart rule): no write
 
     @property
     def is_write(self) -> bool:
-        return self.verb in WRITES
+        return self.verb in WRITES and not self.dry_run
 
 
 class AuditLog:
@@ -59,10 +60,11 @@ class AuditLog:
             if target.get("subresource"):
                 resource += f"/{target['subresource']}"
             code = event.get("responseStatus", {}).get("code", 0)
-            found.append(Request(event["verb"], resource, target.get("namespace"), target.get("name"), code))
+            dry_run = "dryRun=All" in event.get("requestURI", "")
+            found.append(Request(event["verb"], resource, target.get("namespace"), target.get("name"), code, dry_run))
         return found
 
 
 def counts(requests: list[Request]) -> Counter[tuple[str, str]]:
-    """(verb, resource) → how many."""
-    return Counter((r.verb, r.resource) for r in requests)
+    """(verb, resource) → how many; a dry run's verb as "create (dry run)"."""
+    return Counter((f"{r.verb} (dry run)" if r.dry_run else r.verb, r.resource) for r in requests)
