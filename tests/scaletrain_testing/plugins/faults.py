@@ -189,6 +189,7 @@ class TimedCrashes(Dataset):
             self._note("started", _launcher_started())
 
     def _note(self, event: str, at: float) -> None:
+        self.timeline.parent.mkdir(parents=True, exist_ok=True)
         with self.timeline.open("a") as timeline:
             timeline.write(json.dumps({"generation": self.generation, "event": event, "at": at}) + "\n")
 
