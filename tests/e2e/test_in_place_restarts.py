@@ -5,6 +5,7 @@ ranks start the next generation together, and the run resumes from its checkpoin
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 
 import pytest
@@ -22,7 +23,7 @@ from scaletrain_testing.e2e_jobs import (
 )
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kubelet import FakeNode
-from scaletrain_testing.kueue import cluster_queue, local_queue, resource_flavor
+from scaletrain_testing.kueue import local_queue
 from scaletrain_testing.operator_harness import operator_process
 from scaletrain_testing.timeouts import WHOLE_JOB_S
 from scaletrain_testing.trainer_runs import plugin_data
@@ -46,8 +47,14 @@ def cluster(control_plane, tmp_path_factory):
     """A watched namespace with two fake nodes, and an operator that serves the status-report endpoint."""
     nodes = [FakeNode("in-place-1"), FakeNode("in-place-2")]
     with e2e_namespace(control_plane, tmp_path_factory.mktemp("in-place"), nodes) as team:
-        with operator_process(team.install, *OPERATOR_ARGS, *status_report_args(team), env=OPERATOR_ENV):
+        with operator_process(team.install, *OPERATOR_ARGS, *in_place_args(team), env=OPERATOR_ENV):
             yield team
+
+
+def in_place_args(team) -> tuple[str, ...]:
+    """The operator's arguments for in-place restarts: its status-report endpoint, and an image for the init
+    container of a script of one's own (any: the kubelet stand-in runs this machine's programs)."""
+    return (*status_report_args(team), "--agent-image=scaletrain/operator:e2e")
 
 
 def test_the_control_plane_takes_the_restart_rule(control_plane, cluster):
@@ -93,39 +100,64 @@ def test_a_failed_rank_restarts_its_gang_in_place_and_the_run_resumes_exactly(cl
     assert all(len(seen) == 1 for seen in by_step.values())
 
 
-def test_a_queued_gang_restarted_in_place_keeps_its_workload_and_its_quota_against_a_waiting_job(kueue, tmp_path):
+def test_a_script_of_ones_own_restarts_in_place_too(cluster):
+    """A script of one's own, its own process per pod: the agent comes from an init container, and the image's
+    python3 runs it. Rank 1 fails in the first generation while rank 0 still runs; both restart where they stand."""
+    team, name = cluster, "own-in-place"
+    script = (
+        "import os, sys, time\n"
+        "first = os.environ['SCALETRAIN_GENERATION'] == '0'\n"
+        "rank = os.environ['JOB_COMPLETION_INDEX']\n"
+        "time.sleep(60 if first and rank == '0' else 1)\n"
+        "sys.exit(3 if first and rank == '1' else 0)\n"
+    )
+    team.submit(name, nodes=2, command=["python", "-c", script], training=DELETE, maxRestarts=1, shmSize="64Mi")
+    first = wait_until(lambda: len(pods_of(team, f"{name}-g0")) == 2 and pods_of(team, f"{name}-g0"), WHOLE_JOB_S,
+                       "both pods of the first gang")  # fmt: skip
+    status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
+    assert (status["restarts"], status["gangGeneration"], status["currentJob"]) == (1, 1, f"{name}-g0")
+    pods = pods_of(team, f"{name}-g0")
+    assert [p["metadata"]["uid"] for p in pods] == [p["metadata"]["uid"] for p in first]
+    assert all(p["status"]["containerStatuses"][0]["restartCount"] >= 1 for p in pods)
+    restarting = next(message for _, reason, message in team.events(name) if reason == "Restarting")
+    assert f"pod {name}-g0-1-" in restarting and "(Error, exit code 3)" in restarting
+
+
+@pytest.mark.parametrize("queued", ["by its queue", "by Kueue managing every Job"])
+def test_a_queued_gang_restarted_in_place_keeps_its_workload_and_its_quota_against_a_waiting_job(
+    kueue, tmp_path, queued
+):
     """A ClusterQueue with room for one gang, the first job in it, a second waiting. The first's restart in place
     keeps its Job, so Kueue keeps it admitted: one Workload for its whole life, and the second job is admitted only
     once the first finished. (Recreated, the gang's new Job queues behind the waiting one's Workload, and may lose
-    the quota to it.)"""
+    the quota to it.) Queued by its spec.queueName, or, where Kueue manages every Job, by the namespace's default
+    LocalQueue."""
+    managing_every_job = queued == "by Kueue managing every Job"
     name = f"keep-{secrets.token_hex(3)}"
-    flavor, queue = resource_flavor(name), cluster_queue(name, name, cpu="2", memory="4Gi")
-    for obj in (flavor, queue):
-        kueue.create(obj)
+    queue_name = "default" if managing_every_job else "team"
+    named = {} if managing_every_job else {"queueName": queue_name}
     nodes = [FakeNode(f"{name}-1"), FakeNode(f"{name}-2")]  # room for both jobs: only the quota is short
-    try:
-        with (
-            e2e_namespace(kueue.control_plane, tmp_path, nodes) as team,
-            operator_process(team.install, *OPERATOR_ARGS, *status_report_args(team), env=OPERATOR_ENV),
-        ):
-            kueue.create(local_queue("team", team.namespace, name))
-            directory = submit_training(
-                team, "first", {"data": crashing(seconds_per_read=0.05), "maxSteps": MAX_STEPS},
-                queueName="team", resources=ONE_CPU, maxRestarts=1,
-            )  # fmt: skip
-            wait_until(lambda: steps(directory), WHOLE_JOB_S, "a step of first", interval_s=0.05)
-            (job,) = team.children("first", "jobs")
-            admitted = kueue.workload_of(job)
-            team.submit("second", nodes=2, command=["sleep", "1"], training=DELETE, queueName="team",
-                        resources=ONE_CPU, shmSize="64Mi")  # fmt: skip
-            first = team.wait_phase("first", "Succeeded", WHOLE_JOB_S)["status"]
-            team.wait_phase("second", "Succeeded", WHOLE_JOB_S)
-            (kept,) = team.children("first", "jobs")
-            assert kept["metadata"]["uid"] == job["metadata"]["uid"]
-            assert kueue.workload_of(kept)["metadata"]["uid"] == admitted["metadata"]["uid"]
-            second_started = min(pod["status"]["startTime"] for pod in pods_of(team, "second-g0"))
-    finally:
-        for obj in (queue, flavor):
-            kueue.delete(obj)
+    with (
+        kueue.managing_every_job() if managing_every_job else contextlib.nullcontext(),
+        kueue.quota(name, cpu="2", memory="4Gi"),
+        e2e_namespace(kueue.control_plane, tmp_path, nodes) as team,
+        operator_process(team.install, *OPERATOR_ARGS, *in_place_args(team), env=OPERATOR_ENV),
+    ):
+        kueue.create(local_queue(queue_name, team.namespace, name))
+        directory = submit_training(
+            team, "first", {"data": crashing(seconds_per_read=0.05), "maxSteps": MAX_STEPS},
+            resources=ONE_CPU, maxRestarts=1, **named,
+        )  # fmt: skip
+        wait_until(lambda: steps(directory), WHOLE_JOB_S, "a step of first", interval_s=0.05)
+        (job,) = team.children("first", "jobs")
+        admitted = kueue.workload_of(job)
+        team.submit("second", nodes=2, command=["sleep", "1"], training=DELETE, resources=ONE_CPU, shmSize="64Mi",
+                    **named)  # fmt: skip
+        first = team.wait_phase("first", "Succeeded", WHOLE_JOB_S)["status"]
+        team.wait_phase("second", "Succeeded", WHOLE_JOB_S)
+        (kept,) = team.children("first", "jobs")
+        assert kept["metadata"]["uid"] == job["metadata"]["uid"]
+        assert kueue.workload_of(kept)["metadata"]["uid"] == admitted["metadata"]["uid"]
+        second_started = min(pod["status"]["startTime"] for pod in pods_of(team, "second-g0"))
     assert (first["restarts"], first["gangGeneration"]) == (1, 1)
     assert second_started >= first["completionTime"]  # the waiting job never got the restarting one's quota

@@ -10,7 +10,7 @@ import secrets
 from scaletrain_testing.e2e_jobs import e2e_namespace, e2e_operator, paced, steps, submit_training, wait_event
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kubelet import FakeNode
-from scaletrain_testing.kueue import cluster_queue, local_queue, resource_flavor
+from scaletrain_testing.kueue import local_queue
 from scaletrain_testing.timeouts import WHOLE_JOB_S
 from scaletrain_testing.waiting import wait_until
 
@@ -24,12 +24,13 @@ def priority_class(name: str, value: int) -> dict:
 
 def test_a_preempted_gang_checkpoints_queues_again_and_resumes_with_no_step_twice(kueue, tmp_path):
     name = f"preempt-{secrets.token_hex(3)}"
-    flavor, queue = resource_flavor(name), cluster_queue(name, name, cpu="2", memory="4Gi")
-    for obj in (flavor, queue):
-        kueue.create(obj)
     nodes = [FakeNode(f"{name}-1"), FakeNode(f"{name}-2")]  # room for both jobs: only the quota is short
     try:
-        with e2e_namespace(kueue.control_plane, tmp_path, nodes) as team, e2e_operator(team.install):
+        with (
+            kueue.quota(name, cpu="2", memory="4Gi"),
+            e2e_namespace(kueue.control_plane, tmp_path, nodes) as team,
+            e2e_operator(team.install),
+        ):
             for priority, value in (("low", 100), ("high", 1000)):
                 team.kube.create("priorityclasses", priority_class(f"{name}-{priority}", value))
             kueue.create(local_queue("team", team.namespace, name))
@@ -46,8 +47,6 @@ def test_a_preempted_gang_checkpoints_queues_again_and_resumes_with_no_step_twic
             team.wait_phase("high", "Succeeded", WHOLE_JOB_S)
             status = team.wait_phase("low", "Succeeded", WHOLE_JOB_S)["status"]
     finally:
-        for obj in (queue, flavor):
-            kueue.delete(obj)
         for priority in ("low", "high"):
             kueue.control_plane.kubectl("delete", "priorityclass", f"{name}-{priority}", "--ignore-not-found")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from scaletrain_operator.render.in_place import agent_writer
 from scaletrain_operator.report_server import HELD_PER_POD
 from scaletrain_testing.in_place import AGENT, JOB, in_place_endpoint
 from scaletrain_testing.waiting import wait_until
@@ -119,3 +120,19 @@ def test_a_pod_cannot_hold_more_than_its_share_of_the_endpoint(tmp_path):
         for call in held:
             call.join(10)
         assert [word.verdict for word in words] == [wire.RESTART] * HELD_PER_POD
+
+
+def test_the_agent_bundled_for_a_script_of_ones_own_runs_on_a_python_without_scaletrain(tmp_path):
+    """What a script of one's own's init container writes (render/in_place.agent_writer), its image's Python runs
+    with the standard library alone (-I: isolated, no site-packages): the workload's exit code is the pod's."""
+    writer = agent_writer("any-image")
+    subprocess.run([sys.executable, *writer["command"][1:-1], str(tmp_path)], check=True, capture_output=True)
+    bundled = [sys.executable, "-I", str(tmp_path / "agent.pyz"), "--"]
+    ran = subprocess.run([*bundled, sys.executable, "-c", "raise SystemExit(7)"], capture_output=True, timeout=60)
+    assert ran.returncode == 7
+    # A command the image lacks ends the pod as the runtime would end it (128), saying so: never a traceback.
+    message = tmp_path / "termination-log"
+    env = {wire.TERMINATION_LOG_ENV: str(message)}
+    missing = subprocess.run([*bundled, "no-such-command"], capture_output=True, text=True, timeout=60, env=env)
+    assert missing.returncode == 128 and "Traceback" not in missing.stderr
+    assert message.read_text() == "exec: 'no-such-command': No such file or directory"

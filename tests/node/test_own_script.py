@@ -1,8 +1,8 @@
 """Bring your own script: a third-party gloo all-reduce runs in the trainer image through its own
-`command` (torchrun, or python with the master alias; the rank env from the operator), a rank that raises
-under the script's own torchrun is why the job failed, an HF Trainer script's progress reaches the status
-through the status protocol, and deleting a running job removes every pod and every container of it from the
-node."""
+`command` (torchrun, or python with the master alias; the rank env from the operator), a gang under its own
+torchrun restarts in place, a rank that raises under the script's own torchrun is why the job failed, an HF
+Trainer script's progress reaches the status through the status protocol, and deleting a running job removes
+every pod and every container of it from the node."""
 
 from __future__ import annotations
 
@@ -38,6 +38,25 @@ def test_a_third_party_script_runs_through_its_own_command(node_cluster, restric
     selector = "--selector=scaletrain.io/job-name=allreduce"
     logs = node_cluster.cluster.kubectl("--namespace", team.namespace, "logs", selector, "--prefix").stdout
     assert logs.count("of 2: sum 3") == 2, logs
+
+
+def test_a_scripts_own_torchrun_restarts_its_gang_in_place(node_cluster, restricted_namespace):
+    """Rank 1 of a script of one's own fails in the first generation. The agent, written onto the pod by an init
+    container from the operator's image and run by the trainer image's python3, restarts both pods where they
+    stand on the real kubelet, and the script's own torchrun meets again in the next generation."""
+    team = Team(node_cluster.kube, restricted_namespace)
+    command = ["torchrun", f"{SCRIPTS_MOUNT}/fails_once.py"]
+    submitted = patched(script_job("once", team.namespace, node_cluster.images["TRAINER_IMAGE"], command),
+                        {"spec": {"maxRestarts": 1}})  # fmt: skip
+    config_map = scripts_config_map(team.namespace, "fails_once.py")
+    node_cluster.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([config_map, submitted]))
+    status = team.wait_phase("once", "Succeeded", TRAINER_RUN_S)["status"]
+    assert (status["restarts"], status["gangGeneration"], status["currentJob"]) == (1, 1, "once-g0")
+    pods = team.kube.list("pods", team.namespace, "scaletrain.io/job-name=once")
+    assert len(pods) == 2 and all(p["status"]["containerStatuses"][0]["restartCount"] >= 1 for p in pods)
+    selector = "--selector=scaletrain.io/job-name=once"
+    logs = node_cluster.cluster.kubectl("--namespace", team.namespace, "logs", selector, "--prefix").stdout
+    assert logs.count("of 2: done in generation 1") == 2, logs
 
 
 def test_the_exception_of_a_rank_under_a_scripts_own_torchrun_ends_the_jobs_message(node_cluster, restricted_namespace):

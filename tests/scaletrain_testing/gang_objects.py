@@ -31,6 +31,7 @@ PROBE_CLASS = "scaletrain-capacity-probe"  # the chart's PriorityClass for probe
 CANNOT_PLACE = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu."  # gang_pod's default
 
 
+AGENT_IMAGE = "registry.example/scaletrain/operator:1.0"  # the operator's image, which brings own scripts the agent
 STATUS_ENDPOINT = Endpoint("https://scaletrain-status-reports.scaletrain-system.svc", "-----BEGIN CERTIFICATE-----")
 
 
@@ -38,7 +39,7 @@ def in_place_settings(directory: Path, **config: Any) -> OperatorConfig:
     """The settings of an operator that serves STATUS_ENDPOINT (its CA in `directory`) on a cluster that takes the
     RestartAllContainers rule: gangs restart in place. Keyword arguments override."""
     (directory / "ca.crt").write_text(STATUS_ENDPOINT.ca_pem)
-    served = {"status_reports_port": 8443, "status_reports_url": STATUS_ENDPOINT.base_url}
+    served = {"status_reports_port": 8443, "status_reports_url": STATUS_ENDPOINT.base_url, "agent_image": AGENT_IMAGE}
     return OperatorConfig(**(served | {"status_reports_tls_dir": str(directory), "restarts_in_place": True} | config))
 
 
@@ -90,7 +91,7 @@ def gang_job(
         render_job(job if nodes is None else job.at_size(nodes), generation, uses_workload=uses_workload)
     )
     if in_place:
-        child = restarting_in_place(child, job, STATUS_ENDPOINT)
+        child = restarting_in_place(child, job, STATUS_ENDPOINT, AGENT_IMAGE)
     if created is not None:
         child["metadata"]["creationTimestamp"] = rfc3339(created)
     # The Job controller's own labels, which the API server adds to the template of every Job.

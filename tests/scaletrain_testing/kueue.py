@@ -186,6 +186,19 @@ class Kueue(StartedWhileEntered):
             self._api = None
 
     @contextmanager
+    def quota(self, name: str, cpu: str, memory: str) -> Iterator[str]:
+        """For the `with` block, a ResourceFlavor and a ClusterQueue of its `cpu` and `memory`, both `name`
+        (yielded), deleted afterwards."""
+        made = [resource_flavor(name), cluster_queue(name, name, cpu=cpu, memory=memory)]
+        for obj in made:
+            self.create(obj)
+        try:
+            yield name
+        finally:
+            for obj in reversed(made):
+                self.delete(obj)
+
+    @contextmanager
     def managing_every_job(self) -> Iterator[Kueue]:
         """For the `with` block, the manager restarted with manageJobsWithoutQueueName, as on shared clusters
         where every Job goes through a queue: its webhook creates every Job suspended, gives a Job that names no

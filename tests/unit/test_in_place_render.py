@@ -12,7 +12,7 @@ from scaletrain_operator.policy.gang_policy import Action, GangLimits, judge, po
 from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
 from scaletrain_operator.render.children import render_job
 from scaletrain_operator.render.in_place import STATE_DIR, restarting_in_place
-from scaletrain_testing.gang_objects import STATUS_ENDPOINT, gang_pod, scaletrain_job
+from scaletrain_testing.gang_objects import AGENT_IMAGE, STATUS_ENDPOINT, gang_pod, scaletrain_job
 from scaletrain_testing.jobs import DELETE
 from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_RESTART_IN_PLACE
 
@@ -22,7 +22,7 @@ NOW = datetime(2026, 12, 7, 10, 0, tzinfo=timezone.utc)
 def test_the_built_in_trainers_pods_run_the_agent_whose_restart_code_restarts_the_pod_in_place():
     job = scaletrain_job()
     plain = with_spec_hash(render_job(job, 0))
-    restarting = restarting_in_place(with_spec_hash(render_job(job, 0)), job, STATUS_ENDPOINT)
+    restarting = restarting_in_place(with_spec_hash(render_job(job, 0)), job, STATUS_ENDPOINT, AGENT_IMAGE)
     assert hash_of(restarting) == hash_of(plain)  # how restarts go is not the gang's spec
     pod = restarting["spec"]["template"]["spec"]
     (trainer,) = pod["containers"]
@@ -41,13 +41,28 @@ def test_the_built_in_trainers_pods_run_the_agent_whose_restart_code_restarts_th
     assert "emptyDir" in volumes[state["name"]]  # kept by an in-place restart, unlike the writable layer
 
 
-def test_a_script_of_ones_own_a_job_that_asks_to_recreate_and_a_cluster_without_the_endpoint_recreate():
+def test_a_script_of_ones_own_gets_the_agent_from_an_init_container_and_runs_it_with_its_images_python():
+    own = scaletrain_job(training=DELETE, command=["torchrun", "--nproc-per-node=1", "train.py"])
+    restarting = restarting_in_place(with_spec_hash(render_job(own, 0)), own, STATUS_ENDPOINT, AGENT_IMAGE)
+    pod = restarting["spec"]["template"]["spec"]
+    (writer,) = pod["initContainers"]
+    assert writer["image"] == AGENT_IMAGE and writer["command"][-1] == STATE_DIR
+    assert writer["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # Pod Security "restricted" takes it
+    (trainer,) = pod["containers"]
+    assert trainer["command"] == ["python3", f"{STATE_DIR}/agent.pyz", "--", "torchrun", "--nproc-per-node=1",
+                                  "train.py"]  # fmt: skip
+    assert restarts_all_containers(restart_rules(trainer, ("containers", 0)), EXIT_RESTART_IN_PLACE)
+
+
+def test_without_an_agent_image_a_script_of_ones_own_recreates_as_do_recreate_and_no_endpoint():
     own = scaletrain_job(training=DELETE, command=["torchrun", "train.py"])
-    assert restarting_in_place(render_job(own, 0), own, STATUS_ENDPOINT) == render_job(own, 0)
+    assert restarting_in_place(render_job(own, 0), own, STATUS_ENDPOINT, "") == render_job(own, 0)
     recreating = scaletrain_job(restartStrategy="Recreate")
-    assert restarting_in_place(render_job(recreating, 0), recreating, STATUS_ENDPOINT) == render_job(recreating, 0)
+    assert restarting_in_place(render_job(recreating, 0), recreating, STATUS_ENDPOINT, AGENT_IMAGE) == render_job(
+        recreating, 0
+    )
     builtin = scaletrain_job()
-    assert restarting_in_place(render_job(builtin, 0), builtin, None) == render_job(builtin, 0)
+    assert restarting_in_place(render_job(builtin, 0), builtin, None, AGENT_IMAGE) == render_job(builtin, 0)
 
 
 def test_a_pod_whose_agent_said_its_workload_ended_is_judged_as_the_pod_that_failed_so():

@@ -36,13 +36,13 @@ from pathlib import Path
 
 from .contract import wire
 from .contract.exit_codes import EXIT_HANG, EXIT_RESTART_IN_PLACE
-from .reporting.metrics import termination_message_path
 from .stop_signals import StopSignals
 
 VERDICT_SECONDS = 120.0  # how long an ended workload waits for the operator's verdict (a failover takes ~15 s)
 BARRIER_SECONDS = 900.0  # how long a restarted pod waits for every rank (a replaced one is scheduled and started)
 RETRY_SECONDS = 2.0  # between calls that found no operator
 STOP_CHECK_SECONDS = 0.2  # how soon a wait ends after a stop signal
+START_ERROR_EXIT_CODE = 128  # a workload command that cannot be started, as the container runtime reports one
 
 
 @dataclass(frozen=True)
@@ -130,19 +130,32 @@ def main(argv: list[str]) -> int:
         return 128 + stop_signals.received
     if channel is not None:
         keep_generation(state, generation)
-    workload = subprocess.Popen(
-        command, env=os.environ | {wire.GENERATION_ENV: str(generation)}, start_new_session=True
-    )
+    try:
+        workload = subprocess.Popen(
+            command, env=os.environ | {wire.GENERATION_ENV: str(generation)}, start_new_session=True
+        )
+    except OSError as error:  # as the container runtime says of a command it cannot start, and with its code
+        said = f"exec: {command[0] if command else ''!r}: {error.strerror or error}"
+        print(f"scaletrain agent: {said}", file=sys.stderr)
+        write_termination_message(said)
+        return verdict_on(channel, generation, START_ERROR_EXIT_CODE, said, stop_signals.stopped)
     stop_signals.forward_to(workload)
     restart = Listener(channel, generation, workload) if channel is not None else None
     code = exit_code(workload.wait())
     if restart is not None and restart.stop() is not None:
         return EXIT_RESTART_IN_PLACE
-    if channel is None or code == 0 or stop_signals.received is not None:
+    if stop_signals.received is not None:
         return code
-    message = termination_message()
+    return verdict_on(channel, generation, code, termination_message(), stop_signals.stopped)
+
+
+def verdict_on(channel: Channel | None, generation: int, code: int, message: str, stopped: threading.Event) -> int:
+    """The pod's exit after its workload ended with `code` and `message`: EXIT_RESTART_IN_PLACE when the operator
+    answers RESTART, else `code` (a success, or no word in time)."""
+    if channel is None or code == 0:
+        return code
     ended = {"state": wire.ENDED, "generation": generation, "exitCode": code, "message": message}
-    word = channel.until(ended, VERDICT_SECONDS, stop_signals.stopped)
+    word = channel.until(ended, VERDICT_SECONDS, stopped)
     return EXIT_RESTART_IN_PLACE if word is not None and word.verdict == wire.RESTART else code
 
 
@@ -192,10 +205,17 @@ def keep_generation(state: Path, generation: int) -> None:
         print(f"scaletrain agent: cannot keep the generation in {state}: {error}", file=sys.stderr)
 
 
+def write_termination_message(text: str) -> None:
+    try:
+        wire.termination_message_path().write_text(text[-wire.TERMINATION_MESSAGE_LIMIT :])
+    except OSError:  # nowhere to write it: the log has it
+        pass
+
+
 def termination_message() -> str:
     """The workload's termination message, within what the kubelet would keep of it."""
     try:
-        text = termination_message_path().read_bytes()[-wire.TERMINATION_MESSAGE_LIMIT :]
+        text = wire.termination_message_path().read_bytes()[-wire.TERMINATION_MESSAGE_LIMIT :]
     except OSError:
         return ""
     return text.decode(errors="ignore")

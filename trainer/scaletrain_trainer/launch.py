@@ -39,7 +39,6 @@ from .contract.exit_codes import (
 )
 from .contract.storage_urls import is_object_url
 from .contract.validation import Problem, ProblemsError
-from .reporting.metrics import termination_message_path
 from .stop_signals import StopSignals
 
 # torchrun, stopped by a signal, passes it to its workers and SIGKILLs those still running after this many
@@ -87,8 +86,10 @@ def main(argv: list[str]) -> int:
         stop_signals.forward_to(torchrun)
         torchrun_exit = torchrun.wait()
         if torchrun_exit != 0 and root_cause is not None:
-            record_root_cause(first_error(root_cause, workers) if workers else root_cause, termination_message_path())
-    return pod_exit_code(torchrun_exit, termination_message_path())
+            record_root_cause(
+                first_error(root_cause, workers) if workers else root_cause, wire.termination_message_path()
+            )
+    return pod_exit_code(torchrun_exit, wire.termination_message_path())
 
 
 @contextmanager

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     reports.add_argument(
         "--status-reports-tls-dir", metavar="DIR", help="its certificate and key (tls.crt, tls.key) and CA (ca.crt)"
     )
+    reports.add_argument(
+        "--agent-image",
+        metavar="IMAGE",
+        help="an image with ScaleTrain (the operator's): its init container brings a script of one's own the agent "
+        "that restarts its gang in place; none: such gangs are recreated",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser
 
@@ -97,7 +103,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         config = replace(config, network_policy_from=args.network_policy_from)
     if args.probe_priority_class is not None:
         config = replace(config, probe_priority_class=args.probe_priority_class)
-    for name in ("status_reports_port", "status_reports_url", "status_reports_tls_dir"):
+    for name in ("status_reports_port", "status_reports_url", "status_reports_tls_dir", "agent_image"):
         if getattr(args, name) is not None:
             config = replace(config, **{name: getattr(args, name)})
     if args.peering:

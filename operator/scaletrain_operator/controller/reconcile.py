@@ -186,7 +186,8 @@ def _decide(
     next_gang_generation = gang_generation if current is None and not gone else gang_generation + 1
     rendered = with_spec_hash(render_job(job, next_gang_generation, uses_workload=uses_workload))
     in_place_endpoint = settings.status_endpoint if settings.restarts_in_place else None
-    desired = restarting_in_place(reporting_to(rendered, job, settings.status_endpoint), job, in_place_endpoint)
+    reporting = reporting_to(rendered, job, settings.status_endpoint)
+    desired = restarting_in_place(reporting, job, in_place_endpoint, settings.agent_image)
     probe = observed.probe["metadata"]["name"] if observed.probe is not None else None
     draft = Draft(
         status,
@@ -275,9 +276,9 @@ def _say_if_recreated(job: ScaleTrainJob, draft: Draft, settings: OperatorConfig
     dry run found out) says so once, in a condition and an Event: its gangs are recreated. (An operator that serves
     no status-report endpoint, which the pods' agents ask, recreates them too: its log says so when it starts.)"""
     status = draft.status
-    if not restarts_in_place(job) or ConditionType.IN_PLACE_RESTARTS_UNAVAILABLE in status.conditions:
+    if ConditionType.IN_PLACE_RESTARTS_UNAVAILABLE in status.conditions or settings.restarts_in_place:
         return
-    if settings.status_endpoint is None or settings.restarts_in_place:
+    if settings.status_endpoint is None or not restarts_in_place(job, settings.agent_image):
         return
     message = (
         "spec.restartStrategy is InPlace, but the API server does not take a container's restart rule "

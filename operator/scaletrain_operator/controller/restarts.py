@@ -47,7 +47,7 @@ from ..render.child_annotations import (
     size_of,
     start_after,
 )
-from ..render.in_place import restarts_in_place, runs_in_place
+from ..render.in_place import runs_in_place
 from .decision import (
     ChildJobPatch,
     Decision,
@@ -181,7 +181,7 @@ def can_restart_in_place(
     resize under way); and every pod of it runs, on a node the next gangs do not avoid (`avoided`). `pods` as the
     kubelet reports them: a pod whose agent said its workload ended still runs, waiting for the word."""
     return (
-        restarts_in_place(job)
+        job.spec.restart_strategy == "InPlace"
         and runs_in_place(current)
         and hash_of(current) == hash_of(desired)
         and planned_resize(current)[0] is None

@@ -42,6 +42,9 @@ class OperatorConfig:
     status_reports_port: int = 0
     status_reports_url: str = ""
     status_reports_tls_dir: str = ""
+    # The image of the init container that brings a script of one's own's pods the in-place agent (the chart gives
+    # the operator's own, which has it); "": such gangs are recreated (render/in_place.py).
+    agent_image: str = ""
     # This replica's own pod (the chart sets them from the downward API), labelled while it is the active one
     # (naming.ACTIVE_REPLICA_LABEL); "": not labelled (an operator outside a pod).
     pod_name: str = ""

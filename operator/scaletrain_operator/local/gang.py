@@ -74,6 +74,10 @@ WORKDIR_PARTS = ("logs", "volumes", "pods")  # what run-local writes under the w
 POD_NETWORK_ENV = "SCALETRAIN_POD_NETWORK"  # auto (the default), namespaces or loopback
 POD_FILESYSTEM_ENV = "SCALETRAIN_POD_FILESYSTEM"  # auto (the default), contained or shared
 LOCK_FILE = ".run-local.lock"  # in the workdir: locked while a run holds it, with the holder's pid
+# No image brings a script of one's own the agent here: its gang is recreated. The executor refuses a command it
+# cannot start before the pod runs, a clear error at once, which an agent in front of the command would turn into
+# a failed workload.
+LOCAL_AGENT_IMAGE = ""
 
 
 class WorkdirBusy(OSError):
@@ -159,8 +163,9 @@ class Gang:
         self.executor, self.gpus, self.per_node, self.reports = executor, gpus, job.spec.gpus_per_node, reports
         endpoint = reports.endpoint if reports is not None else None
         rendered = render_job(job, generation)
-        self.in_place = endpoint is not None and restarts_in_place(job)
-        self.specs = indexed_pods(restarting_in_place(reporting_to(rendered, job, endpoint), job, endpoint))
+        self.in_place = endpoint is not None and restarts_in_place(job, LOCAL_AGENT_IMAGE)
+        restarting = restarting_in_place(reporting_to(rendered, job, endpoint), job, endpoint, LOCAL_AGENT_IMAGE)
+        self.specs = indexed_pods(restarting)
         self.metrics_port = job.spec.metrics_port
         # Where the config's paths lie, from rank 0 without the status-report volume (the node's to make).
         training, rank_0 = job.spec.training, indexed_pods(rendered)[0]
@@ -381,7 +386,7 @@ def _run(job: ScaleTrainJob, executor: PodExecutor, gpus: list[str]) -> int:
     # A script of one's own may push its progress (the Kubeflow Trainer status protocol), as to the operator; the
     # built-in trainer's agents ask there how to restart in place.
     directory = executor.root / "status-reports"
-    needed = pushes_reports(job) or restarts_in_place(job)
+    needed = pushes_reports(job) or restarts_in_place(job, LOCAL_AGENT_IMAGE)
     reports = LocalReports(job, executor.network.host_ip, directory) if needed else None
     with ProgressView(job) as view, reports or contextlib.nullcontext():
         view.say(

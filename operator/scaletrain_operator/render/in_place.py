@@ -9,7 +9,9 @@ keeps its node, IP, volumes and devices. What it needs:
 - the rule, beside a container restartPolicy (the API server takes rules only with one): Never, so that any other
   exit ends the container as before, and the gang policy judges it.
 
-Only the built-in trainer, whose image has the agent. Added after the spec hash is taken, as the endpoint is."""
+The built-in trainer's image has the agent. A script of one's own runs in an image that need not: an init container
+from the agent image (the operator's) writes the agent, as one file (scaletrain_trainer/agent_bundle.py), onto the
+emptyDir, and the image's `python3` (3.10 or later) runs it. Added after the spec hash is taken, as the endpoint is."""
 
 from __future__ import annotations
 
@@ -23,18 +25,21 @@ from scaletrain_trainer.contract.exit_codes import EXIT_RESTART_IN_PLACE
 from ..api import naming
 from ..api.conditions import RESTART_ALL_CONTAINERS
 from ..api.job import ScaleTrainJob
+from .children import TRAINER_SECURITY
 from .status_reports import Endpoint, with_endpoint
 
 AGENT = ["python", "-m", "scaletrain_trainer.agent", "--"]
 STATE_VOLUME = "scaletrain-agent"
 STATE_DIR = "/var/run/scaletrain/agent"
+AGENT_WRITER = "scaletrain-agent"  # a script of one's own's init container: it writes the agent to STATE_DIR
+BUNDLED_AGENT = ["python3", f"{STATE_DIR}/{wire.AGENT_BUNDLE}", "--"]
 RESTART_RULE = {"action": RESTART_ALL_CONTAINERS, "exitCodes": {"operator": "In", "values": [EXIT_RESTART_IN_PLACE]}}
 
 
-def restarts_in_place(job: ScaleTrainJob) -> bool:
-    """Whether the job's gangs restart in place: as spec.restartStrategy says, and only the built-in trainer, whose
-    image runs the agent."""
-    return job.spec.restart_strategy == "InPlace" and job.spec.command is None
+def restarts_in_place(job: ScaleTrainJob, agent_image: str) -> bool:
+    """Whether the job's gangs restart in place: as spec.restartStrategy says; a script of one's own where there is
+    an image to bring its pods the agent (`agent_image`)."""
+    return job.spec.restart_strategy == "InPlace" and (job.spec.command is None or bool(agent_image))
 
 
 def restart_rule_probe() -> dict[str, Any]:
@@ -51,6 +56,18 @@ def restart_rule_probe() -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {"template": {"spec": pod}}}
 
 
+def agent_writer(agent_image: str) -> dict[str, Any]:
+    """The init container that writes the agent onto the emptyDir, for a script of one's own."""
+    return {
+        "name": AGENT_WRITER,
+        "image": agent_image,
+        "command": ["python", "-m", "scaletrain_trainer.agent_bundle", STATE_DIR],
+        "volumeMounts": [{"name": STATE_VOLUME, "mountPath": STATE_DIR}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+        "securityContext": copy.deepcopy(TRAINER_SECURITY),
+    }
+
+
 def runs_in_place(child_job: Mapping[str, Any]) -> bool:
     """Whether the pods of a gang's Job restart in place: its trainer container has the restart rule."""
     pod = child_job["spec"]["template"]["spec"]
@@ -58,10 +75,12 @@ def runs_in_place(child_job: Mapping[str, Any]) -> bool:
     return RESTART_RULE in (trainer.get("restartPolicyRules") or ())
 
 
-def restarting_in_place(rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: Endpoint | None) -> dict[str, Any]:
+def restarting_in_place(
+    rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: Endpoint | None, agent_image: str
+) -> dict[str, Any]:
     """`rendered_job` with its pods run by the agent and restarted in place; unchanged where they are not (no
-    endpoint, spec.restartStrategy Recreate, or a script of one's own)."""
-    if endpoint is None or not restarts_in_place(job):
+    endpoint, spec.restartStrategy Recreate, or a script of one's own with no `agent_image`)."""
+    if endpoint is None or not restarts_in_place(job, agent_image):
         return rendered_job
     variables = {
         wire.IN_PLACE_URL_ENV: endpoint.base_url.rstrip("/") + wire.IN_PLACE_PATH,
@@ -71,7 +90,11 @@ def restarting_in_place(rendered_job: dict[str, Any], job: ScaleTrainJob, endpoi
     pod = restarting["spec"]["template"]["spec"]
     pod["volumes"] = [*pod.get("volumes", []), {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}]
     trainer = next(c for c in pod["containers"] if c["name"] == naming.TRAINER_CONTAINER)
-    trainer["command"] = [*AGENT, *trainer["command"]]
+    if job.spec.command is None:
+        trainer["command"] = [*AGENT, *trainer["command"]]
+    else:
+        pod["initContainers"] = [agent_writer(agent_image), *pod.get("initContainers", [])]
+        trainer["command"] = [*BUNDLED_AGENT, *trainer["command"]]
     trainer["restartPolicy"] = "Never"
     trainer["restartPolicyRules"] = [copy.deepcopy(RESTART_RULE)]
     trainer["volumeMounts"] = [*trainer.get("volumeMounts", []), {"name": STATE_VOLUME, "mountPath": STATE_DIR}]

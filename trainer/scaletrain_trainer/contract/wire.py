@@ -9,7 +9,9 @@ and the trainer code that produces its value.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 # The environment of the trainer container: set by the operator's renderer, read by the trainer.
@@ -50,6 +52,12 @@ TRAINER_GID = 10001
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes: the kubelet keeps at most this much of one container's message
 
+
+def termination_message_path() -> Path:
+    """Where this process writes its termination message: TERMINATION_LOG_ENV's path, else Kubernetes' default."""
+    return Path(os.environ.get(TERMINATION_LOG_ENV, TERMINATION_MESSAGE_PATH))
+
+
 # The operator's status-report endpoint, as the Kubeflow Trainer status protocol names it for a pod: its URL, and
 # the files of a token that names the pod and of the CA that signed the endpoint's certificate.
 REPORT_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
@@ -70,6 +78,7 @@ IN_PLACE_URL_ENV = "SCALETRAIN_IN_PLACE_URL"  # set where the gang restarts in p
 # A file on a volume that outlives the pod's containers (an emptyDir): the generation the agent last ran. Found at
 # start, it says the pod was restarted in place, and so must wait at the barrier for a newer generation.
 IN_PLACE_STATE_ENV = "SCALETRAIN_IN_PLACE_STATE"
+AGENT_BUNDLE = "agent.pyz"  # the agent as one file (agent_bundle.py), for a script of one's own's pods
 READY, RUNNING, ENDED = "ready", "running", "ended"
 RUN, RESTART, END, WAIT = "run", "restart", "end", "wait"
 HOLD_SECONDS = 20.0  # the longest the endpoint holds a call; an agent waits a little longer for the answer

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -253,10 +252,6 @@ def _start_server(port: int, reporter: MetricsReporter) -> ProgressServer | None
     return server
 
 
-def termination_message_path() -> Path:
-    return Path(os.environ.get(wire.TERMINATION_LOG_ENV, wire.TERMINATION_MESSAGE_PATH))
-
-
 # The last optimizer step this process completed (or resumed at), None before training: every result the
 # trainer records says where the run stood, whichever part of it stopped the run.
 _last_completed_step: int | None = None
@@ -276,7 +271,7 @@ def with_step(summary: dict[str, Any]) -> dict[str, Any]:
 
 def write_termination_message(summary: dict[str, Any]) -> None:
     """Kubernetes copies this file into the pod's status, where the operator and `kubectl describe` see it."""
-    path = termination_message_path()
+    path = wire.termination_message_path()
     if not path.exists():
         return
     try:
