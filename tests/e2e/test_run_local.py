@@ -135,7 +135,9 @@ def test_a_dead_node_restarts_the_gang_in_place_which_resumes_from_the_checkpoin
     job = tiny_job("local-crash", {"data": crash}, maxRestarts=2)
     result = run_local(write_job(tmp_path, job), "--workdir", workdir, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "gang restart 1/2 from the last checkpoint; the next gang starts in place" in result.stderr
+    # Why, in the end of the dead rank's log (it wrote no termination message), then how the gang goes on.
+    restart = next(line for line in result.stderr.splitlines() if "gang restart 1/2 from the last checkpoint" in line)
+    assert "exitcode  : 13" in result.stderr and result.stderr.count("the next gang starts in place") == 1, restart
     # The same two pods ran both generations: no pod of a second gang was made.
     assert sorted(log.name.split("-")[2] for log in (workdir / "logs").glob("local-crash-*.log")) == ["g0", "g0"]
     assert "local-crash: Succeeded" in result.stdout and "1 restart(s)" in result.stdout

@@ -64,6 +64,20 @@ def test_a_gang_the_operator_ends_leaves_each_pod_its_workloads_own_code(tmp_pat
         assert failed.wait(10) == 3
 
 
+def test_a_workload_that_fails_with_no_termination_message_is_said_by_the_end_of_its_log(tmp_path):
+    """As the kubelet's FallbackToLogsOnError says a container that wrote no message: a script's own torchrun
+    writes its worker's error to its log (and to TORCHELASTIC_ERROR_FILE, which is not the termination log)."""
+    script = "import sys\nfor n in range(100): print(f'line {n}')\nsys.exit('ValueError: shard 7 is corrupt')"
+    with in_place_endpoint(tmp_path) as endpoint:
+        endpoint.gangs.want(JOB, 0, ranks=1)
+        failed = agent(endpoint, 0, script)
+        (said,) = wait_until(lambda: endpoint.gangs.outcomes(JOB, 0), 30, "the outcome").values()
+        endpoint.gangs.end(JOB, 0)
+        assert failed.wait(10) == 1
+    lines = said.message.splitlines()
+    assert lines[-1] == "ValueError: shard 7 is corrupt" and lines[0] == "line 21" and len(lines) == 80
+
+
 def test_a_stop_signal_ends_the_wait_for_a_verdict(tmp_path):
     with in_place_endpoint(tmp_path) as endpoint:
         endpoint.gangs.want(JOB, 0, ranks=1)
@@ -136,3 +150,7 @@ def test_the_agent_bundled_for_a_script_of_ones_own_runs_on_a_python_without_sca
     missing = subprocess.run([*bundled, "no-such-command"], capture_output=True, text=True, timeout=60, env=env)
     assert missing.returncode == 128 and "Traceback" not in missing.stderr
     assert message.read_text() == "exec: 'no-such-command': No such file or directory"
+    # The workload's output passes through to the pod's own.
+    script = "import sys\nprint('line 0')\nsys.exit('boom: the last words')"
+    failed = subprocess.run([*bundled, sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 1 and failed.stdout == "line 0\n" and "boom: the last words" in failed.stderr

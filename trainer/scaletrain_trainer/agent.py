@@ -33,6 +33,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from .contract import wire
 from .contract.exit_codes import EXIT_HANG, EXIT_RESTART_IN_PLACE
@@ -43,6 +44,8 @@ BARRIER_SECONDS = 900.0  # how long a restarted pod waits for every rank (a repl
 RETRY_SECONDS = 2.0  # between calls that found no operator
 STOP_CHECK_SECONDS = 0.2  # how soon a wait ends after a stop signal
 START_ERROR_EXIT_CODE = 128  # a workload command that cannot be started, as the container runtime reports one
+LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # the end of a log the kubelet's FallbackToLogsOnError keeps
+LOG_DRAIN_SECONDS = 1.0  # how long the end of a workload's output may take to come through
 
 
 @dataclass(frozen=True)
@@ -132,13 +135,18 @@ def main(argv: list[str]) -> int:
         keep_generation(state, generation)
     try:
         workload = subprocess.Popen(
-            command, env=os.environ | {wire.GENERATION_ENV: str(generation)}, start_new_session=True
+            command,
+            env=os.environ | {wire.GENERATION_ENV: str(generation)},
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
     except OSError as error:  # as the container runtime says of a command it cannot start, and with its code
         said = f"exec: {command[0] if command else ''!r}: {error.strerror or error}"
         print(f"scaletrain agent: {said}", file=sys.stderr)
         write_termination_message(said)
         return verdict_on(channel, generation, START_ERROR_EXIT_CODE, said, stop_signals.stopped)
+    log = LogTail(workload)
     stop_signals.forward_to(workload)
     restart = Listener(channel, generation, workload) if channel is not None else None
     code = exit_code(workload.wait())
@@ -146,7 +154,7 @@ def main(argv: list[str]) -> int:
         return EXIT_RESTART_IN_PLACE
     if stop_signals.received is not None:
         return code
-    return verdict_on(channel, generation, code, termination_message(), stop_signals.stopped)
+    return verdict_on(channel, generation, code, termination_message() or log.text(), stop_signals.stopped)
 
 
 def verdict_on(channel: Channel | None, generation: int, code: int, message: str, stopped: threading.Event) -> int:
@@ -157,6 +165,39 @@ def verdict_on(channel: Channel | None, generation: int, code: int, message: str
     ended = {"state": wire.ENDED, "generation": generation, "exitCode": code, "message": message}
     word = channel.until(ended, VERDICT_SECONDS, stopped)
     return EXIT_RESTART_IN_PLACE if word is not None and word.verdict == wire.RESTART else code
+
+
+class LogTail:
+    """The workload's output, passed on to the container's as it comes, its end kept: a failed workload that wrote no
+    termination message is said by the end of its log, as the kubelet says it of a container
+    (terminationMessagePolicy FallbackToLogsOnError), which it no longer does once the pod restarts in place."""
+
+    def __init__(self, workload: subprocess.Popen):
+        self._kept = bytearray()
+        self._lock = threading.Lock()
+        self._copies = [
+            threading.Thread(target=self._copy, args=(source, sink), name="workload-log", daemon=True)
+            for source, sink in ((workload.stdout, sys.stdout.buffer), (workload.stderr, sys.stderr.buffer))
+        ]
+        for copy in self._copies:
+            copy.start()
+
+    def _copy(self, source: IO[bytes], sink: IO[bytes]) -> None:
+        while chunk := os.read(source.fileno(), 65536):
+            sink.write(chunk)
+            sink.flush()
+            with self._lock:
+                self._kept += chunk
+                del self._kept[: -LOG_TAIL_BYTES * 4]
+
+    def text(self) -> str:
+        """The end of the log: its last LOG_TAIL_LINES lines, at most LOG_TAIL_BYTES (the kubelet's bounds)."""
+        for copy in self._copies:  # what the workload wrote last; a child that outlived it may hold the pipe
+            copy.join(LOG_DRAIN_SECONDS)
+        with self._lock:
+            kept = bytes(self._kept)
+        lines = kept.decode(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        return "\n".join(lines)[-LOG_TAIL_BYTES:]
 
 
 class Listener:
