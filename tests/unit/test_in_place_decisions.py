@@ -189,3 +189,15 @@ def test_a_gang_whose_rank_0_broke_its_promise_restarts_in_place_as_hung(tmp_pat
     assert decision.patch_child_job.annotations[GANG_GENERATION_ANNOTATION] == "1"
     assert [(e.reason, e.type) for e in decision.events] == [("Hang", "Warning"), ("Restarting", "Warning")]
     assert decision.status["restarts"] == 1 and decision.in_place == InPlaceWord(1, 2, NOW)
+
+
+def test_a_gang_at_its_barrier_that_kueue_preempts_ends_at_once_not_after_its_backoff(tmp_path):
+    until = NOW + timedelta(seconds=60)
+    job = scaletrain_job(
+        status=running_status(phase="Restarting", gangGeneration=1, restarts=1, nextGangAt=rfc3339(until)),
+        queueName="team",
+    )
+    notes = {GANG_GENERATION_ANNOTATION: "1", RESTARTS_ANNOTATION: "1", START_AFTER_ANNOTATION: rfc3339(until)}
+    suspended = gang_job(job, 0, in_place=True, annotations=notes, suspend=True)  # by Kueue: no note of ours
+    decision = decide(job, observed(job, {1: suspended}, running_pods()), NOW, in_place_settings(tmp_path))
+    assert [e.reason for e in decision.events][:1] == ["Preempted"] and decision.delete_child_jobs == ("demo-g0",)

@@ -246,8 +246,6 @@ def _decide(
         return _spec_changed(job, draft, current, for_gang(job, desired, ledger), observed.pods, gang_generation)
     if (until := held_until(current)) is not None and not job.spec.suspend:
         return start_after_backoff(draft, current, until, job.spec.nodes)
-    if draft.in_place is not None and (waiting := wait_for_release(draft, current)) is not None:
-        return waiting
     if resumed(job, current, status.before.phase):
         # The suspension's SIGTERM ended the pods Failed with exit 80, which the Job's podFailurePolicy may
         # count once the Job runs again (it cannot fail a suspended Job): un-suspended, the Job would fail
@@ -268,6 +266,9 @@ def _decide(
     if (due := broken_promise(job, gang_generation, settings.progress_timeout_seconds)) is not None:
         hang = stalled_message(job, due)
         return gang_ended(job, draft, current, desired, ledger, EventReason.HANG, hang, failing, running)
+    # Restarted in place, the gang waits at its barrier for its backoff: what ends a running gang ends it there too.
+    if draft.in_place is not None and not job.spec.suspend and (waiting := wait_for_release(draft, current)):
+        return waiting
     return _keep_running(job, asked, draft, current, gang_generation, observed, settings.probe_priority_class)
 
 
