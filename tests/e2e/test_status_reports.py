@@ -248,8 +248,10 @@ def test_after_a_failover_a_gang_that_goes_on_reporting_is_not_taken_for_hung(co
                 standby = second if active is first else first
                 door.order = [ports[(first, second).index(replica)] for replica in (active, standby)]
                 command = ["python", "-m", "reports_then_hangs", "--reports", "1000", "--interval", str(EVERY_S)]
+                # Pinned: the module's report-node is up too, and its kubelet runs only its own namespace's pods.
                 team.submit("steady", nodes=1, training=DELETE, command=command, env=ENV, maxRestarts=0,
-                            statusReports={"hangAfterSeconds": HANG_AFTER_S})  # fmt: skip
+                            statusReports={"hangAfterSeconds": HANG_AFTER_S},
+                            nodeSelector={"kubernetes.io/hostname": "failover-node"})  # fmt: skip
                 team.wait_status("steady", lambda s: (s.get("progress") or {}).get("step", 0) >= 2, WHOLE_JOB_S)
                 active.kill()  # no goodbye: its peering record stays until it expires
                 active.wait(OPERATOR_STOP_S)
