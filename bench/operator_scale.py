@@ -31,9 +31,8 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,8 @@ from kubernetes import client, watch
 
 from scaletrain_operator.api import naming
 from scaletrain_testing.audit import AuditLog, Request
-from scaletrain_testing.control_plane import KUBERNETES_VERSION, ControlPlane, free_ports
+from scaletrain_testing.control_plane import KUBERNETES_VERSION, ControlPlane, free_ports, given_or_started
+from scaletrain_testing.fake_nodes import fake_nodes, placed_on_fake_nodes
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import Team, install_operator, operator_process
 
@@ -53,7 +53,6 @@ CLIENTS = 10  # client threads creating the jobs, and failing their pods, "at on
 QUIET_SECONDS = 1.0  # the operator is done once it has made no request for this long
 READS = frozenset({"get", "list", "watch"})
 PODS_PER_NODE = 500  # a fake Node's pod capacity; the Nodes hold two generations of every gang
-BENCH_TAINT = "scaletrain.io/bench"  # on the fake Nodes: only the benchmark's jobs tolerate (and select) them
 FAILED_EXIT_CODE = 1  # a rank's failure that the gang policy answers with a restart
 
 
@@ -164,33 +163,9 @@ def listed_all(audit: AuditLog, user: str, since: int) -> bool:
     return set(WATCHED) <= {r.resource for r in requests if r.verb == "list" and r.code == 200}
 
 
-@contextmanager
-def fake_nodes(kube: Kube, namespace: str, count: int) -> Iterator[None]:
-    """`count` Ready Nodes with room for PODS_PER_NODE pods each, as a kubelet would register them, but with
-    no kubelet: the scheduler binds pods there and they stay Pending. They are tainted and labelled for
-    `namespace`, so that only its jobs (bench_spec) land there, not a test's on a shared control plane."""
-    names = [f"{namespace}-node-{index}" for index in range(count)]
-    capacity = {"cpu": "1000", "memory": "4Ti", "pods": str(PODS_PER_NODE)}
-    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "a benchmark's fake node"}
-    taint = {"key": BENCH_TAINT, "value": namespace, "effect": "NoSchedule"}
-    try:
-        for name in names:
-            labels = {"kubernetes.io/hostname": name, BENCH_TAINT: namespace}
-            kube.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
-            kube.set_status("nodes", None, name, {"capacity": capacity, "allocatable": capacity, "conditions": [ready]})
-            # The API server taints a new Node not-ready; the node lifecycle controller, not run here, would
-            # lift that once the Node reports Ready. The benchmark's own taint replaces it.
-            kube.patch("nodes", None, name, {"spec": {"taints": [taint]}})
-        yield
-    finally:
-        for name in names:
-            kube.delete("nodes", None, name)
-
-
 def bench_spec(namespace: str) -> dict[str, Any]:
-    """What each job's spec adds: its gang goes to the namespace's fake Nodes (fake_nodes)."""
-    toleration = {"key": BENCH_TAINT, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}
-    return {"nodes": NODES, "nodeSelector": {BENCH_TAINT: namespace}, "tolerations": [toleration]}
+    """What each job's spec adds: its gang of NODES pods, on the namespace's fake Nodes."""
+    return {"nodes": NODES} | placed_on_fake_nodes(namespace)
 
 
 def at_once(action: Callable[[str], object], names: list[str]) -> dict[str, float]:
@@ -294,7 +269,7 @@ def measure(control_plane: ControlPlane, jobs: int, timeout: float, workdir: Pat
     audit = control_plane.audit
     names = [f"job-{index:04d}" for index in range(jobs)]
     started = audit.mark()
-    with fake_nodes(team.kube, namespace, math.ceil(2 * jobs * NODES / PODS_PER_NODE)):
+    with fake_nodes(team.kube, namespace, math.ceil(2 * jobs * NODES / PODS_PER_NODE), PODS_PER_NODE):
         (metrics_port,) = free_ports(1)
         with operator_process(install, *FLAGS, "--metrics-port", str(metrics_port)) as operator:
             wait_for(lambda: listed_all(audit, install.user, started), "the operator to list what it watches", timeout)
@@ -388,12 +363,8 @@ def main(argv: list[str] | None = None, control_plane: ControlPlane | None = Non
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for each wait of the run")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="operator-scale-") as workdir:
-        if control_plane is None:
-            with ControlPlane() as started:
-                result = measure(started, args.jobs, args.timeout, Path(workdir))
-        else:
-            result = measure(control_plane, args.jobs, args.timeout, Path(workdir))
+    with tempfile.TemporaryDirectory(prefix="operator-scale-") as workdir, given_or_started(control_plane) as plane:
+        result = measure(plane, args.jobs, args.timeout, Path(workdir))
     args.results_dir.mkdir(parents=True, exist_ok=True)
     (args.results_dir / "operator_scale.json").write_text(json.dumps(result, indent=2))
     print_table(result)

@@ -91,6 +91,21 @@ def test_operator_scale_benchmark_runs(tmp_path, control_plane):
     assert restart["seconds"]["p95"] > 0 and restart["reconcilesPerJob"] >= 1
 
 
+def test_gang_restart_benchmark_restarts_in_place_with_two_kubelet_writes_per_pod(tmp_path, control_plane):
+    """In this process, on the session's control plane. In place, no pod is created or deleted: each pod's status
+    is written twice (killed, running again) and the Job patched once; recreated, every pod is made anew."""
+    spec = importlib.util.spec_from_file_location("gang_restart", REPO / "bench" / "gang_restart.py")
+    gang_restart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gang_restart)
+    gang_restart.main(["--pods", "6", "--rounds", "1", "--results-dir", str(tmp_path)], control_plane=control_plane)
+    report = json.loads((tmp_path / "gang_restart.json").read_text())
+    (in_place,), (recreated,) = report["restarts"]["InPlace"], report["restarts"]["Recreate"]
+    assert in_place["podsCreated"] == 0 and "delete pods" not in in_place["writes"]
+    assert in_place["writes"]["patch pods/status"] == 2 * 6 and in_place["writes"]["patch jobs.batch"] == 1
+    assert recreated["podsCreated"] == 6 and recreated["writes"]["create jobs.batch"] == 1
+    assert 0 < in_place["seconds"] and 0 < recreated["seconds"]
+
+
 def test_status_report_benchmark_runs(tmp_path):
     report = _bench("status_reports.py", tmp_path, "--reports", "20", "--hogs", "4", "--rounds", "1")
     assert set(report["medians"]) == {"alone", "besideHogs"}

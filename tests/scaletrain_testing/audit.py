@@ -29,6 +29,7 @@ class Request:
     name: str | None
     code: int  # the response's HTTP status
     dry_run: bool = False  # made nowhere (the operator's probe of the restart rule): no write
+    user: str = ""  # who made it
 
     @property
     def is_write(self) -> bool:
@@ -43,9 +44,9 @@ class AuditLog:
         """A position: `requests(after=mark)` then counts only later requests."""
         return self.path.stat().st_size if self.path.exists() else 0
 
-    def requests(self, user: str, after: int = 0, settle_seconds: float = 0.5) -> list[Request]:
-        """The resource requests `user` made since `after` (discovery and other non-resource paths left
-        out). Waits `settle_seconds` first: the server logs a request once its response is complete."""
+    def requests(self, user: str | None, after: int = 0, settle_seconds: float = 0.5) -> list[Request]:
+        """The resource requests `user` (None: anyone) made since `after` (discovery and other non-resource paths
+        left out). Waits `settle_seconds` first: the server logs a request once its response is complete."""
         time.sleep(settle_seconds)
         with self.path.open("rb") as log:
             log.seek(after)
@@ -54,14 +55,17 @@ class AuditLog:
         for line in lines:
             event = json.loads(line)
             target = event.get("objectRef")
-            if event["user"]["username"] != user or not target or "resource" not in target:
+            made_by = event["user"]["username"]
+            if user not in (None, made_by) or not target or "resource" not in target:
                 continue
             resource = f"{target['resource']}.{target['apiGroup']}" if target.get("apiGroup") else target["resource"]
             if target.get("subresource"):
                 resource += f"/{target['subresource']}"
             code = event.get("responseStatus", {}).get("code", 0)
             dry_run = "dryRun=All" in event.get("requestURI", "")
-            found.append(Request(event["verb"], resource, target.get("namespace"), target.get("name"), code, dry_run))
+            found.append(
+                Request(event["verb"], resource, target.get("namespace"), target.get("name"), code, dry_run, made_by)
+            )
         return found
 
 

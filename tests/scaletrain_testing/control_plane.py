@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -483,6 +483,16 @@ class ControlPlane(StartedWhileEntered):
         }
         path.write_text(yaml.safe_dump(config))
         path.chmod(0o600)
+
+
+@contextlib.contextmanager
+def given_or_started(control_plane: ControlPlane | None) -> Iterator[ControlPlane]:
+    """`control_plane` (the tests pass theirs to a benchmark), or one started for the block."""
+    if control_plane is not None:
+        yield control_plane
+        return
+    with ControlPlane() as started:
+        yield started
 
 
 def launch(

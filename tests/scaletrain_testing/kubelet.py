@@ -231,27 +231,7 @@ class Kubelet:
     # ---- pods ----
 
     def _watch_pods(self) -> None:
-        """List, then watch from there, as an informer does; a watch that expired starts over."""
-        core = client.CoreV1Api(self.api)
-        while not self._stop.is_set():
-            listed = self.kube.request("GET", "/api/v1/pods", query=[("fieldSelector", "spec.nodeName!=")])
-            for pod in listed["items"]:
-                self._dispatch(pod, deleted=False)
-            version = listed["metadata"]["resourceVersion"]
-            try:
-                while not self._stop.is_set():
-                    for event in watch.Watch().stream(
-                        core.list_pod_for_all_namespaces, field_selector="spec.nodeName!=", resource_version=version,
-                        timeout_seconds=WATCH_S, allow_watch_bookmarks=True,
-                    ):  # fmt: skip
-                        version = event["raw_object"]["metadata"]["resourceVersion"]
-                        if event["type"] != "BOOKMARK":
-                            self._dispatch(event["raw_object"], deleted=event["type"] == "DELETED")
-            except ApiException as error:
-                if error.status != 410:  # Gone: the version is too old; list again
-                    raise
-            except HTTPError:  # the API server went away (the session is ending): try again, or stop
-                time.sleep(POD_SYNC_S)
+        watch_pods(self.kube, self._stop, self._dispatch, field_selector="spec.nodeName!=")
 
     def _dispatch(self, pod: dict[str, Any], deleted: bool) -> None:
         if pod["spec"].get("nodeName") not in self.nodes:
@@ -308,7 +288,7 @@ class Kubelet:
         """One volume source's files, by path."""
         metadata = pod["metadata"]
         if "serviceAccountToken" in source:
-            return {source["serviceAccountToken"]["path"]: self._token(pod, source["serviceAccountToken"])}
+            return {source["serviceAccountToken"]["path"]: pod_token(self.kube, pod, source["serviceAccountToken"])}
         if "downwardAPI" in source:  # metadata fields only: a volume cannot hold the pod's IP
             fields = PodFields("", "", pod["spec"]["nodeName"])
             items = source["downwardAPI"].get("items") or []
@@ -327,19 +307,6 @@ class Kubelet:
         }
         items = reference.get("items") or [{"key": key, "path": key} for key in data]
         return {item["path"]: data[item["key"]] for item in items if item["key"] in data}
-
-    def _token(self, pod: dict[str, Any], projection: dict[str, Any]) -> bytes:
-        """A service-account token bound to the pod, from the TokenRequest API, as the kubelet gets it."""
-        metadata = pod["metadata"]
-        spec = {
-            "audiences": [projection["audience"]] if projection.get("audience") else [],
-            "expirationSeconds": projection.get("expirationSeconds", 3600),
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": metadata["name"], "uid": metadata["uid"]},
-        }
-        account = pod["spec"].get("serviceAccountName", "default")
-        path = f"/api/v1/namespaces/{metadata['namespace']}/serviceaccounts/{account}/token"
-        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-        return self.kube.request("POST", path, request)["status"]["token"].encode()
 
     def _wait_for_object(self, kind: str, namespace: str, name: str, optional: bool) -> dict[str, Any] | None:
         """A Secret or ConfigMap, waited for a while unless optional (the kubelet waits for ever); None if
@@ -365,6 +332,58 @@ class Kubelet:
         except Exception as error:  # reported on exit
             if not self._stop.is_set():
                 self.errors.append(error)
+
+
+def watch_pods(
+    kube: Kube,
+    stop: threading.Event,
+    dispatch: Callable[[dict[str, Any], bool], None],
+    namespace: str | None = None,
+    field_selector: str | None = None,
+) -> None:
+    """`dispatch(pod, deleted)` for each pod of `namespace` (None: every namespace's) and each change to one, until
+    `stop`: a list, then a watch from there, as an informer does; a watch that expired starts over."""
+    core = client.CoreV1Api(kube.api)
+    path, list_call, args = (
+        (f"/api/v1/namespaces/{namespace}/pods", core.list_namespaced_pod, (namespace,))
+        if namespace
+        else ("/api/v1/pods", core.list_pod_for_all_namespaces, ())
+    )
+    selected = {"field_selector": field_selector} if field_selector else {}
+    while not stop.is_set():
+        listed = kube.request("GET", path, query=[("fieldSelector", field_selector)] if field_selector else [])
+        for pod in listed["items"]:
+            dispatch(pod, False)
+        version = listed["metadata"]["resourceVersion"]
+        try:
+            while not stop.is_set():
+                for event in watch.Watch().stream(
+                    list_call, *args, **selected, resource_version=version, timeout_seconds=WATCH_S,
+                    allow_watch_bookmarks=True,
+                ):  # fmt: skip
+                    version = event["raw_object"]["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        dispatch(event["raw_object"], event["type"] == "DELETED")
+        except ApiException as error:
+            if error.status != 410:  # Gone: the version is too old; list again
+                raise
+        except HTTPError:  # the API server went away (the session is ending): try again, or stop
+            time.sleep(POD_SYNC_S)
+
+
+def pod_token(kube: Kube, pod: dict[str, Any], projection: dict[str, Any]) -> bytes:
+    """A service-account token bound to the pod, for a projected volume's serviceAccountToken `projection`, from the
+    TokenRequest API, as the kubelet gets it."""
+    metadata = pod["metadata"]
+    spec = {
+        "audiences": [projection["audience"]] if projection.get("audience") else [],
+        "expirationSeconds": projection.get("expirationSeconds", 3600),
+        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": metadata["name"], "uid": metadata["uid"]},
+    }
+    account = pod["spec"].get("serviceAccountName", "default")
+    path = f"/api/v1/namespaces/{metadata['namespace']}/serviceaccounts/{account}/token"
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    return kube.request("POST", path, request)["status"]["token"].encode()
 
 
 def describe(error: BaseException) -> str:
