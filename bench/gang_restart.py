@@ -8,7 +8,8 @@ in-place gang has the real agent's channel to the operator. Once the job runs, o
 1); the gang policy restarts the gang. Per restart:
 
 - **seconds**: from the failure until every pod's workload runs again (in place: the operator released the next
-  generation to every agent; recreated: every pod of the next gang is Running);
+  generation to every agent; recreated: every pod of the next gang is Running); in place, also until every agent
+  was told to restart, and until every pod had restarted (its kubelet's two writes made);
 - **API writes per pod**: every client's writes in the job's namespace (the operator, the Job controller, the
   garbage collector, the scheduler, the simulated kubelet), from the failure until the job shows the restart and
   all is quiet; Events apart;
@@ -42,7 +43,7 @@ from scaletrain_testing.fake_nodes import fake_nodes, placed_on_fake_nodes
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import Team, install_operator, operator_process
-from scaletrain_testing.simulated_kubelet import SimulatedKubelet
+from scaletrain_testing.simulated_kubelet import RESTARTED, STARTED, TOLD, SimulatedKubelet
 from scaletrain_testing.waiting import wait_until
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -51,6 +52,8 @@ PODS_PER_NODE = 250  # a fake Node's pod capacity
 QUIET_SECONDS = 2.0  # the restart's requests are all in once the API has had none for this long
 NOT_COUNTED = frozenset({"events", "events.events.k8s.io"})
 TARGET_SECONDS_RATIO, TARGET_WRITES_PER_POD = 0.3, 2.0
+PHASES = {TOLD: "allToldSeconds", RESTARTED: "allRestartedSeconds", STARTED: "seconds"}  # the report's names
+MEDIANS = (*PHASES.values(), "writesPerPod", "podsCreated")
 
 
 def job_spec(strategy: str, pods: int, namespace: str) -> dict[str, Any]:
@@ -74,7 +77,9 @@ def restart_once(
 ) -> dict[str, Any]:
     """Run the job `name`, fail one pod's workload, measure the gang's restart, delete the job."""
     team.submit(name, **job_spec(strategy, pods, team.namespace))
-    wait_until(lambda: len(of_job(kubelet.started_in(0), name)) == pods, timeout, f"every pod of {name} running")
+    wait_until(
+        lambda: len(of_job(kubelet.moments_in(STARTED, 0), name)) == pods, timeout, f"every pod of {name} running"
+    )
     if strategy == "InPlace":
         wait_until(lambda: kubelet.agents_waiting() >= pods, timeout, f"every agent of {name} heard by the operator")
     team.wait_phase(name, "Running", timeout)
@@ -82,13 +87,16 @@ def restart_once(
     (failing,) = team.kube.list("pods", team.namespace, selector)
     mark, began = audit.mark(), time.monotonic()
     kubelet.fail(failing["metadata"]["name"])
-    wait_until(lambda: len(of_job(kubelet.started_in(1), name)) == pods, timeout, f"every pod of {name} running again")
-    seconds = max(of_job(kubelet.started_in(1), name).values()) - began
+    again = f"every pod of {name} running again"
+    wait_until(lambda: len(of_job(kubelet.moments_in(STARTED, 1), name)) == pods, timeout, again)
+    # In place, each pod is also told to restart, then restarts, before it starts: until the last pod's of each.
+    last = {kind: max(of_job(kubelet.moments_in(kind, 1), name).values(), default=None) for kind in PHASES}
+    phases = {PHASES[kind]: at - began for kind, at in last.items() if at is not None}
     team.wait_status(name, lambda s: s.get("restarts") == 1 and s.get("phase") == "Running", timeout)
     requests = quiet_requests(audit, mark, team.namespace, timeout)
     team.kube.delete("stj", team.namespace, name)
     wait_until(lambda: not team.kube.list("pods", team.namespace), timeout, f"the pods of {name} gone")
-    return restart_report(seconds, requests, pods)
+    return phases | restart_report(requests, pods)
 
 
 def quiet_requests(audit: AuditLog, after: int, namespace: str, timeout: float) -> list[Request]:
@@ -111,10 +119,9 @@ def counted(request: Request) -> bool:
     return request.is_write and request.resource not in NOT_COUNTED
 
 
-def restart_report(seconds: float, writes: list[Request], pods: int) -> dict[str, Any]:
+def restart_report(writes: list[Request], pods: int) -> dict[str, Any]:
     by_kind = Counter(f"{r.verb} {r.resource}" for r in writes)
     return {
-        "seconds": seconds,
         "writesPerPod": len(writes) / pods,
         "podsCreated": by_kind.get("create pods", 0),
         "writes": dict(sorted(by_kind.items())),
@@ -145,7 +152,7 @@ def measure(control_plane: ControlPlane, pods: int, rounds: int, timeout: float,
     for made in (namespace, f"{namespace}-operator"):
         control_plane.delete_namespace(made)
     medians = {
-        strategy: {key: statistics.median(r[key] for r in runs) for key in ("seconds", "writesPerPod", "podsCreated")}
+        strategy: {key: statistics.median(r[key] for r in runs) for key in MEDIANS if key in runs[0]}
         for strategy, runs in restarts.items()
     }
     return {
@@ -170,6 +177,9 @@ def print_table(result: dict[str, Any]) -> None:
         )
     print(f"in place / recreate, seconds: {result['secondsInPlaceOverRecreate']:.2f} "
           f"(target at most {TARGET_SECONDS_RATIO})")  # fmt: skip
+    told, restarted, released = (result["medians"]["InPlace"][key] for key in PHASES.values())
+    print(f"in place, every pod told to restart after {told:.2f} s, every pod restarted after {restarted:.2f} s, "
+          f"every workload released after {released:.2f} s")  # fmt: skip
     for strategy, runs in result["restarts"].items():
         print(f"{strategy} writes, the first run: {runs[0]['writes']}")
 

@@ -12,8 +12,10 @@ process, but writes for each pod what a kubelet writes, so that what a restart c
   pod is Failed (1 write).
 - **Deletion.** A deleted pod gets its last status and is removed (2 writes).
 
-`started` says when each pod's workload started each generation (time.monotonic()): at the Running write, or
-where there is an agent, when the operator released the generation to it."""
+`moments` says when each pod's workload started each generation (STARTED, time.monotonic()): at the Running write,
+or where there is an agent, when the operator released the generation to it. An agent's in-place restart into a
+generation has two moments more: when the agent was TOLD to restart, and when its pod had RESTARTED (both writes
+made)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from .kubelet import WATCH_S, pod_token, rfc3339, watch_pods
 WRITERS = 32  # threads writing pods' statuses: the kubelets of many nodes write at once
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"  # merges conditions by type, as the kubelet's patch
 FAILED_EXIT_CODE = 1
+STARTED, TOLD, RESTARTED = "started", "told", "restarted"  # the moments of a pod's generation
 POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")
 
 
@@ -47,7 +50,8 @@ class SimulatedKubelet:
 
     def __init__(self, kube: Kube, namespace: str, nodes: Collection[str], ca: Path, workdir: Path):
         self.kube, self.namespace, self.nodes, self.ca, self.workdir = kube, namespace, frozenset(nodes), ca, workdir
-        self.started: dict[tuple[str, int], float] = {}  # (pod name, generation) → when its workload started
+        # Of each kind, (pod name, generation) → when: see the module's docstring.
+        self.moments: dict[str, dict[tuple[str, int], float]] = {STARTED: {}, TOLD: {}, RESTARTED: {}}
         self.errors: list[str] = []
         self._pods: dict[str, SimulatedPod] = {}  # by uid
         self._addresses = 0  # how many pods have had one
@@ -86,11 +90,14 @@ class SimulatedKubelet:
         with self._lock:
             return sum(pod.channel is not None and pod.channel.held.is_set() for pod in self._pods.values())
 
-    def started_in(self, generation: int) -> dict[str, float]:
-        """When each pod's workload started `generation`, by pod name. AssertionError once a write or an agent has
-        failed: what the waits on it would wait for may not come."""
+    def moments_in(self, kind: str, generation: int) -> dict[str, float]:
+        """The moments of `kind` of each pod's `generation`, by pod name. AssertionError once a write or an agent
+        has failed: what the waits on it would wait for may not come."""
         assert not self.errors, self.errors
-        return {name: at for (name, started), at in list(self.started.items()) if started == generation}
+        return {name: at for (name, of), at in list(self.moments[kind].items()) if of == generation}
+
+    def note(self, kind: str, pod: str, generation: int) -> None:
+        self.moments[kind][(pod, generation)] = time.monotonic()
 
     def guarded(self, work: Callable[[], None]) -> None:
         """Run `work`, keeping what went wrong in `errors` (a benchmark fails on any)."""
@@ -157,8 +164,7 @@ class SimulatedPod:
         container = self.latest["spec"]["containers"][0]
         env = {var["name"]: var.get("value") for var in container.get("env") or []}
         if not env.get(wire.IN_PLACE_URL_ENV):
-            generation = int(self.latest["metadata"]["labels"][naming.LABEL_GENERATION])
-            self.kubelet.started[(self.name, generation)] = time.monotonic()
+            self.kubelet.note(STARTED, self.name, int(self.latest["metadata"]["labels"][naming.LABEL_GENERATION]))
             return
         token_file = self.kubelet.workdir / f"{self.uid}.token"
         token_file.write_bytes(tokens[mounted(container, self.latest, env[wire.REPORT_TOKEN_ENV])])
@@ -199,7 +205,7 @@ class SimulatedPod:
     def _agent(self, generation: int) -> None:
         """The agent (agent.main), with a workload that runs until it is failed."""
         assert self.channel is not None
-        self.kubelet.started[(self.name, generation)] = time.monotonic()
+        self.kubelet.note(STARTED, self.name, generation)
         while not self._stopped.is_set():
             word = self.channel.until(
                 {"state": wire.RUNNING, "generation": generation}, BARRIER_SECONDS, self._interrupt
@@ -221,13 +227,16 @@ class SimulatedPod:
                     return
             elif not restarts(word):
                 continue
+            assert word is not None
+            self.kubelet.note(TOLD, self.name, word.generation)
             self._restart_in_place()
+            self.kubelet.note(RESTARTED, self.name, word.generation)
             ready = {"state": wire.READY, "generation": generation}
             word = self.channel.until(ready, BARRIER_SECONDS, self._stopped)
             if word is None or word.verdict != wire.RUN:
                 return
             generation = word.generation
-            self.kubelet.started[(self.name, generation)] = time.monotonic()
+            self.kubelet.note(STARTED, self.name, generation)
 
     def _fail_container(self) -> None:
         terminated = {"terminated": {"exitCode": FAILED_EXIT_CODE, "reason": "Error", "finishedAt": rfc3339()}}
