@@ -64,18 +64,32 @@ def test_a_gang_the_operator_ends_leaves_each_pod_its_workloads_own_code(tmp_pat
         assert failed.wait(10) == 3
 
 
-def test_a_workload_that_fails_with_no_termination_message_is_said_by_the_end_of_its_log(tmp_path):
+LINES = "for n in range(100): print(f'line {{n}}', file=sys.{stream})\n"
+CORRUPT = "sys.exit('ValueError: shard 7 is corrupt')"  # Python says it on stderr
+ERROR_ON_STDOUT = "print('ValueError: shard 7 is corrupt')\nsys.exit(1)"
+LAST_80_LINES = [*(f"line {n}" for n in range(21, 100)), "ValueError: shard 7 is corrupt"]
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        (LINES.format(stream="stderr") + CORRUPT, LAST_80_LINES),
+        (LINES.format(stream="stdout") + CORRUPT, ["ValueError: shard 7 is corrupt"]),  # stdout's progress is not why
+        (LINES.format(stream="stdout") + ERROR_ON_STDOUT, LAST_80_LINES),  # nothing on stderr: stdout's end
+    ],
+    ids=["stderr", "progress on stdout, the error on stderr", "stdout alone"],
+)
+def test_a_workload_that_fails_with_no_termination_message_is_said_by_the_end_of_its_log(tmp_path, script, message):
     """As the kubelet's FallbackToLogsOnError says a container that wrote no message: a script's own torchrun
-    writes its worker's error to its log (and to TORCHELASTIC_ERROR_FILE, which is not the termination log)."""
-    script = "import sys\nfor n in range(100): print(f'line {n}')\nsys.exit('ValueError: shard 7 is corrupt')"
+    writes its worker's error to its log (and to TORCHELASTIC_ERROR_FILE, which is not the termination log). Its
+    stderr's end, where it wrote anything there."""
     with in_place_endpoint(tmp_path) as endpoint:
         endpoint.gangs.want(JOB, 0, ranks=1)
-        failed = agent(endpoint, 0, script)
+        failed = agent(endpoint, 0, "import sys\n" + script)
         (said,) = wait_until(lambda: endpoint.gangs.outcomes(JOB, 0), 30, "the outcome").values()
         endpoint.gangs.end(JOB, 0)
         assert failed.wait(10) == 1
-    lines = said.message.splitlines()
-    assert lines[-1] == "ValueError: shard 7 is corrupt" and lines[0] == "line 21" and len(lines) == 80
+    assert said.message.splitlines() == message
 
 
 def test_a_stop_signal_ends_the_wait_for_a_verdict(tmp_path):

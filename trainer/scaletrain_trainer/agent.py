@@ -168,34 +168,41 @@ def verdict_on(channel: Channel | None, generation: int, code: int, message: str
 
 
 class LogTail:
-    """The workload's output, passed on to the container's as it comes, its end kept: a failed workload that wrote no
-    termination message is said by the end of its log, as the kubelet says it of a container
-    (terminationMessagePolicy FallbackToLogsOnError), which it no longer does once the pod restarts in place."""
+    """The workload's output, passed on to the container's as it comes, the end of each stream kept. A failed workload
+    that wrote no termination message is said by the end of its stderr, where Python, torchrun and most programs say
+    why they failed; or of its stdout, where it wrote nothing to stderr. (The kubelet's FallbackToLogsOnError, which
+    it no longer applies once the pod restarts in place, says the end of both as they interleaved: there a script's
+    progress lines may push its error out, and its own buffering may put them after it.)"""
 
     def __init__(self, workload: subprocess.Popen):
-        self._kept = bytearray()
+        self._kept = {"stderr": bytearray(), "stdout": bytearray()}  # the one said first, if it holds anything
         self._lock = threading.Lock()
         self._copies = [
-            threading.Thread(target=self._copy, args=(source, sink), name="workload-log", daemon=True)
-            for source, sink in ((workload.stdout, sys.stdout.buffer), (workload.stderr, sys.stderr.buffer))
+            threading.Thread(target=self._copy, args=(name, source, sink), name="workload-log", daemon=True)
+            for name, source, sink in (
+                ("stdout", workload.stdout, sys.stdout.buffer),
+                ("stderr", workload.stderr, sys.stderr.buffer),
+            )
         ]
         for copy in self._copies:
             copy.start()
 
-    def _copy(self, source: IO[bytes], sink: IO[bytes]) -> None:
+    def _copy(self, name: str, source: IO[bytes], sink: IO[bytes]) -> None:
         while chunk := os.read(source.fileno(), 65536):
             sink.write(chunk)
             sink.flush()
             with self._lock:
-                self._kept += chunk
-                del self._kept[: -LOG_TAIL_BYTES * 4]
+                kept = self._kept[name]
+                kept += chunk
+                del kept[: -LOG_TAIL_BYTES * 4]
 
     def text(self) -> str:
-        """The end of the log: its last LOG_TAIL_LINES lines, at most LOG_TAIL_BYTES (the kubelet's bounds)."""
+        """The end of stderr, else of stdout: its last LOG_TAIL_LINES lines, at most LOG_TAIL_BYTES (the kubelet's
+        bounds)."""
         for copy in self._copies:  # what the workload wrote last; a child that outlived it may hold the pipe
             copy.join(LOG_DRAIN_SECONDS)
         with self._lock:
-            kept = bytes(self._kept)
+            kept = next((bytes(stream) for stream in self._kept.values() if stream.strip()), b"")
         lines = kept.decode(errors="replace").splitlines()[-LOG_TAIL_LINES:]
         return "\n".join(lines)[-LOG_TAIL_BYTES:]
 
