@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -90,16 +91,21 @@ def test_an_unmodified_hf_trainer_script_shows_its_step_loss_and_eta_to_the_end(
     assert reasons.count("MetricsLeftOut") == 1 and "StatusWriteRefused" not in reasons
 
 
-def post(cluster, token: str, body: dict) -> int:
+class Answer(NamedTuple):
+    status: int
+    message: str  # the server's body: why it refused, when it did
+
+
+def post(cluster, token: str, body: dict) -> Answer:
     context = ssl.create_default_context(cafile=str(cluster.ca / "ca.crt"))
     request = urllib.request.Request(
         cluster.endpoint, json.dumps(body).encode(), {"Authorization": f"Bearer {token}"}, method="POST"
     )
     try:
         with urllib.request.urlopen(request, timeout=10, context=context) as answer:
-            return answer.status
+            return Answer(answer.status, answer.read().decode(errors="replace"))
     except urllib.error.HTTPError as refused:
-        return refused.code
+        return Answer(refused.code, refused.read().decode(errors="replace"))
 
 
 def token_request(cluster, audiences: list[str], pod: dict | None = None) -> str:
@@ -126,13 +132,13 @@ def test_a_forged_or_foreign_token_is_refused_and_changes_nothing(cluster):
     }
     impostor = cluster.kube.create("pods", impostor)
     forged = {"trainerStatus": {"metrics": [{"name": "current_step", "value": "999"}]}}
-    assert post(cluster, "not-a-token", forged) == 401
-    assert post(cluster, token_request(cluster, []), forged) == 401  # the API server's audience, not ours
-    assert post(cluster, token_request(cluster, ["https://example.com"], gang_pod), forged) == 401
-    assert post(cluster, token_request(cluster, [AUDIENCE], impostor), forged) == 403
+    assert post(cluster, "not-a-token", forged).status == 401
+    assert post(cluster, token_request(cluster, []), forged).status == 401  # the API server's audience, not ours
+    assert post(cluster, token_request(cluster, ["https://example.com"], gang_pod), forged).status == 401
+    assert post(cluster, token_request(cluster, [AUDIENCE], impostor), forged).status == 403
     cluster.wait_status("reports", lambda s: s["progress"]["readAt"] != reported["progress"]["readAt"])
     assert cluster.status("reports")["progress"]["step"] == 2  # still the script's own report
-    assert post(cluster, token_request(cluster, [AUDIENCE], gang_pod), forged) == 200  # the pod's own: taken
+    assert post(cluster, token_request(cluster, [AUDIENCE], gang_pod), forged).status == 200  # the pod's own: taken
     cluster.kube.delete("stj", cluster.namespace, "reports")
 
 
@@ -158,10 +164,10 @@ def test_each_report_replaces_the_metrics_and_one_of_40_names_keeps_16_and_says_
     cluster.wait_status("metrics", lambda s: (s.get("progress") or {}).get("step") == 2, WHOLE_JOB_S)
     (pod,) = cluster.pods("metrics-g0")
     token = token_request(cluster, [AUDIENCE], pod)
-    assert post(cluster, token, named_metrics("metric", 40, step=3)) == 200
+    assert post(cluster, token, named_metrics("metric", 40, step=3)).status == 200
     first_16 = {f"metric_{i:02}" for i in range(16)}
     cluster.wait_status("metrics", lambda s: set(s["progress"].get("metrics", ())) == first_16, what="16 of 40")
-    assert post(cluster, token, named_metrics("other", 16, step=4)) == 200
+    assert post(cluster, token, named_metrics("other", 16, step=4)).status == 200
     others = {f"other_{i:02}" for i in range(16)}
     replaced = cluster.wait_status(
         "metrics", lambda s: set(s["progress"].get("metrics", ())) == others, what="the next report's metrics alone"
@@ -228,7 +234,7 @@ def test_a_flood_of_forged_tokens_claiming_a_namespace_gets_none_of_its_pods_rep
         stop.set()
         for flooder in flooders:
             flooder.join(FLOOD_S)
-    assert fresh == [200] * 25, fresh
+    assert [answer.status for answer in fresh] == [200] * 25, fresh
     cluster.kube.delete("stj", cluster.namespace, "flooded")
 
 
