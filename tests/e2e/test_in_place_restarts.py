@@ -16,6 +16,7 @@ from scaletrain_testing.e2e_jobs import (
     OPERATOR_ENV,
     e2e_namespace,
     losses,
+    paced,
     pods_of,
     status_report_args,
     steps,
@@ -44,8 +45,8 @@ def crashing(seconds_per_read: float = 0.02) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster(control_plane, tmp_path_factory):
-    """A watched namespace with two fake nodes, and an operator that serves the status-report endpoint."""
-    nodes = [FakeNode("in-place-1"), FakeNode("in-place-2")]
+    """A watched namespace with three fake nodes, and an operator that serves the status-report endpoint."""
+    nodes = [FakeNode("in-place-1"), FakeNode("in-place-2"), FakeNode("in-place-3")]  # a third for a replacement
     with e2e_namespace(control_plane, tmp_path_factory.mktemp("in-place"), nodes) as team:
         with operator_process(team.install, *OPERATOR_ARGS, *in_place_args(team), env=OPERATOR_ENV):
             yield team
@@ -121,6 +122,45 @@ def test_a_script_of_ones_own_restarts_in_place_too(cluster):
     assert all(p["status"]["containerStatuses"][0]["restartCount"] >= 1 for p in pods)
     restarting = next(message for _, reason, message in team.events(name) if reason == "Restarting")
     assert f"pod {name}-g0-1-" in restarting and "(Error, exit code 3)" in restarting
+
+
+def test_a_drained_nodes_pod_is_replaced_elsewhere_while_the_other_restarts_in_place(cluster):
+    """`kubectl drain` of rank 1's node: cordoned, then rank 1 evicted. The trainer saves a checkpoint after the step
+    it is in, and stops. The Job controller replaces rank 1's pod alone, on another node; rank 0 restarts where it
+    stands, and both resume from that checkpoint together: no step twice, none lost. A disruption, not a restart."""
+    team, name = cluster, "drained"
+    training = {"data": paced(0.02), "maxSteps": 40, "checkpoint": {"everySteps": 1000}}
+    policy = {"excludeNodes": {"mode": "Required"}}
+    directory = submit_training(team, name, training, maxRestarts=0, failurePolicy=policy)
+    wait_until(lambda: len(steps(directory)) >= 10, WHOLE_JOB_S, "10 steps logged", interval_s=0.05)
+    (job,) = team.children(name, "jobs")
+    rank_0, rank_1 = pods_of(team, f"{name}-g0")
+    node = rank_1["spec"]["nodeName"]
+    cordon = {"spec": {"unschedulable": True}}
+    team.kube.request("PATCH", f"/api/v1/nodes/{node}", cordon, content_type="application/merge-patch+json")
+    try:
+        pod_name = rank_1["metadata"]["name"]
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name}}
+        team.kube.request("POST", f"/api/v1/namespaces/{team.namespace}/pods/{pod_name}/eviction", eviction)
+        evicted_at = max(steps(directory))
+        status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
+    finally:
+        uncordon = {"spec": {"unschedulable": None}}
+        team.kube.request("PATCH", f"/api/v1/nodes/{node}", uncordon, content_type="application/merge-patch+json")
+    assert (status["restarts"], status["disruptions"], status["gangGeneration"]) == (0, 1, 1)
+    (kept,) = team.children(name, "jobs")
+    assert kept["metadata"]["uid"] == job["metadata"]["uid"]
+    now = {pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: pod
+           for pod in pods_of(team, f"{name}-g0") if pod["status"]["phase"] == "Succeeded"}  # fmt: skip
+    assert now["0"]["metadata"]["uid"] == rank_0["metadata"]["uid"]  # restarted where it stood
+    assert now["0"]["status"]["containerStatuses"][0]["restartCount"] >= 1
+    assert now["1"]["metadata"]["uid"] != rank_1["metadata"]["uid"] and now["1"]["spec"]["nodeName"] != node
+    # The operator may look after the evicted pod is gone: then rank 0, stopped after the same save, says why.
+    restarting = next(message for _, reason, message in team.events(name) if reason == "Restarting")
+    assert "a disruption, not counted against maxRestarts" in restarting
+    saved = sorted(path.name for path in (directory / "checkpoints").iterdir() if path.name.startswith("step-"))
+    assert int(saved[0].removeprefix("step-")) >= evicted_at  # saved on SIGTERM, and resumed from there
+    assert steps(directory) == list(range(1, 41))
 
 
 @pytest.mark.parametrize("queued", ["by its queue", "by Kueue managing every Job"])

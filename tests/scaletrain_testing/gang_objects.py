@@ -145,17 +145,23 @@ def gang_pod(
     name: str | None = None,
     owner_uid: str | None = None,
     resource_version: int | None = None,
+    uid: str | None = None,
+    created: datetime | None = None,
 ) -> dict[str, Any]:
     """Pod `index` of gang `generation` of the job named `job`, in `phase`, named as the Job controller names
-    it (or `name`). The scheduler placed it (`scheduled` True), refused it a node since `since` (False: for
-    `scheduler_reason`, in the words `scheduler_message`), or has not looked at it yet (None); bound to `node`,
-    at `ip`. With `exit_code`, its trainer container ended (Error, or Completed for 0) with
+    it (or `name`), with `uid`, made at `created`. The scheduler placed it (`scheduled` True), refused it a node
+    since `since` (False: for `scheduler_reason`, in the words `scheduler_message`), or has not looked at it yet
+    (None); bound to `node`, at `ip`. With `exit_code`, its trainer container ended (Error, or Completed for 0) with
     `termination_message`, at `finished_at`. `deleted_at` is its deletionTimestamp, and `disruption` the
     reason of its DisruptionTarget condition (an eviction's). As the cache holds it: owned by the Job of
     `owner_uid`, at `resource_version`."""
     pod_name = name or f"{job}-g{generation}-{index}-abcde"
     metadata = _child_metadata(pod_name, job, generation, owner_uid, resource_version)
     metadata["annotations"] = {COMPLETION_INDEX_ANNOTATION: str(index)}
+    if uid is not None:
+        metadata["uid"] = uid
+    if created is not None:
+        metadata["creationTimestamp"] = rfc3339(created)
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": _placement(scheduled, since, scheduler_reason, scheduler_message),

@@ -13,7 +13,11 @@ from scaletrain_operator.controller.cache import Cache, Store, children_view
 from scaletrain_operator.controller.decision import Decision, Event
 from scaletrain_operator.controller.handlers import _reconcile, needs_fresh_look
 from scaletrain_operator.controller.workqueue import Outcome
-from scaletrain_operator.render.child_annotations import GANG_GENERATION_ANNOTATION, with_spec_hash
+from scaletrain_operator.render.child_annotations import (
+    GANG_GENERATION_ANNOTATION,
+    REPLACED_PODS_ANNOTATION,
+    with_spec_hash,
+)
 from scaletrain_operator.render.children import render_job, render_master_alias, render_service
 from scaletrain_testing.jobs import base_job
 
@@ -173,6 +177,27 @@ def test_a_job_restarted_in_place_runs_the_generation_its_annotation_names_with_
     view = children_view("demo", uid="stj", services=[], jobs=jobs, pods=pods, generation_hint=None)
     assert list(view.jobs) == [3]
     assert [p["metadata"]["name"] for p in view.pods] == ["demo-g0-0", "demo-g0-1"]
+
+
+def test_the_pods_a_disruption_took_that_the_job_replaces_are_no_longer_the_gangs():
+    """Those the last restart in place named, and any that ended disrupted and has a newer pod of its index."""
+    replaced = {"uid": "job-0", "annotations": {GANG_GENERATION_ANNOTATION: "2", REPLACED_PODS_ANNOTATION: '["p-1"]'}}
+    jobs = [_owned(_obj("demo-g0", 2, generation=0, metadata=replaced), "stj")]
+    disrupted = {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True"}]}
+
+    def pod(name, index, created, **fields):
+        metadata = {"uid": name, "creationTimestamp": created,
+                    "annotations": {naming.COMPLETION_INDEX_ANNOTATION: str(index)}}  # fmt: skip
+        return _owned(_obj(name, 5, generation=0, metadata=metadata, **fields), "job-0")
+
+    pods = [
+        pod("p-0", 0, "2026-12-07T10:00:00Z", status=disrupted),  # its replacement is p-0b
+        pod("p-0b", 0, "2026-12-07T10:05:00Z", status={"phase": "Running"}),
+        pod("p-1", 1, "2026-12-07T10:00:00Z", status=disrupted),  # named: no replacement yet
+        pod("p-2", 2, "2026-12-07T10:00:00Z", status=disrupted),  # still the gang's: it failed, and is judged
+    ]
+    view = children_view("demo", uid="stj", services=[], jobs=jobs, pods=pods, generation_hint=None)
+    assert [p["metadata"]["name"] for p in view.pods] == ["p-0b", "p-2"]
 
 
 def test_without_jobs_the_pods_are_those_of_the_generation_the_status_names():

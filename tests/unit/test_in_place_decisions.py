@@ -13,13 +13,14 @@ from scaletrain_operator.in_place import WorkloadEnd
 from scaletrain_operator.render.child_annotations import (
     ENDED_GANG_ANNOTATION,
     GANG_GENERATION_ANNOTATION,
+    REPLACED_PODS_ANNOTATION,
     RESTARTS_ANNOTATION,
     START_AFTER_ANNOTATION,
 )
 from scaletrain_operator.render.in_place import runs_in_place
 from scaletrain_testing.gang_objects import gang_job, gang_pod, in_place_settings, observed, rfc3339, scaletrain_job
 from scaletrain_testing.jobs import running_status
-from scaletrain_trainer.contract.exit_codes import EXIT_HANG
+from scaletrain_trainer.contract.exit_codes import EXIT_HANG, EXIT_PREEMPTED
 
 NOW = datetime(2026, 12, 7, 10, 0, tzinfo=timezone.utc)
 FAILED = WorkloadEnd(0, 1, "ValueError: boom", NOW)  # rank 1's agent: its workload failed; the pod waits
@@ -86,7 +87,6 @@ def test_whatever_a_restart_in_place_cannot_keep_recreates_the_gang(tmp_path):
     cases = {
         "a pod that failed for good": [gang_pod(0, "Running"), gang_pod(1, "Failed", exit_code=137)],
         "a pod being deleted": [gang_pod(0, "Running", deleted_at=NOW), gang_pod(1, "Running")],
-        "a pod missing": [gang_pod(1, "Running")],
     }
     for case, pods in cases.items():
         seen = observed(job, {0: current}, pods)
@@ -117,6 +117,65 @@ def test_a_node_the_next_gangs_avoid_recreates_the_gang_off_it(tmp_path):
     (next_gang,) = decision.create
     assert "node-1" in str(next_gang["spec"]["template"]["spec"]["affinity"])
     assert decision.delete_child_jobs == ("demo-g0",)
+
+
+def drained(disruption: str = "EvictionByEvictionAPI") -> list[dict]:
+    """Rank 1 evicted (`kubectl drain`), saving its checkpoint on its way out; rank 0 stopped after the same save
+    (exit 80), its agent waiting for the word."""
+    evicted = gang_pod(1, "Running", node="node-1", deleted_at=NOW, disruption=disruption, uid="uid-1", created=NOW)
+    return [gang_pod(0, "Running", node="node-0", uid="uid-0", created=NOW), evicted]
+
+
+def test_a_pod_a_drain_takes_is_replaced_while_the_others_restart_in_place(tmp_path):
+    policy = {"excludeNodes": {"mode": "Required"}}
+    settings = in_place_settings(tmp_path)
+    job = scaletrain_job(status=running_status(), failurePolicy=policy)
+    current = gang_job(job, 0, in_place=True)
+    stopped = WorkloadEnd(0, EXIT_PREEMPTED, "", NOW)
+    decision = decide(job, replace(observed(job, {0: current}, drained()), said={0: stopped}), NOW, settings)
+    assert decision.create == () and decision.delete_child_jobs == ()
+    notes = decision.patch_child_job.annotations
+    assert notes[GANG_GENERATION_ANNOTATION] == "1" and notes[REPLACED_PODS_ANNOTATION] == '["uid-1"]'
+    status = decision.status
+    assert (status["disruptions"], status["restarts"], status["excludedNodes"]) == (1, 0, ["node-1"])
+    assert "pod demo-g0-1-abcde is replaced, the others restart in place" in status["message"]
+    assert decision.in_place == InPlaceWord(1, 2, NOW)
+    # The evicted pod ended and is gone before the operator looked: its replacement is on its way all the same.
+    gone = decide(job, replace(observed(job, {0: current}, drained()[:1]), said={0: stopped}), NOW, settings)
+    assert gone.create == () and gone.patch_child_job.annotations[GANG_GENERATION_ANNOTATION] == "1"
+    # Next: the Job controller made rank 1's replacement, not placed yet (the cache leaves the replaced pod out).
+    patched = gang_job(job, 0, in_place=True, annotations=notes)
+    later_job = scaletrain_job(status=status, failurePolicy=policy)
+    replacement = gang_pod(1, "Pending", scheduled=None, uid="uid-1b", created=NOW + timedelta(seconds=5))
+    pods = [drained()[0], replacement]
+    later = decide(later_job, observed(later_job, {1: patched}, pods), NOW + timedelta(seconds=6), settings)
+    assert later.create == () and later.delete_child_jobs == () and later.patch_child_job is None
+    assert later.in_place == InPlaceWord(1, 2, NOW) and later.events == ()
+    # A pod that fails now, while the replacement is still on its way, restarts the gang in place again.
+    failed = decide(
+        later_job, observed(later_job, {1: patched}, pods, said={0: WorkloadEnd(1, 1, "", NOW)}),
+        NOW + timedelta(seconds=7), settings,
+    )  # fmt: skip
+    assert failed.delete_child_jobs == () and failed.patch_child_job.annotations[GANG_GENERATION_ANNOTATION] == "2"
+
+
+def test_a_pod_the_scheduler_preempted_or_of_a_job_that_fails_on_disruption_recreates_the_gang(tmp_path):
+    """A preempted pod's replacement would wait for the room the preemptor took, the other pods holding theirs:
+    the gang is recreated, and waits whole. A Job made before disrupted pods were replaced (an upgrade) fails on
+    one, and makes no replacement, nor for a pod that is gone."""
+    settings, job = in_place_settings(tmp_path), scaletrain_job(status=running_status())
+    stopped = {0: WorkloadEnd(0, EXIT_PREEMPTED, "", NOW)}
+    made_before = gang_job(job, 0, in_place=True)
+    made_before["spec"]["podFailurePolicy"] = gang_job(job, 0)["spec"]["podFailurePolicy"]
+    cases = {
+        "preempted": (gang_job(job, 0, in_place=True), drained("PreemptionByScheduler")),
+        "made before": (made_before, drained()),
+        "made before, the pod gone": (made_before, drained()[:1]),
+    }
+    for case, (current, pods) in cases.items():
+        decision = decide(job, replace(observed(job, {0: current}, pods), said=stopped), NOW, settings)
+        assert decision.delete_child_jobs == ("demo-g0",), case
+        assert [child["metadata"]["name"] for child in decision.create] == ["demo-g1"], case
 
 
 def test_the_last_restart_fails_the_job_and_tells_the_waiting_agents_to_end(tmp_path):

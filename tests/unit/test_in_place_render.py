@@ -11,7 +11,7 @@ from scaletrain_operator.local.pod_spec import restart_rules, restarts_all_conta
 from scaletrain_operator.policy.gang_policy import Action, GangLimits, judge, pod_outcome
 from scaletrain_operator.render.child_annotations import hash_of, with_spec_hash
 from scaletrain_operator.render.children import render_job
-from scaletrain_operator.render.in_place import STATE_DIR, restarting_in_place
+from scaletrain_operator.render.in_place import STATE_DIR, replaces_disrupted_pods, restarting_in_place
 from scaletrain_testing.gang_objects import AGENT_IMAGE, STATUS_ENDPOINT, gang_pod, scaletrain_job
 from scaletrain_testing.jobs import DELETE
 from scaletrain_trainer.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_RESTART_IN_PLACE
@@ -52,6 +52,20 @@ def test_a_script_of_ones_own_gets_the_agent_from_an_init_container_and_runs_it_
     assert trainer["command"] == ["python3", f"{STATE_DIR}/agent.pyz", "--", "torchrun", "--nproc-per-node=1",
                                   "train.py"]  # fmt: skip
     assert restarts_all_containers(restart_rules(trainer, ("containers", 0)), EXIT_RESTART_IN_PLACE)
+
+
+def test_the_job_controller_replaces_a_disrupted_pod_of_an_in_place_gang_but_not_of_an_elastic_one():
+    """A pod evicted, or of a node drained or lost, is replaced where the gang restarts in place; an elastic gang's
+    Job fails, and the next gang goes on at the size there is room for."""
+    job, elastic = scaletrain_job(), scaletrain_job(nodes=4, elastic={"minNodes": 2})
+    restarting = restarting_in_place(render_job(job, 0), job, STATUS_ENDPOINT, AGENT_IMAGE)
+    (disrupted, stopped) = restarting["spec"]["podFailurePolicy"]["rules"]
+    assert disrupted == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert stopped["action"] == "FailJob" and restarting["spec"]["backoffLimit"] == 0  # any other failed pod
+    assert replaces_disrupted_pods(restarting) and not replaces_disrupted_pods(render_job(job, 0))
+    assert not replaces_disrupted_pods(
+        restarting_in_place(render_job(elastic, 0), elastic, STATUS_ENDPOINT, AGENT_IMAGE)
+    )
 
 
 def test_without_an_agent_image_a_script_of_ones_own_recreates_as_do_recreate_and_no_endpoint():

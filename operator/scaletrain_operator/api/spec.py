@@ -584,9 +584,9 @@ class ScaleTrainJobSpec(SpecModel):
     restart_strategy: Literal["InPlace", "Recreate"] = Field(
         "InPlace",
         description="How a gang restarts after a failure. InPlace: every pod restarts where it stands (its node, IP, "
-        "volumes and devices kept), the ranks start the next generation together; for the built-in trainer, where "
-        "the cluster can (else the gang is recreated). Recreate: new pods. Resizes, spec changes and pods on lost "
-        "nodes always get new pods.",
+        "volumes and devices kept), the ranks start the next generation together; a pod evicted, or of a node "
+        "drained or lost, is replaced alone; where the cluster can (else the gang is recreated). Recreate: new pods. "
+        "Resizes and spec changes always get new pods.",
     )
     max_restarts_without_progress: int | None = Field(
         None,

@@ -31,9 +31,9 @@ from typing import Any
 
 from ..api import naming
 from ..policy.placement import claimed_job
-from ..policy.pods import being_deleted
+from ..policy.pods import being_deleted, without_replaced
 from ..render.capacity_probe import is_probe
-from ..render.child_annotations import gang_generation
+from ..render.child_annotations import gang_generation, replaced_pods
 from .decision import Observed
 
 Key = tuple[str, str]  # namespace, name
@@ -259,8 +259,8 @@ def children_view(
     # The pods of the newest gang's Job; with no such Job (deleted, or not made yet), those its generation's label
     # names, as the pods of a deleted Job are while they terminate.
     job_uid = by_generation[current]["metadata"].get("uid") if current in by_generation else None
-    if job_uid is not None:
-        gang = [p for p in pods if owned_by(p, job_uid)]
+    if job_uid is not None:  # less the pods a disruption took that its Job replaces (restarts.can_restart_in_place)
+        gang = without_replaced([p for p in pods if owned_by(p, job_uid)], replaced_pods(by_generation[current]))
     else:
         gang = [p for p in pods if (p["metadata"].get("labels") or {}).get(naming.LABEL_GENERATION) == str(current)]
     probes = [job for job in jobs if is_probe(job) and not being_deleted(job)]

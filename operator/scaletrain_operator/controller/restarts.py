@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..api import naming
-from ..api.conditions import ConditionType, EventReason, GangEnding, JobPhase, PodPhase
+from ..api.conditions import JOB_FAILED, ConditionType, EventReason, GangEnding, JobPhase, PodPhase
 from ..api.job import ScaleTrainJob
 from ..api.job_status import GangRecord, NodeCounts, ScaleTrainJobStatus
 from ..api.timestamps import timestamp
@@ -31,23 +31,29 @@ from ..policy.ledger import Ledger
 from ..policy.node_exclusion import avoid_nodes
 from ..policy.pods import (
     being_deleted,
+    job_condition,
+    pod_index,
     pod_phase,
+    replaceable,
     waiting_for,
 )
 from ..policy.suspension import admission_managed
 from ..render.child_annotations import (
     ENDED_GANG_ANNOTATION,
     GANG_GENERATION_ANNOTATION,
+    REPLACED_PODS_ANNOTATION,
     START_AFTER_ANNOTATION,
     SUSPENDED_BY_OPERATOR_ANNOTATION,
+    child_job_suspended,
     gang_generation,
     gang_started,
     hash_of,
     planned_resize,
     size_of,
     start_after,
+    with_replaced,
 )
-from ..render.in_place import runs_in_place
+from ..render.in_place import replaces_disrupted_pods, runs_in_place
 from .decision import (
     ChildJobPatch,
     Decision,
@@ -155,7 +161,11 @@ def restart_after_failure(
         message += f"; the next gang starts in {wait} s (spec.restartBackoff: {quick} quick restarts in a row)"
     if in_place and current is not None:
         until = status.now + timedelta(seconds=wait)
-        return _restart_in_place(draft, current, after, ended_note, until, message, verdict.reason)
+        replaced = [pod for pod in running if replaceable(pod)]
+        if replaced:
+            names = ", ".join(pod["metadata"]["name"] for pod in replaced)
+            message += f"; pod {names} is replaced, the others restart in place"
+        return _restart_in_place(draft, current, after, ended_note, until, message, verdict.reason, replaced)
     next_gang = for_gang(job, desired, after)
     next_gang["metadata"]["annotations"][ENDED_GANG_ANNOTATION] = ended_note
     if wait:
@@ -178,16 +188,28 @@ def can_restart_in_place(
 ) -> bool:
     """Whether the gang of Job `current` can restart in place: its pods were made to (the agent and the restart
     rule: runs_in_place) and spec.restartStrategy still says so; the spec is one it can run (no change since, no
-    resize under way); and every pod of it runs, on a node the next gangs do not avoid (`avoided`). `pods` as the
-    kubelet reports them: a pod whose agent said its workload ended still runs, waiting for the word."""
+    resize under way); and each rank has a pod that runs or is starting, on a node the next gangs do not avoid
+    (`avoided`), or one a disruption took (evicted, its node drained or lost: replaceable; or gone already), which
+    the Job controller replaces. `pods` as the kubelet reports them: a pod whose agent said its workload ended still
+    runs, waiting for the word; a pod starting is a replacement, or of a gang not yet wholly up, and its agent is told
+    to restart before it trains. None (a Job deleted or suspended) cannot restart. Else the gang's Job is recreated,
+    and its pods with it."""
+    staying = [pod for pod in pods if not replaceable(pod)]
+    ranks, indices = set(range(size_of(current))), {pod_index(pod) for pod in pods}
+    # A rank with no pod: one a disruption took that ended and is gone, whose replacement is not made yet.
+    replacing = len(staying) < len(pods) or indices != ranks
     return (
         job.spec.restart_strategy == "InPlace"
         and runs_in_place(current)
         and hash_of(current) == hash_of(desired)
         and planned_resize(current)[0] is None
-        and len(pods) == size_of(current)
-        and all(pod_phase(pod) == PodPhase.RUNNING and not being_deleted(pod) for pod in pods)
-        and not {(pod.get("spec") or {}).get("nodeName") for pod in pods} & set(avoided)
+        and not child_job_suspended(current)
+        and bool(staying)
+        and indices <= ranks
+        and len({pod_index(pod) for pod in staying}) == len(staying)
+        and (not replacing or (replaces_disrupted_pods(current) and job_condition(current, JOB_FAILED) is None))
+        and all(pod_phase(pod) in (PodPhase.RUNNING, PodPhase.PENDING) and not being_deleted(pod) for pod in staying)
+        and not {(pod.get("spec") or {}).get("nodeName") for pod in staying} & set(avoided)
     )
 
 
@@ -199,11 +221,13 @@ def _restart_in_place(
     until: datetime,
     message: str,
     reason: str | None,
+    replaced: Sequence[Mapping[str, Any]],
 ) -> Decision:
-    """The next generation runs in the gang's Job and pods, where they stand. The Job says so (its generation, the
-    ledger, how the gang before ended, and when the next one starts: one write, as a recreated gang's Job is made
-    with them); the in-place channel tells every pod to restart, and releases the next generation to all of them
-    together at `until`."""
+    """The next generation runs in the gang's Job and pods, where they stand, but for the `replaced` pods, which the
+    Job controller replaces. The Job says so (its generation, the ledger, how the gang before ended, when the next
+    one starts, and the pods replaced: one write, as a recreated gang's Job is made with them); the in-place channel
+    tells every pod to restart, and releases the next generation to all of them together, replacements included,
+    at `until`."""
     status, generation = draft.status, (gang_generation(current) or 0) + 1
     notes = {
         **after.annotations(),
@@ -211,6 +235,8 @@ def _restart_in_place(
         ENDED_GANG_ANNOTATION: ended_note,
         START_AFTER_ANNOTATION: timestamp(until),
     }
+    if replaced:
+        notes[REPLACED_PODS_ANNOTATION] = with_replaced(current, [pod["metadata"]["uid"] for pod in replaced])
     status.fields["gangGeneration"] = generation
     if until > status.now:
         status.fields["nextGangAt"] = timestamp(until)

@@ -73,6 +73,7 @@ from ..api.job_status import MAX_GANG_RECORDS, GangRecord
 from ..api.spec import FailurePolicyRule, RestartBackoff, ScaleTrainJobSpec
 from ..api.timestamps import parse_timestamp
 from ..validation.progress_answer import final_progress
+from .pods import disruption_target
 
 NOT_THE_NODES_FAULT = frozenset({PREEMPTION_BY_SCHEDULER})  # DisruptionTarget reasons that say nothing of the node
 RuleAction = Literal["FailJob", "RestartGang", "RestartGangIgnoreLimit"]
@@ -222,7 +223,7 @@ def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
     gang policy sees it: its phase, and its trainer container's exit."""
     metadata, status = pod["metadata"], pod.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-    disruption = next((c for c in conditions if (c.get("type"), c.get("status")) == (DISRUPTION_TARGET, "True")), {})
+    disruption = disruption_target(pod)
     index = (metadata.get("annotations") or {}).get(naming.COMPLETION_INDEX_ANNOTATION, "")
     terminated = next(
         (

@@ -4,7 +4,7 @@ operator and run-local judge by these."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -12,7 +12,9 @@ from typing import Any
 from ..api import naming
 from ..api.conditions import (
     CONTAINER_ERROR,
+    DISRUPTION_TARGET,
     POD_SCHEDULED,
+    PREEMPTION_BY_SCHEDULER,
     SCHEDULER_ERROR,
     UNSCHEDULABLE,
     ConditionType,
@@ -155,6 +157,37 @@ def as_said(pod: Mapping[str, Any], exit_code: int, message: str, at: datetime) 
     trainer = {"name": naming.TRAINER_CONTAINER, "state": {"terminated": terminated}}
     others = [c for c in status.get("containerStatuses") or [] if c.get("name") != naming.TRAINER_CONTAINER]
     return {**pod, "status": {**status, "phase": PodPhase.FAILED, "containerStatuses": [*others, trainer]}}
+
+
+def disruption_target(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's DisruptionTarget condition where it is True (evicted, preempted, its node drained or lost); {}
+    otherwise."""
+    conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
+    return next((c for c in conditions if (c.get("type"), c.get("status")) == (DISRUPTION_TARGET, "True")), {})
+
+
+def replaceable(pod: Mapping[str, Any]) -> bool:
+    """Whether a disruption took the pod where its Job's controller makes a replacement that the scheduler can place:
+    evicted, its node drained or lost. Not one the scheduler preempted: its replacement would wait for the room the
+    preemptor took while the rest of the gang holds its nodes."""
+    disruption = disruption_target(pod)
+    return bool(disruption) and disruption.get("reason") != PREEMPTION_BY_SCHEDULER
+
+
+def without_replaced(pods: Sequence[Mapping[str, Any]], replaced: Collection[str]) -> list[Mapping[str, Any]]:
+    """The pods of a gang restarted in place, less those a disruption took that are replaced: the ones the restart
+    named (`replaced`, their uids), and any that ended disrupted and has a newer pod of its index."""
+    newest: dict[int | None, str] = {}
+    for pod in pods:
+        index, created = pod_index(pod), pod["metadata"].get("creationTimestamp") or ""
+        newest[index] = max(newest.get(index, ""), created)
+
+    def superseded(pod: Mapping[str, Any]) -> bool:
+        finished = pod_phase(pod) in (PodPhase.FAILED, PodPhase.SUCCEEDED) or being_deleted(pod)
+        created = pod["metadata"].get("creationTimestamp") or ""
+        return finished and bool(disruption_target(pod)) and created < newest[pod_index(pod)]
+
+    return [pod for pod in pods if pod["metadata"].get("uid") not in replaced and not superseded(pod)]
 
 
 def being_deleted(obj: Mapping[str, Any]) -> bool:

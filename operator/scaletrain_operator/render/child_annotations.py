@@ -43,6 +43,10 @@ ENDED_GANG_ANNOTATION = f"{naming.GROUP}/previous-gang-ended"
 # On a gang's Job whose gang was restarted in place: the generation its pods run now. The Job keeps the name and
 # label of the generation it was made for; without this annotation, that is the one it runs.
 GANG_GENERATION_ANNOTATION = f"{naming.GROUP}/gang-generation"
+# On a gang's Job restarted in place: the uids of its pods a disruption took (evicted, their node drained or lost),
+# which the Job controller replaces (render/in_place.py's podFailurePolicy), so that they are judged no more. A JSON
+# list, newest last, of at most as many as the gang has pods: an older one has a newer pod of its index by then.
+REPLACED_PODS_ANNOTATION = f"{naming.GROUP}/replaced-pods"
 
 
 def _spec_hash(rendered_job: Mapping[str, Any]) -> str:
@@ -80,6 +84,22 @@ def gang_generation(child_job: Mapping[str, Any]) -> int | None:
         if annotated is not None
         else naming.whole_number((metadata.get("labels") or {}).get(naming.LABEL_GENERATION))
     )
+
+
+def replaced_pods(child_job: Mapping[str, Any]) -> list[str]:
+    """REPLACED_PODS_ANNOTATION's uids; none where it is not a JSON list of strings (anyone who may edit Jobs may
+    write it)."""
+    try:
+        said = json.loads((child_job["metadata"].get("annotations") or {}).get(REPLACED_PODS_ANNOTATION) or "[]")
+    except ValueError:
+        return []
+    return [uid for uid in said if isinstance(uid, str)] if isinstance(said, list) else []
+
+
+def with_replaced(child_job: Mapping[str, Any], uids: list[str]) -> str:
+    """REPLACED_PODS_ANNOTATION's value once `uids` are replaced too: the newest as many as the gang has pods."""
+    kept = [uid for uid in replaced_pods(child_job) if uid not in uids]
+    return json.dumps([*kept, *uids][-size_of(child_job) :])
 
 
 def size_of(child_job: Mapping[str, Any]) -> int:

@@ -8,6 +8,9 @@ keeps its node, IP, volumes and devices. What it needs:
 - an emptyDir where the agent keeps the generation it ran, which the restart keeps and the writable layer does not;
 - the rule, beside a container restartPolicy (the API server takes rules only with one): Never, so that any other
   exit ends the container as before, and the gang policy judges it.
+- a podFailurePolicy under which the Job controller replaces a pod that a disruption took (evicted, its node drained
+  or lost), instead of failing the Job: the rest of the gang restarts in place around its replacement. Not for an
+  elastic gang, which goes on at the size the cluster has room for.
 
 The built-in trainer's image has the agent. A script of one's own runs in an image that need not: an init container
 from the agent image (the operator's) writes the agent, as one file (scaletrain_trainer/agent_bundle.py), onto the
@@ -25,7 +28,7 @@ from scaletrain_trainer.contract.exit_codes import EXIT_RESTART_IN_PLACE
 from ..api import naming
 from ..api.conditions import RESTART_ALL_CONTAINERS
 from ..api.job import ScaleTrainJob
-from .children import TRAINER_SECURITY
+from .children import DISRUPTION_FAILS_THE_JOB, TRAINER_SECURITY
 from .status_reports import Endpoint, with_endpoint
 
 AGENT = ["python", "-m", "scaletrain_trainer.agent", "--"]
@@ -33,6 +36,16 @@ STATE_VOLUME = "scaletrain-agent"
 STATE_DIR = "/var/run/scaletrain/agent"
 AGENT_WRITER = "scaletrain-agent"  # a script of one's own's init container: it writes the agent to STATE_DIR
 BUNDLED_AGENT = ["python3", f"{STATE_DIR}/{wire.AGENT_BUNDLE}", "--"]
+# A pod a disruption took (evicted, its node drained or lost) is replaced by the Job controller, and only it: the rest
+# of the gang restarts in place around it (controller/restarts.py). Its DisruptionTarget condition is not counted
+# against the Job's backoffLimit (Ignore), and the replacement is made once the pod ended, its checkpoint saved. Any
+# other failed pod fails the Job as before.
+DISRUPTED_PODS_REPLACED = {
+    "rules": [
+        {"action": "Ignore", "onPodConditions": DISRUPTION_FAILS_THE_JOB["rules"][0]["onPodConditions"]},
+        *DISRUPTION_FAILS_THE_JOB["rules"][1:],
+    ]
+}
 RESTART_RULE = {"action": RESTART_ALL_CONTAINERS, "exitCodes": {"operator": "In", "values": [EXIT_RESTART_IN_PLACE]}}
 
 
@@ -75,6 +88,11 @@ def runs_in_place(child_job: Mapping[str, Any]) -> bool:
     return RESTART_RULE in (trainer.get("restartPolicyRules") or ())
 
 
+def replaces_disrupted_pods(child_job: Mapping[str, Any]) -> bool:
+    """Whether the Job controller replaces a disrupted pod of the gang's Job, rather than failing the Job."""
+    return child_job["spec"].get("podFailurePolicy") == DISRUPTED_PODS_REPLACED
+
+
 def restarting_in_place(
     rendered_job: dict[str, Any], job: ScaleTrainJob, endpoint: Endpoint | None, agent_image: str
 ) -> dict[str, Any]:
@@ -87,6 +105,8 @@ def restarting_in_place(
         wire.IN_PLACE_STATE_ENV: f"{STATE_DIR}/generation",
     }
     restarting = with_endpoint(rendered_job, job, endpoint, variables)
+    if job.spec.elastic is None:  # an elastic gang goes on smaller instead, in a new Job (policy/elastic.py)
+        restarting["spec"]["podFailurePolicy"] = copy.deepcopy(DISRUPTED_PODS_REPLACED)
     pod = restarting["spec"]["template"]["spec"]
     pod["volumes"] = [*pod.get("volumes", []), {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}]
     trainer = next(c for c in pod["containers"] if c["name"] == naming.TRAINER_CONTAINER)
