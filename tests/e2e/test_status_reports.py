@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import pytest
 
+from scaletrain_operator.api import naming
 from scaletrain_operator.api.naming import STATUS_REPORTS_PATH
 from scaletrain_operator.api.timestamps import parse_timestamp
 from scaletrain_operator.render.status_reports import AUDIENCE
@@ -122,12 +123,16 @@ def token_request(cluster, audiences: list[str], pod: dict | None = None) -> str
 def test_a_forged_or_foreign_token_is_refused_and_changes_nothing(cluster):
     own_script(cluster, "reports", "reports_then_hangs", "--reports", "2")
     reported = cluster.wait_status("reports", lambda s: (s.get("progress") or {}).get("step") == 2, WHOLE_JOB_S)
-    # A pod of the namespace with the job's labels, which no gang Job owns (it never runs: no node takes it).
+    # A pod of the namespace with the job's labels, which no gang Job owns (it never runs: no node takes it). Not the
+    # Job controller's labels: the gang's Job would adopt a pod its selector matches, and delete it as one too many,
+    # and a token bound to a deleted pod is refused as no token (401) before it could be refused as no gang's.
     (gang_pod,) = cluster.pods("reports-g0")
+    labels = {k: v for k, v in gang_pod["metadata"]["labels"].items() if k.startswith(f"{naming.GROUP}/")}
+    assert labels[naming.LABEL_JOB_NAME] == "reports"
     impostor = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "impostor", "namespace": cluster.namespace, "labels": gang_pod["metadata"]["labels"]},
+        "metadata": {"name": "impostor", "namespace": cluster.namespace, "labels": labels},
         "spec": {"nodeSelector": {"no-such-node": "true"}, "containers": [{"name": "c", "image": "none"}]},
     }
     impostor = cluster.kube.create("pods", impostor)
