@@ -124,43 +124,74 @@ def test_a_script_of_ones_own_restarts_in_place_too(cluster):
     assert f"pod {name}-g0-1-" in restarting and "(Error, exit code 3)" in restarting
 
 
+NODE_EACH = {"requests": {"cpu": "5", "memory": "512Mi"}}  # of a fake node's 8: a pod a node, so a lost node is one pod
+
+
+def start_on_separate_nodes(team, name: str, checkpoint_every: int, **spec) -> tuple:
+    """A paced 2-node job whose ranks run on two of the three nodes, 10 steps in: its directory, Job and pods."""
+    training = {"data": paced(0.02), "maxSteps": 40, "checkpoint": {"everySteps": checkpoint_every}}
+    directory = submit_training(team, name, training, resources=NODE_EACH, **spec)
+    wait_until(lambda: len(steps(directory)) >= 10, WHOLE_JOB_S, "10 steps logged", interval_s=0.05)
+    (job,) = team.children(name, "jobs")
+    rank_0, rank_1 = pods_of(team, f"{name}-g0")
+    assert rank_0["spec"]["nodeName"] != rank_1["spec"]["nodeName"]
+    return directory, job, rank_0, rank_1
+
+
+def assert_replaced_alone(team, name: str, job: dict, rank_0: dict, rank_1: dict) -> None:
+    """The same Job; rank 0's pod restarted where it stood; rank 1's replaced, on another node."""
+    (kept,) = team.children(name, "jobs")
+    assert kept["metadata"]["uid"] == job["metadata"]["uid"]
+    now = {pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: pod
+           for pod in pods_of(team, f"{name}-g0") if pod["status"]["phase"] == "Succeeded"}  # fmt: skip
+    assert now["0"]["metadata"]["uid"] == rank_0["metadata"]["uid"]
+    assert now["0"]["status"]["containerStatuses"][0]["restartCount"] >= 1
+    assert now["1"]["metadata"]["uid"] != rank_1["metadata"]["uid"]
+    assert now["1"]["spec"]["nodeName"] != rank_1["spec"]["nodeName"]
+
+
 def test_a_drained_nodes_pod_is_replaced_elsewhere_while_the_other_restarts_in_place(cluster):
     """`kubectl drain` of rank 1's node: cordoned, then rank 1 evicted. The trainer saves a checkpoint after the step
     it is in, and stops. The Job controller replaces rank 1's pod alone, on another node; rank 0 restarts where it
     stands, and both resume from that checkpoint together: no step twice, none lost. A disruption, not a restart."""
     team, name = cluster, "drained"
-    training = {"data": paced(0.02), "maxSteps": 40, "checkpoint": {"everySteps": 1000}}
-    policy = {"excludeNodes": {"mode": "Required"}}
-    directory = submit_training(team, name, training, maxRestarts=0, failurePolicy=policy)
-    wait_until(lambda: len(steps(directory)) >= 10, WHOLE_JOB_S, "10 steps logged", interval_s=0.05)
-    (job,) = team.children(name, "jobs")
-    rank_0, rank_1 = pods_of(team, f"{name}-g0")
-    node = rank_1["spec"]["nodeName"]
-    cordon = {"spec": {"unschedulable": True}}
-    team.kube.request("PATCH", f"/api/v1/nodes/{node}", cordon, content_type="application/merge-patch+json")
+    directory, job, rank_0, rank_1 = start_on_separate_nodes(team, name, 1000, maxRestarts=0)  # saves on SIGTERM
+    node, pod_name = rank_1["spec"]["nodeName"], rank_1["metadata"]["name"]
+    merge = "application/merge-patch+json"
+    team.kube.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}}, content_type=merge)
     try:
-        pod_name = rank_1["metadata"]["name"]
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name}}
         team.kube.request("POST", f"/api/v1/namespaces/{team.namespace}/pods/{pod_name}/eviction", eviction)
-        evicted_at = max(steps(directory))
         status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
     finally:
-        uncordon = {"spec": {"unschedulable": None}}
-        team.kube.request("PATCH", f"/api/v1/nodes/{node}", uncordon, content_type="application/merge-patch+json")
+        team.kube.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": None}}, content_type=merge)
     assert (status["restarts"], status["disruptions"], status["gangGeneration"]) == (0, 1, 1)
-    (kept,) = team.children(name, "jobs")
-    assert kept["metadata"]["uid"] == job["metadata"]["uid"]
-    now = {pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: pod
-           for pod in pods_of(team, f"{name}-g0") if pod["status"]["phase"] == "Succeeded"}  # fmt: skip
-    assert now["0"]["metadata"]["uid"] == rank_0["metadata"]["uid"]  # restarted where it stood
-    assert now["0"]["status"]["containerStatuses"][0]["restartCount"] >= 1
-    assert now["1"]["metadata"]["uid"] != rank_1["metadata"]["uid"] and now["1"]["spec"]["nodeName"] != node
+    assert_replaced_alone(team, name, job, rank_0, rank_1)
     # The operator may look after the evicted pod is gone: then rank 0, stopped after the same save, says why.
     restarting = next(message for _, reason, message in team.events(name) if reason == "Restarting")
     assert "a disruption, not counted against maxRestarts" in restarting
-    saved = sorted(path.name for path in (directory / "checkpoints").iterdir() if path.name.startswith("step-"))
-    assert int(saved[0].removeprefix("step-")) >= evicted_at  # saved on SIGTERM, and resumed from there
-    assert steps(directory) == list(range(1, 41))
+    assert steps(directory) == list(range(1, 41))  # resumed from the checkpoint saved on SIGTERM: no step twice
+
+
+def test_a_lost_nodes_pod_is_replaced_elsewhere_while_the_other_restarts_in_place(cluster):
+    """Rank 1's node dies: its processes with it, and its Node is deleted. Rank 0 fails on the broken collective, and
+    waits at the barrier; the pod garbage collector fails and deletes rank 1's pod, and the Job controller replaces
+    it on another node, whose agent joins the barrier. Both resume from the last checkpoint: the
+    steps after it are trained again to the same losses. Last in the module: the node is gone for the tests after it."""
+    team, name = cluster, "lost"
+    directory, job, rank_0, rank_1 = start_on_separate_nodes(team, name, 5, maxRestarts=1)
+    team.kubelet.lose(rank_1["spec"]["nodeName"])
+    status = team.wait_phase(name, "Succeeded", WHOLE_JOB_S)["status"]
+    # Which the operator sees first decides how it is counted: rank 0's failure on the broken collective (a restart),
+    # or rank 1's pod failed by the collector (a disruption; also after the restart, if seen before its deletion).
+    assert status["restarts"] + status["disruptions"] in (1, 2), (status, team.events(name))
+    assert_replaced_alone(team, name, job, rank_0, rank_1)
+    logged = list(zip(steps(directory), losses(directory), strict=True))
+    assert sorted({step for step, _ in logged}) == list(range(1, 41))
+    by_step: dict[int, set[float]] = {}
+    for step, loss in logged:
+        by_step.setdefault(step, set()).add(loss)
+    assert all(len(seen) == 1 for seen in by_step.values())
 
 
 @pytest.mark.parametrize("queued", ["by its queue", "by Kueue managing every Job"])

@@ -153,6 +153,18 @@ class Kubelet:
         with self._lock:
             return next((w.running for w in self._workers.values() if (w.namespace, w.name) == (namespace, name)), None)
 
+    def lose(self, name: str) -> None:
+        """Node `name` is lost, as when its machine dies: its pods' processes die with no word to the API server, its
+        heartbeats stop, and the cloud deletes its Node. The pod garbage collector then fails its pods
+        (DisruptionTarget, DeletionByPodGC) and deletes them, once a deleted node's quarantine (40 s) passed."""
+        with self._lock:  # a new dict: the heartbeat may be iterating the old one
+            self.nodes = {kept: node for kept, node in self.nodes.items() if kept != name}
+            lost = [w for w in self._workers.values() if (w.latest.get("spec") or {}).get("nodeName") == name]
+        for worker in lost:
+            worker.lose()
+        self.kube.delete("leases", LEASE_NAMESPACE, name)
+        self.kube.delete("nodes", None, name)
+
     # ---- nodes ----
 
     def _register(self, node: FakeNode) -> None:
@@ -404,11 +416,16 @@ class PodWorker:
         )
         self.running: RunningPod | None = None
         self.gone = False  # the object is deleted: nothing left to report to
+        self.lost = False  # its node is lost: nothing is reported any more
         self._changed = threading.Event()
         self.thread = threading.Thread(target=kubelet._guarded, args=(self._run,), name=f"pod-{self.name}", daemon=True)
 
     def update(self, pod: dict[str, Any], deleted: bool) -> None:
         self.latest, self.gone = pod, self.gone or deleted
+        self._changed.set()
+
+    def lose(self) -> None:
+        self.lost = True
         self._changed.set()
 
     @property
@@ -420,6 +437,10 @@ class PodWorker:
             self._start()
         reported: dict[str, Any] | None = None
         while not self.kubelet._stop.is_set():
+            if self.lost:
+                if self.running is not None:
+                    self.running.stop(grace_seconds=0)
+                return
             if self.deleting:
                 self._delete()
                 return
