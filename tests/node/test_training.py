@@ -1,8 +1,8 @@
 """A CPU/gloo job from the built trainer image, applied with kubectl in a namespace that enforces Pod
 Security "restricted": its pods run in containers as the image's user 10001, checkpoint to a volume whose
 root is owned by root with mode 0755, restart in place from their checkpoint when one's trainer dies (the
-kubelet's RestartAllContainers), checkpoint first when one is evicted, and the job ends Succeeded with its
-progress in status."""
+kubelet's RestartAllContainers), checkpoint first when one is evicted (whose pod alone is replaced), and the job
+ends Succeeded with its progress in status."""
 
 from __future__ import annotations
 
@@ -91,11 +91,15 @@ def test_a_job_runs_recovers_and_succeeds_in_restricted_containers(node_cluster,
     done = team.wait_phase("gloo", "Succeeded", TRAINER_RUN_S)["status"]
     assert done["restarts"] == 1 and done["disruptions"] == 1
     assert done["progress"]["step"] == MAX_STEPS
-    # The evicted gang saved where it stopped, after the steps seen before the eviction; the third gang, in a new
-    # Job (an evicted pod is gone: no restart in place), resumed from there (its rank 0 says so: it may end before
-    # the operator's next progress read).
-    last_gang = team.kube.list("pods", team.namespace, "scaletrain.io/generation=2")
-    rank_0 = next(pod for pod in last_gang if pod["metadata"]["name"].startswith("gloo-g2-0-"))
+    assert (done["gangGeneration"], done["currentJob"]) == (2, "gloo-g0")  # the same Job still
+    # The evicted gang saved where it stopped, after the steps seen before the eviction. The evicted rank 0's pod
+    # was replaced alone, rank 1 restarted in place, and the third gang resumed from there (the replacement's log
+    # says so: it may end before the operator's next progress read).
+    pods = team.kube.list("pods", team.namespace, "batch.kubernetes.io/job-name=gloo-g0")
+    (rank_0,) = [pod for pod in pods if pod["metadata"]["name"].startswith("gloo-g0-0-")
+                 and pod["metadata"]["uid"] != in_place[0]["metadata"]["uid"]]  # fmt: skip
+    (rank_1,) = [pod for pod in pods if pod["metadata"]["name"].startswith("gloo-g0-1-")]
+    assert rank_1["metadata"]["uid"] == in_place[1]["metadata"]["uid"]
     log = cluster.kubectl("--namespace", team.namespace, "logs", rank_0["metadata"]["name"]).stdout
     resumed = re.search(r"resumed from \S+ at step (\d+)", log)
     assert resumed and int(resumed.group(1)) >= resumed_at["progress"]["step"], log[-2000:]
