@@ -18,7 +18,6 @@ from scaletrain_operator.local.processes import scan_processes, signal_processes
 from scaletrain_testing.e2e_jobs import (
     CHECKPOINT_EVERY,
     HANG_TIMEOUT_S,
-    PROGRESS_INTERVAL_S,
     e2e_namespace,
     e2e_operator,
     paced,
@@ -32,7 +31,7 @@ from scaletrain_testing.e2e_jobs import (
 from scaletrain_testing.hf_models import assert_exports_give_the_trained_logits
 from scaletrain_testing.jobs import DELETE, EXAMPLES, REPO
 from scaletrain_testing.kubelet import FakeNode
-from scaletrain_testing.operator_harness import condition
+from scaletrain_testing.operator_harness import PROGRESS_READ_S, condition
 from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, GANG_TEARDOWN_S, WHOLE_JOB_S
 from scaletrain_testing.trainer_runs import plugin_data
 from scaletrain_testing.waiting import wait_until
@@ -182,7 +181,7 @@ def test_a_gang_that_freezes_whole_is_progress_unreachable_and_never_restarted_f
     try:
         unreachable = cluster.wait_condition("e2e-frozen", "ProgressUnreachable", "True")
         assert "cannot be read (" in unreachable["message"]
-        time.sleep(HANG_TIMEOUT_S + 2 * (PROGRESS_INTERVAL_S + DEFAULTS.progress_timeout_seconds))  # past the promise
+        time.sleep(HANG_TIMEOUT_S + 2 * (PROGRESS_READ_S + DEFAULTS.progress_timeout_seconds))  # past the promise
         assert cluster.stj("e2e-frozen")["status"]["restarts"] == 0
     finally:
         signal_processes(frozen, signal.SIGCONT)

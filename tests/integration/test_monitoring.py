@@ -24,7 +24,7 @@ from scaletrain_testing.monitoring import (
     series_named,
     write_alert_tests,
 )
-from scaletrain_testing.operator_harness import Team, install_watching, operator_process
+from scaletrain_testing.operator_harness import PROGRESS_EACH_READ, Team, install_watching, operator_process
 from scaletrain_testing.progress_server import RANK0_PROGRESS, ProgressServer
 from scaletrain_testing.trainer_runs import config_for, free_port, start_pod
 from scaletrain_testing.waiting import wait_until
@@ -60,7 +60,7 @@ def operator_scrape(control_plane, tmp_path_factory):
     namespace = control_plane.create_namespace(f"monitoring-{free_port()}")
     install = install_watching(control_plane, namespace, tmp_path_factory.mktemp("operator"))
     port = free_port()
-    args = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", str(port))
+    args = (*PROGRESS_EACH_READ, "--liveness-port", "0", "--metrics-port", str(port))
     env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://127.0.0.1:{port}/progress"}
     with ProgressServer(RANK0_PROGRESS | {"checkpointStep": 40}) as rank_0, operator_process(install, *args, env=env):
         team = Team(Kube(control_plane.api_client()), namespace)

@@ -19,7 +19,7 @@ from scaletrain_testing.hostile_http import HostileServer
 from scaletrain_testing.jobs import REPO, base_job, patched
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.malformed import REFUSED_ONLY_BY_THE_OPERATOR
-from scaletrain_testing.operator_harness import Team, condition, install_watching, operator_process
+from scaletrain_testing.operator_harness import PROGRESS_EACH_READ, Team, condition, install_watching, operator_process
 from scaletrain_testing.progress_server import RANK0_PROGRESS, ProgressServer, promise
 from scaletrain_testing.timeouts import OPERATOR_REACTION_S
 from scaletrain_testing.trainer_runs import free_port
@@ -33,7 +33,7 @@ def installed(control_plane, tmp_path_factory):
     """The chart installed for one watched namespace, and its operator running, for the whole module."""
     namespace = control_plane.create_namespace(f"team-{free_port()}")
     install = install_watching(control_plane, namespace, tmp_path_factory.mktemp("operator"))
-    args = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", str(METRICS_PORT))
+    args = (*PROGRESS_EACH_READ, "--liveness-port", "0", "--metrics-port", str(METRICS_PORT))
     env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://127.0.0.1:{port}/progress"}
     with operator_process(install, *args, env=env):
         yield install, Team(Kube(control_plane.api_client()), namespace)

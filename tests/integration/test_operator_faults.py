@@ -22,12 +22,19 @@ import pytest
 
 from scaletrain_testing.fault_proxy import FaultProxy
 from scaletrain_testing.kube import Kube
-from scaletrain_testing.operator_harness import QUIET, OperatorInstall, Team, install_watching, operator_process
+from scaletrain_testing.operator_harness import (
+    PROGRESS_EACH_READ,
+    QUIET,
+    OperatorInstall,
+    Team,
+    install_watching,
+    operator_process,
+)
 from scaletrain_testing.progress_server import ProgressServer
 from scaletrain_testing.timeouts import OPERATOR_TAKEOVER_S
 
 PROMISE = 2.0  # seconds rank 0 promises its next report within
-OPERATOR_ARGS = (*QUIET, "--progress-interval", "0.3")
+OPERATOR_ARGS = (*QUIET, *PROGRESS_EACH_READ)
 OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
 FIRST_GANG_IP, SECOND_GANG_IP = "127.0.0.1", "127.0.0.2"  # the pods' addresses: loopback ones
 

@@ -48,7 +48,9 @@ def test_a_slowloris_on_rank_0s_port_neither_stops_the_operators_reads_nor_makes
     stepping.start()
     env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
     try:
-        with operator_process(install, *QUIET, "--progress-interval", str(POLL), env=env):
+        with operator_process(
+            install, *QUIET, "--progress-interval", str(POLL), "--progress-write-interval", "0", env=env
+        ):
             team.submit("victim", training={"metricsPort": port}, maxRestarts=3)
             team.start_pods("victim-g0")
             team.wait_status("victim", lambda s: read_at(s) is not None)

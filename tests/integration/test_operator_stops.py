@@ -12,7 +12,14 @@ import pytest
 
 from scaletrain_operator.api import naming
 from scaletrain_testing.kube import Kube
-from scaletrain_testing.operator_harness import QUIET, Team, condition, install_watching, operator_process
+from scaletrain_testing.operator_harness import (
+    PROGRESS_EACH_READ,
+    QUIET,
+    Team,
+    condition,
+    install_watching,
+    operator_process,
+)
 from scaletrain_testing.progress_server import RANK0_PROGRESS, ProgressServer, promise
 from scaletrain_testing.timeouts import OPERATOR_REACTION_S
 from scaletrain_testing.waiting import wait_until
@@ -26,7 +33,7 @@ def team(control_plane, tmp_path_factory):
     namespace = control_plane.create_namespace(f"stops-{secrets.token_hex(3)}")
     install = install_watching(control_plane, namespace, tmp_path_factory.mktemp("operator"))
     env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}  # the pods' IPs: loopback
-    with operator_process(install, *QUIET, "--progress-interval", "0.3", env=env):
+    with operator_process(install, *QUIET, *PROGRESS_EACH_READ, env=env):
         yield Team(Kube(control_plane.api_client()), namespace)
 
 

@@ -15,7 +15,7 @@ from scaletrain_operator.api.job import parse_job
 from scaletrain_operator.render.children import render_job
 from scaletrain_testing.jobs import REPO, base_job
 from scaletrain_testing.kube import Kube
-from scaletrain_testing.operator_harness import Team, install_watching, operator_process
+from scaletrain_testing.operator_harness import PROGRESS_EACH_READ, QUIET, Team, install_watching, operator_process
 from scaletrain_testing.timeouts import POLICY_PROPAGATION_S
 from scaletrain_testing.waiting import wait_until
 
@@ -82,7 +82,7 @@ def test_pods_the_cluster_refuses_show_on_the_job_with_its_reason(control_plane,
     reason, otherwise only in the Job's Events, becomes the job's PodCreationFailed condition."""
     kube, namespace = restricted
     install = install_watching(control_plane, namespace, tmp_path)
-    with operator_process(install, "--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0"):
+    with operator_process(install, *PROGRESS_EACH_READ, *QUIET):
         team = Team(kube, namespace)
         sidecar = {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
         team.submit("sidecar", podTemplate={"spec": {"containers": [sidecar]}})

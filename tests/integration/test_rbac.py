@@ -14,11 +14,17 @@ import pytest
 from scaletrain_operator.controller import rbac
 from scaletrain_testing.chart import of_kind
 from scaletrain_testing.kube import Kube
-from scaletrain_testing.operator_harness import Team, install_operator, install_watching, operator_process
+from scaletrain_testing.operator_harness import (
+    PROGRESS_EACH_READ,
+    Team,
+    install_operator,
+    install_watching,
+    operator_process,
+)
 from scaletrain_testing.timeouts import CONTROLLERS_REACTION_S, OPERATOR_REACTION_S
 from scaletrain_testing.waiting import wait_until
 
-QUIET = ("--progress-interval", "0.3", "--liveness-port", "0", "--metrics-port", "0")
+QUIET = (*PROGRESS_EACH_READ, "--liveness-port", "0", "--metrics-port", "0")
 
 
 def run_every_kind_of_change(team: Team) -> None:

@@ -16,17 +16,16 @@ from .jobs import patched
 from .kube import Kube
 from .kubelet import FakeNode, Kubelet
 from .kueue import local_queue
-from .operator_harness import OperatorInstall, Team, install_watching, operator_process
+from .operator_harness import PROGRESS_EACH_READ, QUIET, OperatorInstall, Team, install_watching, operator_process
 from .timeouts import WHOLE_JOB_S
 from .trainer_runs import BASE_CONFIG, TRAINER_ENV, free_port, plugin_data
 from .waiting import wait_until
 
 CHECKPOINT_EVERY = 5
-PROGRESS_INTERVAL_S = 0.3  # between the operator's reads of rank 0's progress
 HANG_TIMEOUT_S = 4  # training.hangTimeoutSeconds for the hang tests
 # Rank 0's /progress by its pod IP: the operator runs on this machine, outside the pods' DNS.
 OPERATOR_ENV = {"SCALETRAIN_OPERATOR_PROGRESS_URL": "http://{pod_ip}:{port}/progress"}
-OPERATOR_ARGS = ("--progress-interval", str(PROGRESS_INTERVAL_S), "--liveness-port", "0", "--metrics-port", "0")
+OPERATOR_ARGS = (*PROGRESS_EACH_READ, *QUIET)
 
 
 @contextmanager

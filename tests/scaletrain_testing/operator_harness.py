@@ -141,6 +141,10 @@ def operator_process(install: OperatorInstall, *args: str, env: dict[str, str] |
 
 
 QUIET = ("--liveness-port", "0", "--metrics-port", "0")  # the operator's ports: none
+PROGRESS_READ_S = 0.3  # how often the tests' operators read rank 0's progress
+# Rank 0's progress read every PROGRESS_READ_S and each answer written, so that tests see it at once (the default
+# writes one a minute: test_progress_cadence.py).
+PROGRESS_EACH_READ = ("--progress-interval", str(PROGRESS_READ_S), "--progress-write-interval", "0")
 
 
 def active_replica(team: Team, processes: Sequence[Any]) -> Any | None:

@@ -142,6 +142,37 @@ def test_an_answer_replaces_the_progress_and_turns_progress_unreachable_false():
     assert "conditions" not in decide_progress(turned, RANK_0, ANSWER, NOW).status
 
 
+WRITE_EVERY, READ_S = 60.0, 2.0  # the default cadence, and a read's deadline
+WRITTEN = {"generation": 0, "step": 10, "loss": 1.6, "readAt": "2026-12-02T11:59:30Z", "checkpointStep": 10,
+           "maxSteps": 100, "staleAfter": "2026-12-02T12:00:30Z"}  # fmt: skip  # an answer written 30 s ago
+
+
+def test_an_answer_with_nothing_new_is_written_once_the_write_interval_passed_and_news_at_once():
+    """A step and a loss are no news: the status takes them once a minute. A new gang, a checkpoint, a loss not
+    finite, the last step and a broken promise (a hang) are written at the read that finds them."""
+    later = ANSWER | {"checkpointStep": 10, "maxSteps": 100, "staleAfter": "2026-12-02T12:01:00Z"}
+
+    def written(before: dict, answer: dict, read_at: datetime = NOW) -> bool:
+        decision = decide_progress(running(before), RANK_0, answer, read_at, WRITE_EVERY, READ_S)
+        return decision.status is not None
+
+    assert not written(WRITTEN, later)
+    assert written(WRITTEN, later, NOW + timedelta(seconds=30))  # a minute after the answer the status holds
+    assert written({}, later) and written(WRITTEN | {"readAt": None}, later)  # the first answer
+    assert written(WRITTEN | {"generation": 1}, later)  # a new gang's first answer
+    news = {"a checkpoint": {"checkpointStep": 20}, "a diverged loss": {"loss": None, "lossFinite": False},
+            "an evaluation": {"evalLoss": 1.2}, "a resume": {"resumedFromStep": 10},
+            "the last step": {"step": 100}, "set aside": {"checkpointsSetAside": ["step-9.corrupt"]}}  # fmt: skip
+    for case, changed in news.items():
+        assert written(WRITTEN, later | changed), case
+    # Read at 12:00:00, an answer that still promises 11:59:58: the trainer made no progress in time.
+    assert written(WRITTEN, later | {"staleAfter": "2026-12-02T11:59:58Z"})
+    assert not written(WRITTEN, later | {"staleAfter": "2026-12-02T11:59:59Z"})  # within a read's deadline
+    unreachable = stored_condition("ProgressUnreachable", True, "timed out")
+    decision = decide_progress(running(WRITTEN, unreachable), RANK_0, later, NOW, WRITE_EVERY, READ_S)
+    assert decision.status["conditions"][0]["status"] == "False"  # answers again: said at once
+
+
 def test_a_diverged_loss_and_checkpoints_set_aside_are_each_warned_of_when_an_answer_first_says_so():
     news = ANSWER | {"loss": None, "lossFinite": False, "checkpointsSetAside": ["step-40.damaged"]}
     events = decide_progress(running({"generation": 0, "step": 3}), RANK_0, news, NOW).events

@@ -233,7 +233,11 @@ class Housekeeping:
             return
         self._unread.pop(key, None)
         try:
-            written = self.write(stj, decide_progress(stj, rank_0, answer, now), "progress not copied")
+            config = self.config
+            deciding = decide_progress(
+                stj, rank_0, answer, now, config.progress_write_interval_seconds, config.progress_timeout_seconds
+            )
+            written = self.write(stj, deciding, "progress not copied")
         except StatusRefused:  # logged, counted and said (Cluster.patch_status); hang detection still needs the promise
             promise_unwritten = "progress promise not copied"
             try:

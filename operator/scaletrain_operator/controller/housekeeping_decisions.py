@@ -23,6 +23,7 @@ from ..api.conditions import (
 )
 from ..api.job import ScaleTrainJob
 from ..api.timestamps import parse_timestamp
+from ..policy.hang import promise_broken
 from ..render.child_annotations import suspended_by_operator
 from ..validation.progress_answer import Unreadable, status_patch
 from .decision import Decision, Event
@@ -33,6 +34,9 @@ POD_CREATION_GRACE = timedelta(seconds=3)  # a new Job's pods take a moment; aft
 # What of an answer hang detection reads (policy/hang.py), with the step its message names: written alone when the
 # API server refuses the whole answer, so that a job whose progress cannot be written is still found hung.
 PROMISE = ("step", "reportedAt", "staleAfter")
+# What of an answer is news, written at the read that finds it changed, whatever the cadence (decide_progress): what the
+# trainer saved, resumed from or set aside, a loss that is not finite, an evaluation, the run's length.
+NEWS = ("checkpointStep", "resumedFromStep", "checkpointsSetAside", "lossFinite", "evalLoss", "maxSteps")
 # A namespace's messages by child Job (its name or uid), listed from the API server only when a decision asks.
 Listing = Callable[[str], Mapping[str, str]]
 
@@ -115,17 +119,47 @@ def decide_unreachable(
     return Decision(status=condition_patch(stj, ConditionType.PROGRESS_UNREACHABLE, True, READ_FAILED, message, now))
 
 
-def decide_progress(stj: Mapping[str, Any], rank_0: Rank0, answer: dict[str, Any], read_at: datetime) -> Decision:
+def decide_progress(
+    stj: Mapping[str, Any],
+    rank_0: Rank0,
+    answer: dict[str, Any],
+    read_at: datetime,
+    write_every: float = 0.0,
+    read_seconds: float = 0.0,
+) -> Decision:
     """Rank 0's answer into status.progress, replacing what an earlier answer said (progress_answer.status_patch),
     with when it was read; ProgressUnreachable turns False if it was True. A loss that turned non-finite and
-    damaged checkpoints the trainer set aside while resuming each get a Warning Event once."""
+    damaged checkpoints the trainer set aside while resuming each get a Warning Event once.
+
+    Written when `write_every` seconds passed since the answer the status holds was read, or at once for news: a
+    new gang's first answer, a NEWS field that changed, the last step reached, the endpoint answering again, or an
+    answer that proves its promise broken (policy/hang.py, with `read_seconds`: a hang is found at the read that
+    finds it). Nothing else (a step, a loss, a newer promise) is worth a write per read: the status is a summary,
+    and rank 0's /metrics has every step."""
     before = progress_of(stj)
-    patch: dict[str, Any] = {"progress": status_patch(answer, rank_0.gang_generation, before, read_at)}
+    progress = status_patch(answer, rank_0.gang_generation, before, read_at)
+    patch: dict[str, Any] = {"progress": progress}
     unreachable = held_condition(stj, ConditionType.PROGRESS_UNREACHABLE)
     if unreachable is not None and unreachable["status"] == "True":  # so it turns: a patch, never None
         answers = "rank 0's progress endpoint answers again"
         patch |= condition_patch(stj, ConditionType.PROGRESS_UNREACHABLE, False, READ, answers, read_at)
+    read_before = parse_timestamp(before["readAt"]) if isinstance(before.get("readAt"), str) else None
+    due = read_before is None or (read_at - read_before).total_seconds() >= write_every
+    if not (due or "conditions" in patch or is_news(before, progress, read_at, read_seconds)):
+        return Decision()
     return Decision(status=patch, events=progress_news(rank_0.job, before, answer))
+
+
+def is_news(before: Mapping[str, Any], progress: Mapping[str, Any], read_at: datetime, read_seconds: float) -> bool:
+    """Whether `progress` (a status patch, read at `read_at`) says what the status `before` it must show at once."""
+    step = progress.get("step")
+    stale_after = parse_timestamp(progress["staleAfter"]) if progress.get("staleAfter") else None
+    return (
+        before.get("generation") != progress.get("generation")
+        or any(progress.get(field) != before.get(field) for field in NEWS)
+        or (step is not None and step == progress.get("maxSteps") and step != before.get("step"))
+        or (stale_after is not None and promise_broken(stale_after, read_at, read_seconds))
+    )
 
 
 def decide_promise_only(stj: Mapping[str, Any], rank_0: Rank0, answer: dict[str, Any], read_at: datetime) -> Decision:

@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics here (0: off; default 8080)")
     parser.add_argument("--progress-interval", type=float, help="seconds between progress polls of running jobs")
     parser.add_argument(
+        "--progress-write-interval",
+        type=float,
+        help="the most seconds a running job's status.progress lags rank 0's newest answer (news goes at once; "
+        "default 60)",
+    )
+    parser.add_argument(
         "--network-policy-from",
         metavar="NAMESPACE",
         help="give each job a NetworkPolicy: its pods accept only each other, and the operator's pods in "
@@ -99,6 +105,8 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         config = replace(config, metrics_port=args.metrics_port)
     if args.progress_interval is not None:
         config = replace(config, progress_interval_seconds=args.progress_interval)
+    if args.progress_write_interval is not None:
+        config = replace(config, progress_write_interval_seconds=args.progress_write_interval)
     if args.network_policy_from is not None:
         config = replace(config, network_policy_from=args.network_policy_from)
     if args.probe_priority_class is not None:

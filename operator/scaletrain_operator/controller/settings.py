@@ -21,6 +21,10 @@ class OperatorConfig:
     # take rank 0's hostname and subdomain, and so its DNS name.
     progress_url: str = "http://{pod_ip}:{port}/progress"
     progress_interval_seconds: float = 15.0  # how often Running jobs are polled (and TTLs checked)
+    # The longest a Running job's status.progress goes without rank 0's newest answer: an answer that says nothing
+    # new is written no oftener. News (a new gang, a checkpoint, a diverged loss, a broken promise) is written at the
+    # read that finds it (housekeeping_decisions.decide_progress).
+    progress_write_interval_seconds: float = 60.0
     progress_timeout_seconds: float = 2.0
     request_timeout_seconds: float = 30.0
     watch_timeout_seconds: int = 300

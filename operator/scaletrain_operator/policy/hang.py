@@ -31,8 +31,13 @@ def broken_promise(job: ScaleTrainJob, gang_generation: int, read_seconds: float
         return None
     if progress.stale_after is None or progress.read_at is None:
         return None
-    broken = (progress.read_at - progress.stale_after).total_seconds() >= read_seconds
-    return progress.stale_after if broken else None
+    return progress.stale_after if promise_broken(progress.stale_after, progress.read_at, read_seconds) else None
+
+
+def promise_broken(stale_after: datetime, read_at: datetime, read_seconds: float) -> bool:
+    """Whether an answer read at `read_at` that still holds the promise `stale_after` proves it broken: read after it
+    ran out by more than a read's deadline (`read_seconds`; the answer may come from any moment in the read)."""
+    return (read_at - stale_after).total_seconds() >= read_seconds
 
 
 def stalled_message(job: ScaleTrainJob, due: datetime) -> str:
