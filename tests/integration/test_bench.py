@@ -136,3 +136,17 @@ def test_lora_benchmark_meets_its_state_byte_target(tmp_path):
     report = _bench("lora.py", tmp_path, "--rounds", "1", "--steps", "2")
     assert report["target"]["met"], report["loraVsFull"]  # byte counts: not a timing
     assert report["variants"]["lora"]["trainedParameters"] < report["variants"]["full"]["trainedParameters"] / 10
+
+
+def test_steady_state_benchmark_writes_a_running_jobs_status_once_a_write_interval(tmp_path, control_plane):
+    """In this process, on the session's control plane: 3 Running jobs read every second for 30 s; every read is
+    written with a write interval of 0, one in 10 s with 10."""
+    spec = importlib.util.spec_from_file_location("steady_state", REPO / "bench" / "steady_state.py")
+    steady_state = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steady_state)
+    arguments = ["--jobs", "3", "--minutes", "0.5", "--read-interval", "1", "--write-intervals", "10", "0"]
+    steady_state.main([*arguments, "--results-dir", str(tmp_path)], control_plane=control_plane)
+    every_ten, every_read = json.loads((tmp_path / "steady_state.json").read_text())["runs"]
+    assert every_ten["statusWritesPerJobMinute"] <= 60 / 10 + 2, every_ten  # one a window's start may add
+    assert every_read["statusWritesPerJobMinute"] >= 30, every_read  # about 60: one a read
+    assert every_read["progressReads"] >= 3 * 15
