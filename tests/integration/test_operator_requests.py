@@ -127,7 +127,7 @@ def test_a_gangs_lifecycle_reads_fresh_only_where_a_decision_cannot_be_undone(in
     assert made[("delete", "jobs.batch")] == 1 and made[("create", "jobs.batch")] == 2
 
 
-def test_an_operator_restart_reads_each_job_fresh_once_and_writes_nothing(install, team, control_plane):
+def test_an_operator_restart_reads_each_job_fresh_and_writes_nothing(install, team, control_plane):
     names = [f"steady-{index}" for index in range(3)]
     with operator_process(install, *QUIET):
         for name in names:
@@ -139,7 +139,7 @@ def test_an_operator_restart_reads_each_job_fresh_once_and_writes_nothing(instal
     with operator_process(install, *QUIET):
         get_stj = ("get", "scaletrainjobs.scaletrain.io")
         wait_until(
-            lambda: made_since(control_plane, install, mark)[get_stj] == len(names),
+            lambda: made_since(control_plane, install, mark)[get_stj] >= len(names),
             OPERATOR_REACTION_S,
             "the new operator to read each job fresh",
         )
@@ -150,10 +150,13 @@ def test_an_operator_restart_reads_each_job_fresh_once_and_writes_nothing(instal
         "a restart changes nothing"
     )
     kopf_lists = 1  # kopf lists each kind once before watching it
-    assert made[("get", "scaletrainjobs.scaletrain.io")] == len(names)
+    # Each job is read fresh at its first reconcile; a loaded machine may deliver a kind's first list after that,
+    # and a list that brings a job's child to the empty cache distrusts it (handlers.take_in): once more, at most.
+    fresh = made[("get", "scaletrainjobs.scaletrain.io")]
+    assert len(names) <= fresh <= 2 * len(names)
     assert made[("list", "scaletrainjobs.scaletrain.io")] == kopf_lists
     for resource in ("services", "jobs.batch", "pods"):
-        assert made[("list", resource)] == kopf_lists + len(names), resource
+        assert made[("list", resource)] == kopf_lists + fresh, resource
 
 
 def test_a_status_decided_from_a_stale_copy_is_refused(team, control_plane):
