@@ -37,6 +37,7 @@ from scaletrain_testing.fake_nodes import fake_nodes, placed_on_fake_nodes
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import QUIET, Team, install_operator, operator_process
+from scaletrain_testing.process_tree import cpu_seconds
 from scaletrain_testing.simulated_kubelet import SimulatedKubelet
 from scaletrain_testing.waiting import wait_until
 
@@ -87,12 +88,6 @@ class ProgressHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time the process has used (/proc/PID/stat, fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def api_server_pid(control_plane: ControlPlane) -> int:

@@ -3,6 +3,7 @@ count as gone: they run nothing, and their parent (or init) reaps them."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -71,3 +72,9 @@ def processes_with_env(entry: str) -> list[int]:
     """The live processes whose environment holds `entry` ("NAME=value")."""
     name, value = entry.split("=", 1)
     return [process.pid for process in scan_processes(name) if process.env_value == value]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
