@@ -4,10 +4,11 @@ and what the operator and the API server spend on it.
 The control plane is the tests' own (tests/scaletrain_testing/control_plane.py); the operator is installed as its
 Helm chart installs it (namespaced, one replica) and reads progress every 15 s, the chart's default (--read-interval).
 N jobs of 2 pods run on fake Nodes, their pods made Running by the simulated kubelet
-(tests/scaletrain_testing/simulated_kubelet.py). Every rank 0 answers /progress from one server here, whose listen
-queue holds every job's read at once: a step further at each read, and a promise two minutes ahead. Once every job is
-Running with its progress in its status, the benchmark watches for --minutes and reports the operator's status
-writes per Running job a minute (the API server's audit log), and the operator's and the API server's CPU seconds.
+(tests/scaletrain_testing/simulated_kubelet.py). Every rank 0 answers /progress from one server here
+(scaletrain_testing.progress_server), whose listen queue holds every job's read at once: an answer reported just
+now, promising the next within two minutes. Once every job is Running with its progress in its status, the benchmark
+watches for --minutes and reports the operator's status writes per Running job a minute (the API server's audit
+log), and the operator's and the API server's CPU seconds.
 
 Each write interval given (--write-intervals: the default 60 s, and 0, every read written) runs in turn, in that
 order, each with an operator of its own and jobs of its own.
@@ -18,26 +19,23 @@ order, each with an operator of its own and jobs of its own.
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import math
 import os
 import secrets
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from scaletrain_operator.api.timestamps import timestamp
 from scaletrain_testing.control_plane import KUBERNETES_VERSION, ControlPlane, given_or_started
 from scaletrain_testing.fake_nodes import fake_nodes, placed_on_fake_nodes
 from scaletrain_testing.jobs import DELETE
 from scaletrain_testing.kube import Kube
 from scaletrain_testing.operator_harness import QUIET, Team, install_operator, operator_process
 from scaletrain_testing.process_tree import cpu_seconds
+from scaletrain_testing.progress_server import ProgressServer
 from scaletrain_testing.simulated_kubelet import SimulatedKubelet
 from scaletrain_testing.waiting import wait_until
 
@@ -46,48 +44,8 @@ NODES = 2  # per job
 PODS_PER_NODE = 500
 CLIENTS = 10  # client threads creating the jobs
 STATUS_WRITE = ("patch", "scaletrainjobs.scaletrain.io/status")
-PROMISE = timedelta(minutes=2)  # rank 0's staleAfter, ahead of each answer
+PROMISE_SECONDS = 120  # rank 0's staleAfter, ahead of each answer
 TARGET_WRITES_PER_JOB_MINUTE = 1.0  # at the defaults (issue 51)
-
-
-class ProgressServer(http.server.ThreadingHTTPServer):
-    """Rank 0's /progress of every job, at /NAMESPACE/POD/progress: a step further at each read."""
-
-    daemon_threads = True
-    request_queue_size = 4096  # every job's read at once: the operator reads them all together
-
-    def __init__(self) -> None:
-        self.reads: dict[str, int] = {}
-        self.lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), ProgressHandler)
-        threading.Thread(target=self.serve_forever, name="progress-server", daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        """The operator's progress URL (its --progress-url placeholders: the pod and its namespace)."""
-        return f"http://127.0.0.1:{self.server_address[1]}/{{namespace}}/{{pod}}/progress"
-
-    def answer(self, path: str) -> dict[str, Any]:
-        with self.lock:
-            step = self.reads[path] = self.reads.get(path, 0) + 1
-        now = datetime.now(timezone.utc)
-        return {"step": step, "maxSteps": 1_000_000, "loss": 2.0 - step / 1e4, "updatedAt": timestamp(now),
-                "staleAfter": timestamp(now + PROMISE)}  # fmt: skip
-
-
-class ProgressHandler(http.server.BaseHTTPRequestHandler):
-    server: ProgressServer
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        body = json.dumps(self.server.answer(self.path)).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def api_server_pid(control_plane: ControlPlane) -> int:
@@ -122,12 +80,14 @@ def steady(
     values = {"watchNamespaces": [namespace], "replicaCount": 1, "peering": {"enabled": False}}
     install = install_operator(control_plane, values, f"{namespace}-operator", workdir)
     team, audit = Team(Kube(control_plane.api_client()), namespace), control_plane.audit
-    server = ProgressServer()
+    server = ProgressServer(None)
+    server.healthy(PROMISE_SECONDS)
     flags = (*QUIET, "--progress-interval", str(read_interval), "--progress-write-interval", str(write_interval))
-    env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": server.url}
+    env = {"SCALETRAIN_OPERATOR_PROGRESS_URL": f"http://127.0.0.1:{server.port}/progress"}  # every job's rank 0
     nodes_needed = math.ceil(jobs * NODES / PODS_PER_NODE)
     try:
         with (
+            server,
             fake_nodes(team.kube, namespace, nodes_needed, PODS_PER_NODE) as nodes,
             operator_process(install, *flags, env=env) as operator,
             SimulatedKubelet(team.kube, namespace, nodes, workdir / "no-ca.crt", workdir / "kubelet"),
@@ -144,12 +104,11 @@ def steady(
             watched = time.monotonic() - began
             requests = audit.requests(install.user, after=mark)
             writes = sum((r.verb, r.resource) == STATUS_WRITE for r in requests)
-            reads = sum(server.reads.values())
+            reads = server.answered
             for stj in team.kube.list("stj", namespace):
                 team.kube.delete("stj", namespace, stj["metadata"]["name"])
             wait_until(lambda: not team.kube.list("pods", namespace), timeout, "the jobs' pods gone", interval_s=2)
     finally:
-        server.shutdown()
         for made in (namespace, f"{namespace}-operator"):
             control_plane.delete_namespace(made)
     return {

@@ -29,6 +29,11 @@ def promise(seconds: float, at: datetime | None = None) -> dict[str, str]:
     return {"updatedAt": timestamp(at), "staleAfter": timestamp(at + timedelta(seconds=seconds))}
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 4096  # the rank 0 of every job at once, as an operator reads them (bench/steady_state.py)
+
+
 class ProgressServer:
     def __init__(self, progress: dict[str, Any] | None = RANK0_PROGRESS, host: str = "127.0.0.1", port: int = 0):
         self.progress: dict[str, Any] | Callable[[], dict[str, Any]] | None = progress
@@ -51,8 +56,7 @@ class ProgressServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler)
 
     @property
     def port(self) -> int:
